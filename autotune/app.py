@@ -1,0 +1,122 @@
+"""From a validated Config to a finished study: resolve the device, workload, space and storage,
+run the worker(s), export. Every user error surfaces here as one paragraph and exit code 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.config import Config
+from autotune.env import DeviceError, Env, probe
+from autotune.knobs import KnobError, build_space
+from autotune.storage import StorageError, is_sqlite, open_storage, redact, resolve_url
+from autotune.study import StudySetup
+from autotune.workload import WorkloadError, build_workload, workload_name
+
+log = logging.getLogger("autotune")
+
+CPU_WINDOW = {"warmup_steps": 3, "measure_steps": 16, "measure_seconds": 6.0, "min_measure_steps": 4}
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _overridden(overrides: list[str], prefix: str) -> set[str]:
+    keys = set()
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key.startswith(prefix):
+            keys.add(key[len(prefix):])
+    return keys
+
+
+def resolve_workers(value: Any, env: Env) -> int:
+    if value == "auto":
+        return max(1, env.gpu_count) if env.device == "cuda" else 1
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"workers={value!r} is not valid: use a positive integer or 'auto'.") from None
+    if n < 1:
+        raise UsageError(f"workers={n} is not valid: use a positive integer or 'auto'.")
+    return n
+
+
+def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int]:
+    spec = dict(cfg.workload)
+    workload = build_workload(spec)
+    env = probe(cfg.device)
+    user_sizes = _overridden(overrides, "workload.") - {"_target_"}
+    cpu_sized = False
+    if env.device == "cpu" and not user_sizes:
+        small = workload.cpu_sized()
+        if small is not workload:
+            cpu_sized, workload = True, small
+    window = dataclasses.asdict(cfg.window)
+    if env.device == "cpu":
+        for key, value in CPU_WINDOW.items():
+            if key not in _overridden(overrides, "window."):
+                window[key] = value
+    knob_overrides = {k: v for k, v in dataclasses.asdict(cfg.knobs).items() if v is not None}
+    space = build_space(env, workload, knob_overrides)
+
+    label = workload_name(spec)
+    name = cfg.study.name or f"{label}-{env.device}"
+    out_dir = Path(cfg.study.out_dir) / name
+    url = resolve_url(cfg.study.storage, out_dir / "study.db")
+    workers = resolve_workers(cfg.workers, env)
+    if workers > 1 and is_sqlite(url):
+        raise UsageError(
+            f"workers={workers} with SQLite storage ({redact(url)}) is refused: SQLite is for one "
+            "worker. Point study.storage (or AUTOTUNE_STORAGE) at PostgreSQL, e.g. "
+            "postgresql://user:password@host/db, or use journal:PATH for several workers on one "
+            "machine."
+        )
+    if cfg.memory.limit_gb is not None and cfg.memory.limit_gb <= 0:
+        raise UsageError(f"memory.limit_gb={cfg.memory.limit_gb} must be positive.")
+    if not 0 < cfg.memory.limit_fraction <= 1:
+        raise UsageError(f"memory.limit_fraction={cfg.memory.limit_fraction} must be in (0, 1].")
+    limit = cfg.memory.limit_gb or cfg.memory.limit_fraction * env.total_memory_gb
+    setup = StudySetup(
+        name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
+        workload_label=workload.describe(), window=window, memory_limit_gb=limit, seed=cfg.seed,
+        cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
+        timeout_s=cfg.study.timeout_s,
+    )
+    return setup, workers
+
+
+def run(cfg: Config, overrides: list[str]) -> int:
+    from autotune.cli import fail
+
+    try:
+        setup, workers = build_setup(cfg, overrides)
+        storage = open_storage(setup.storage)
+    except (WorkloadError, KnobError, DeviceError, StorageError, UsageError) as exc:
+        fail(str(exc))
+        return 2
+    _print_header(setup, workers)
+    from autotune.parallel import run_study
+
+    return run_study(setup, storage, cfg.study.n_trials, workers)
+
+
+def _print_header(s: StudySetup, workers: int) -> None:
+    e = s.env
+    mem = f"{e.total_memory_gb:.1f} GB"
+    print(f"autotune: study '{s.name}' on {e.device} ({e.device_name}, {mem}, torch {e.torch_version})")
+    print(f"  workload: {s.workload_label}")
+    if s.cpu_sized:
+        print("  CPU run with no sizes set: using the workload's CPU-sized defaults "
+              "(set any workload.* key to choose sizes yourself)")
+    w = s.window
+    print(f"  window: {w['warmup_steps']} warm-up steps, up to {w['measure_steps']} measured steps "
+          f"or {w['measure_seconds']}s; timeout {w['timeout_s']}s per trial")
+    print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
+    for name, (value, why) in s.space.fixed.items():
+        print(f"  fixed {name}={value}: {why}")
+    sys.stdout.flush()

@@ -1,0 +1,182 @@
+"""What a study hands back: best.yaml (the config a production run applies), trials.csv.
+
+Every file is written atomically (temp file + rename), so an interrupted export leaves the
+previous version intact. Only plain YAML types are written: ``yaml.safe_load`` reads it back.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.knobs import KNOBS
+from autotune.storage import redact
+
+SCHEMA = 1
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def metrics(t: FrozenTrial) -> dict[str, Any]:
+    a = t.user_attrs
+    return {
+        "samples_per_sec": _num(a.get("samples_per_sec")),
+        "step_time_ms": _num((a.get("step_ms") or {}).get("median")),
+        "step_time_p10_ms": _num((a.get("step_ms") or {}).get("p10")),
+        "step_time_p90_ms": _num((a.get("step_ms") or {}).get("p90")),
+        "peak_memory_gb": _num(a.get("peak_memory_gb")),
+        "compile_s": _num(a.get("compile_s")),
+    }
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else round(float(v), 4)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The fastest COMPLETE trial that ran cleanly within the memory limit."""
+    feasible = [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("outcome") == "ok" and all(v <= 0 for v in t.constraints.values())
+    ]
+    return max(feasible, key=lambda t: t.value or 0.0, default=None)
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("source") == "baseline" and t.state == TrialState.COMPLETE:
+            return t
+    return None
+
+
+def counts(study: optuna.Study) -> dict[str, int]:
+    trials = study.get_trials(deepcopy=False)
+    by = {s: sum(1 for t in trials if t.state == s) for s in TrialState}
+    return {
+        "trials": len(trials),
+        "complete": by[TrialState.COMPLETE],
+        "pruned": by[TrialState.PRUNED],
+        "failed": by[TrialState.FAIL],
+        "running": by[TrialState.RUNNING],
+        "infeasible": sum(
+            1 for t in trials
+            if t.state == TrialState.COMPLETE and any(v > 0 for v in t.constraints.values())
+        ),
+    }
+
+
+def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | None:
+    best = best_trial(study)
+    if best is None:
+        return None
+    base = baseline_trial(study)
+    attrs = study.user_attrs
+    dev = attrs.get("device", {})
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "workload": attrs.get("workload"),
+        "device": {
+            "type": dev.get("device"),
+            "name": dev.get("device_name"),
+            "memory_gb": _num(dev.get("total_memory_gb")),
+            "torch": dev.get("torch_version"),
+            "cuda": dev.get("cuda_version"),
+        },
+        "knobs": dict(best.user_attrs["knobs"]),
+        "metrics": metrics(best),
+        "baseline": metrics(base) if base else None,
+        "speedup": (
+            round(best.value / base.value, 3) if base and base.value and best.value else None
+        ),
+        "best_trial": best.number,
+        "memory_limit_gb": _num(attrs.get("memory_limit_gb")),
+        "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
+        "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study)},
+    }
+    return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
+
+
+def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "outcome": a.get("outcome", ""),
+            "reason": a.get("reason", ""),
+            "source": a.get("source", ""),
+            "feasible": all(v <= 0 for v in t.constraints.values()) if t.constraints else "",
+            **{f"knob.{k.name}": (a.get("knobs") or {}).get(k.name, "") for k in KNOBS},
+            **{k: ("" if v is None else v) for k, v in metrics(t).items()},
+            "final_loss": a.get("final_loss", ""),
+            "duplicate_of": a.get("duplicate_of", ""),
+            "wall_s": _num(a.get("wall_s")) or "",
+        }
+        for name, share in (a.get("timers") or {}).items():
+            row[f"timer.{name}"] = round(share, 4)
+        rows.append(row)
+    return rows
+
+
+def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path | None:
+    rows = trials_rows(study)
+    if rows:
+        fields: list[str] = []
+        for r in rows:
+            fields += [k for k in r if k not in fields]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(out_dir / "trials.csv", buf.getvalue())
+    doc = best_document(study, storage_url)
+    if doc is None:
+        return None
+    path = out_dir / "best.yaml"
+    atomic_write(path, yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """A study's result, read back for a production run."""
+
+    knobs: dict[str, Any]
+    workload: str | None
+    metrics: dict[str, Any]
+    document: dict[str, Any]
+
+
+def load_best(path: str | os.PathLike[str]) -> BestConfig:
+    """Read best.yaml. ``Training(workload, best.knobs, device)`` then applies exactly the
+    measured configuration, through the same code the trial window used."""
+    doc = yaml.safe_load(Path(path).read_text())
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not an autotune best.yaml (schema {SCHEMA})")
+    missing = [k.name for k in KNOBS if k.name not in doc["knobs"]]
+    if missing:
+        raise ValueError(f"{path}: knobs missing: {', '.join(missing)}")
+    return BestConfig(doc["knobs"], doc.get("workload"), doc.get("metrics", {}), doc)

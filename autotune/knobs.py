@@ -1,0 +1,277 @@
+"""The knob registry: every setting autotune tunes, its domain on this device, and when it applies.
+
+Each knob says which values are valid here (and why others are not), and which other knob
+values it depends on. How a knob is *applied* lives in ``autotune/training.py``, the one place
+used by both the trial window and a production run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.env import Env
+from autotune.workload import Workload
+
+
+class KnobError(ValueError):
+    """A knob override names a value that is not valid on this device."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    values: list[Any]
+    # Why the domain is narrower than the knob's full range here (e.g. "CUDA only").
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    doc: str
+    domain: Callable[[Env, Workload], Domain]
+    # Given the values chosen so far, why this knob does not apply (None = it applies).
+    inactive: Callable[[Mapping[str, Any]], str | None] = lambda p: None
+    # The value the training code sees while the knob is inactive.
+    off: Any = None
+    # Ordered integers are searched with suggest_int so TPE models their order.
+    ordinal: bool = False
+
+
+def _cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:
+    def domain(env: Env, wl: Workload) -> Domain:
+        if env.device == "cuda":
+            return Domain(values)
+        return Domain([off], f"{why} (CUDA only)")
+
+    return domain
+
+
+def _workers(env: Env, wl: Workload) -> Domain:
+    return Domain(list(range(0, max(1, env.cpu_count) + 1)))
+
+
+def _batch_size(env: Env, wl: Workload) -> Domain:
+    base = int(wl.defaults.get("batch_size", 32))
+    up = 32 if env.device == "cuda" else 8
+    lo = max(1, base // 4)
+    values, b = [], 1
+    while b <= base * up:
+        if b >= lo:
+            values.append(b)
+        b *= 2
+    if base not in values:
+        values = sorted({*values, base})
+    return Domain(values)
+
+
+def _transfer_dtype(env: Env, wl: Workload) -> Domain:
+    if wl.splits_transform:
+        return Domain(["float32", "uint8"])
+    return Domain(["float32"], "the workload does not split its input transform into host/device parts")
+
+
+def _amp(env: Env, wl: Workload) -> Domain:
+    if env.device == "cuda":
+        values = ["off", "fp16"] + (["bf16"] if env.bf16 else [])
+        return Domain(values, None if env.bf16 else "bf16 not supported by this GPU")
+    return Domain(["off", "bf16"], "fp16 autocast is for CUDA; the CPU searches bf16 only")
+
+
+def _compile(env: Env, wl: Workload) -> Domain:
+    if not env.compiler:
+        return Domain(["off"], "no C/C++ compiler found for torch.compile's inductor backend")
+    if env.device == "cuda":
+        return Domain(["off", "default", "reduce-overhead", "max-autotune"])
+    return Domain(
+        ["off"],
+        "inductor's CPU compile of a training step takes minutes on small hosts; "
+        "pin knobs.compile=default (or a list) to search it on CPU",
+    )
+
+
+def _cuda_graphs(env: Env, wl: Workload) -> Domain:
+    if env.device != "cuda":
+        return Domain([False], "CUDA Graphs need a CUDA device")
+    if not wl.static_shapes:
+        return Domain([False], "the workload's batches do not have static shapes")
+    return Domain([False, True])
+
+
+def _channels_last(env: Env, wl: Workload) -> Domain:
+    if wl.image_inputs:
+        return Domain([False, True])
+    return Domain([False], "the workload's inputs are not 4-D images")
+
+
+def _tf32(env: Env, wl: Workload) -> Domain:
+    if env.device != "cuda":
+        return Domain([False], "TF32 is a CUDA (Ampere+) matmul mode")
+    if (env.cuda_capability or (0, 0)) < (8, 0):
+        return Domain([False], "TF32 needs compute capability 8.0+")
+    return Domain([False, True])
+
+
+def _no_workers(p: Mapping[str, Any]) -> str | None:
+    return "only with num_workers > 0" if p.get("num_workers", 0) == 0 else None
+
+
+def _graphs_inactive(p: Mapping[str, Any]) -> str | None:
+    if p.get("compile", "off") != "off":
+        return "torch.compile is on (its reduce-overhead mode is the compiled route to graphs)"
+    if p.get("amp") == "fp16":
+        return "fp16's GradScaler synchronizes in step(), which cannot be captured"
+    return None
+
+
+def _graphed_step(p: Mapping[str, Any]) -> str | None:
+    return "a captured step keeps its gradients in place" if p.get("cuda_graphs") else None
+
+
+KNOBS: list[Knob] = [
+    Knob("num_workers", "DataLoader worker processes (0 = load in the training process).",
+         _workers, off=0, ordinal=True),
+    Knob("prefetch_factor", "Batches each worker loads ahead.",
+         lambda env, wl: Domain([2, 4, 8]), inactive=_no_workers, off=None),
+    Knob("persistent_workers", "Keep workers alive across epochs (no respawn at epoch start).",
+         lambda env, wl: Domain([False, True]), inactive=_no_workers, off=False),
+    Knob("pin_memory", "Page-locked host batches: faster, asynchronous host-to-device copies.",
+         _cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False),
+    Knob("non_blocking", "Asynchronous host-to-device copies (overlap with compute when pinned).",
+         _cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False),
+    Knob("batch_size", "Samples per step. Changes training dynamics: pin it if that matters.",
+         _batch_size),
+    Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
+         "normalize on the device (4x fewer bytes over the bus).", _transfer_dtype, off="float32"),
+    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", _amp, off="off"),
+    Knob("compile", "torch.compile mode (off = eager).", _compile, off="off"),
+    Knob("cuda_graphs", "Capture the whole training step once and replay it (CUDA Graphs).",
+         _cuda_graphs, inactive=_graphs_inactive, off=False),
+    Knob("channels_last", "NHWC memory format for the model and its inputs.",
+         _channels_last, off=False),
+    Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing.",
+         lambda env, wl: Domain([True, False]), inactive=_graphed_step, off=True),
+    Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
+         lambda env, wl: Domain(["default", "foreach", "fused"]), off="default"),
+    Knob("tf32", "Allow TF32 for float32 matmuls and convolutions.", _tf32, off=False),
+    Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
+         _cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
+]
+BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+
+
+@dataclass(frozen=True)
+class Space:
+    """The search space for one study: each knob's domain here, narrowed by user overrides."""
+
+    domains: dict[str, Domain]
+    baseline: dict[str, Any]
+
+    @property
+    def fixed(self) -> dict[str, tuple[Any, str]]:
+        """Knobs with a single value, and why (shown in the study and the report)."""
+        return {
+            n: (d.values[0], d.reason or "pinned")
+            for n, d in self.domains.items()
+            if len(d.values) == 1
+        }
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Define-by-run: a knob is only suggested where it applies, so TPE never sees
+        meaningless combinations (prefetch_factor without workers, graphs with fp16)."""
+        values: dict[str, Any] = {}
+        for knob in KNOBS:
+            dom = self.domains[knob.name]
+            if knob.inactive(values) is not None:
+                values[knob.name] = knob.off
+            elif len(dom.values) == 1:
+                values[knob.name] = dom.values[0]
+            elif knob.ordinal and _is_int_range(dom.values):
+                values[knob.name] = trial.suggest_int(knob.name, dom.values[0], dom.values[-1])
+            else:
+                values[knob.name] = trial.suggest_categorical(knob.name, dom.values)
+        return values
+
+    def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Fill every knob from searched params (e.g. a stored trial's) the way suggest would."""
+        values: dict[str, Any] = {}
+        for knob in KNOBS:
+            dom = self.domains[knob.name]
+            if knob.inactive(values) is not None:
+                values[knob.name] = knob.off
+            elif knob.name in params:
+                values[knob.name] = params[knob.name]
+            else:
+                values[knob.name] = dom.values[0]
+        return values
+
+    def searched(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        """The Optuna params for a full knob assignment (for enqueue_trial)."""
+        out: dict[str, Any] = {}
+        for knob in KNOBS:
+            if knob.inactive(knobs) is None and len(self.domains[knob.name].values) > 1:
+                value = knobs[knob.name]
+                if value in self.domains[knob.name].values:
+                    out[knob.name] = value
+        return out
+
+
+def _is_int_range(values: list[Any]) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values) and values == list(
+        range(values[0], values[-1] + 1)
+    )
+
+
+def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
+    """Domains on this device, narrowed by ``knobs.<name>=`` overrides (a value pins, a list
+    narrows). An override outside the valid domain is an error that names the valid values."""
+    domains: dict[str, Domain] = {}
+    for knob in KNOBS:
+        dom = knob.domain(env, wl)
+        want = overrides.get(knob.name)
+        if want is not None:
+            asked = list(want) if isinstance(want, (list, tuple)) else [want]
+            bad = [v for v in asked if not _valid(knob, dom, v)]
+            if bad:
+                why = f" ({dom.reason})" if dom.reason else ""
+                raise KnobError(
+                    f"knobs.{knob.name}={want!r} is not valid on {env.device}: "
+                    f"{', '.join(map(repr, bad))} not in {dom.values!r}{why}. "
+                    f"{knob.doc}"
+                )
+            dom = Domain(asked, "pinned by knobs override" if len(asked) == 1 else "narrowed by knobs override")
+        domains[knob.name] = dom
+    baseline = _baseline(domains, wl)
+    return Space(domains, baseline)
+
+
+def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
+    if value in dom.values:
+        return True
+    # Integers beyond the default range are the user's call (e.g. more workers than cores,
+    # a batch size that is not a power of two); other types must be in the domain.
+    if knob.name in ("num_workers", "batch_size", "prefetch_factor"):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= (
+            0 if knob.name == "num_workers" else 1
+        )
+    if knob.name == "compile":
+        return value in ("off", "default", "reduce-overhead", "max-autotune") and (
+            len(dom.values) > 1 or "no C/C++ compiler" not in (dom.reason or "")
+        )
+    return False
+
+
+def _baseline(domains: Mapping[str, Domain], wl: Workload) -> dict[str, Any]:
+    """Trial 0: the workload's own defaults (its user's current setup), where valid here."""
+    values: dict[str, Any] = {}
+    for knob in KNOBS:
+        dom = domains[knob.name]
+        if knob.inactive(values) is not None:
+            values[knob.name] = knob.off
+            continue
+        default = wl.defaults.get(knob.name, knob.off)
+        values[knob.name] = default if default in dom.values else dom.values[0]
+    return values

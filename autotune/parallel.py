@@ -1,0 +1,101 @@
+"""Running a study with one worker in this process, or N worker processes sharing it.
+
+Each worker is a full driver (ask/run/tell) on the shared storage; with ``workers=auto`` on a
+multi-GPU node each worker's trials see one GPU through CUDA_VISIBLE_DEVICES. Workers on other
+machines are just more ``autotune`` processes pointed at the same PostgreSQL study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.env import child_environ
+from autotune.export import best_document, counts, write_exports
+from autotune.report import print_summary
+from autotune.runner import Interrupted
+from autotune.storage import open_storage
+from autotune.study import Driver, StopFlag, StudySetup, create_study
+
+log = logging.getLogger("autotune")
+
+
+def split_trials(n_trials: int, workers: int) -> list[int]:
+    return [n_trials // workers + (1 if i < n_trials % workers else 0) for i in range(workers)]
+
+
+def _exporter(setup: StudySetup):
+    def export(study: optuna.Study, trial: Any) -> None:
+        write_exports(study, setup.out_dir, str(setup.storage))
+
+    return export
+
+
+def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
+    """One driver in this process. Returns the process exit code."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = create_study(dataclasses.replace(setup, storage=storage))
+    driver = Driver(setup, study=study, on_trial=_exporter(setup))
+    with StopFlag() as stop:
+        try:
+            driver.prepare()
+            driver.run(n_trials, stop)
+        except Interrupted as exc:
+            write_exports(study, setup.out_dir, str(setup.storage))
+            log.warning("interrupted by %s: the running trial was stopped and recorded as "
+                        "failed (interrupted); run the same command again to resume", exc)
+            return 130 if str(exc) == "SIGINT" else 143
+    write_exports(study, setup.out_dir, str(setup.storage))
+    return 0
+
+
+def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
+    if workers == 1:
+        code = run_worker(setup, storage, n_trials)
+    else:
+        code = _run_processes(setup, n_trials, workers)
+    study = optuna.load_study(study_name=setup.name, storage=storage)
+    write_exports(study, setup.out_dir, str(setup.storage))
+    print_summary(best_document(study, str(setup.storage)), counts(study), setup)
+    return code
+
+
+def _run_processes(setup: StudySetup, n_trials: int, workers: int) -> int:
+    """N worker processes; each gets its own GPU when the study runs on CUDA."""
+    tmp = Path(tempfile.mkdtemp(prefix="autotune-workers-"))
+    procs = []
+    for i, n in enumerate(split_trials(n_trials, workers)):
+        env = {"CUDA_VISIBLE_DEVICES": str(i)} if setup.env.device == "cuda" else {}
+        ws = dataclasses.replace(setup, worker_env=env, worker_index=i)
+        path = tmp / f"worker{i}.pkl"
+        path.write_bytes(pickle.dumps(ws))
+        procs.append(subprocess.Popen([sys.executable, "-m", "autotune.parallel", str(path), str(n)],
+                                      env=child_environ()))
+
+    def forward(signum: int, frame: Any) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return max(codes, key=abs)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="[w%(process)d] %(message)s")
+    ws: StudySetup = pickle.loads(Path(sys.argv[1]).read_bytes())
+    sys.exit(run_worker(ws, open_storage(ws.storage), int(sys.argv[2])))

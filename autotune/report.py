@@ -1,0 +1,39 @@
+"""What a person reads at the end of a study: the console summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.study import StudySetup
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    return "-" if v is None else f"{v:,.2f}{unit}"
+
+
+def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySetup) -> None:
+    print()
+    print(f"study '{setup.name}': {c['trials']} trials ({c['complete']} complete, "
+          f"{c['infeasible']} over the memory limit, {c['pruned']} pruned, {c['failed']} failed)")
+    if doc is None:
+        print("no trial finished within the memory limit: nothing to export. "
+              f"See {setup.out_dir / 'trials.csv'} for each trial's reason.")
+        return
+    best, base = doc["metrics"], doc["baseline"] or {}
+    rows = [("samples/sec", "samples_per_sec", ""), ("step time (median)", "step_time_ms", " ms"),
+            ("step p10..p90", None, ""), ("peak memory", "peak_memory_gb", " GB"),
+            ("compile", "compile_s", " s")]
+    print(f"  {'':20s} {'baseline':>14s} {'best (#' + str(doc['best_trial']) + ')':>14s}")
+    for label, key, unit in rows:
+        if key is None:
+            b = f"{_fmt(base.get('step_time_p10_ms'))}..{_fmt(base.get('step_time_p90_ms'))}"
+            a = f"{_fmt(best.get('step_time_p10_ms'))}..{_fmt(best.get('step_time_p90_ms'))}"
+        else:
+            b, a = _fmt(base.get(key), unit), _fmt(best.get(key), unit)
+        print(f"  {label:20s} {b:>14s} {a:>14s}")
+    if doc.get("speedup"):
+        print(f"  speedup: {doc['speedup']:.2f}x over the baseline")
+    baseline_knobs = setup.space.baseline
+    changed = {k: v for k, v in doc["knobs"].items() if baseline_knobs.get(k) != v}
+    print("  changed knobs: " + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
+    print(f"  best config: {setup.out_dir / 'best.yaml'}   all trials: {setup.out_dir / 'trials.csv'}")

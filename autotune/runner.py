@@ -1,0 +1,181 @@
+"""PARENT side: run one trial window in a fresh subprocess under a watchdog, classify its end.
+
+The child gets its own session (process group), so a timeout kills it with its DataLoader
+workers and anything they spawned; a CUDA context it poisoned dies with it. The watchdog reads
+the child's heartbeat file to tell a hang (no progress) from a slow trial, and can stop a trial
+early when the caller's ``should_stop`` says it cannot win (pruning).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune.env import child_environ
+from autotune.result import WindowResult
+
+STDERR_TAIL_LINES = 30
+OOM_TEXT = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+            "std::bad_alloc", "OutOfMemoryError", "can't allocate memory")
+
+
+@dataclass
+class TrialRequest:
+    workload: dict[str, Any]
+    knobs: dict[str, Any]
+    device: str
+    window: dict[str, Any]
+    seed: int = 0
+    cpu_sized: bool = False
+    trace: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES for a worker
+
+
+class Interrupted(Exception):
+    """The driver was asked to stop (SIGINT/SIGTERM) while a trial ran; the child is dead."""
+
+
+@dataclass
+class Watch:
+    """What the watchdog saw of a running child; handed to ``on_progress`` callbacks."""
+
+    stage: str = "start"
+    step: int = 0
+    chunks: list[float] = field(default_factory=list)
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the child's whole process group, and any descendant that left it (setsid)."""
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in descendants:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+    psutil.wait_procs(descendants, timeout=5)
+
+
+def run_window(
+    req: TrialRequest,
+    trial_dir: Path,
+    on_progress: Callable[[Watch], str | None] | None = None,
+    stop_requested: Callable[[], str | None] = lambda: None,
+    poll_s: float = 0.1,
+) -> WindowResult:
+    """Run the window; return its result with the outcome classified. Never raises for a
+    trial's own failure; raises Interrupted when ``stop_requested`` fires (after cleanup).
+
+    ``on_progress`` may return a reason to stop the trial early (it then ends ``pruned``).
+    """
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    request_path, result_path = trial_dir / "request.json", trial_dir / "result.json"
+    progress_path, stderr_path = trial_dir / "progress.json", trial_dir / "stderr.log"
+    for p in (result_path, progress_path):
+        p.unlink(missing_ok=True)
+    payload = {
+        "workload": req.workload, "knobs": req.knobs, "device": req.device, "window": req.window,
+        "seed": req.seed, "cpu_sized": req.cpu_sized, "progress_path": str(progress_path),
+        "trace_path": str(trial_dir / "trace.json") if req.trace else None,
+    }
+    request_path.write_text(json.dumps(payload, indent=1))
+    timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
+
+    with open(stderr_path, "wb") as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.window", str(request_path), str(result_path)],
+            stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=child_environ(req.env),
+        )
+        watch, last_change, seen = Watch(), start, None
+        ended_by: str | None = None
+        while proc.poll() is None:
+            time.sleep(poll_s)
+            now = time.monotonic()
+            stop = stop_requested()
+            if stop:
+                kill_tree(proc)
+                raise Interrupted(stop)
+            beat = _read_progress(progress_path)
+            if beat is not None and beat != seen:
+                seen, last_change = beat, now
+                watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []))
+                if on_progress is not None:
+                    reason = on_progress(watch)
+                    if reason:
+                        ended_by = f"pruned: {reason}"
+                        break
+            if now - start > timeout_s:
+                ended_by = f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})"
+                break
+            if now - last_change > stall_s:
+                ended_by = f"stalled: no progress for {stall_s:.0f}s (at {watch.stage} step {watch.step})"
+                break
+        if ended_by is not None:
+            kill_tree(proc)
+        else:
+            # The result is written; reap stragglers the child left behind (e.g. a grandchild).
+            kill_tree(proc)
+    wall = time.monotonic() - start
+    return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+
+
+def _read_progress(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _classify(code: int | None, ended_by: str | None, result_path: Path, stderr_path: Path,
+              wall: float, watch: Watch) -> WindowResult:
+    tail = _tail(stderr_path)
+    if ended_by is not None:
+        outcome, _, why = ended_by.partition(": ")
+        res = WindowResult(outcome=outcome, error=why, chunks=list(watch.chunks))
+    elif result_path.exists():
+        res = WindowResult.read(result_path)
+    else:
+        res = WindowResult(outcome="crash")
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            res.signal = name
+            # A SIGKILL we did not send is the kernel's OOM killer in practice.
+            if name == "SIGKILL":
+                res.outcome, res.error = "oom", "killed by SIGKILL (host OOM killer?)"
+            else:
+                res.error = f"child died from {name}"
+        else:
+            res.error = f"child exited with code {code} and wrote no result"
+        if any(m in tail for m in OOM_TEXT):
+            res.outcome = "oom"
+    res.exit_code = code
+    res.wall_s = wall
+    res.stderr_tail = tail
+    return res
+
+
+def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])

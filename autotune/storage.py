@@ -1,0 +1,97 @@
+"""Study storage: URLs, their secrets, and a clear error when the database does not answer.
+
+SQLite (the default) is for one worker; PostgreSQL/MySQL (Optuna's RDB storage) for many;
+``journal:PATH`` selects Optuna's journal file storage, which also takes several workers on
+one machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+ENV_VAR = "AUTOTUNE_STORAGE"
+
+
+class StorageError(RuntimeError):
+    """The storage URL is unusable; the message never contains its password."""
+
+
+def redact(url: str | None) -> str:
+    """The URL with any password replaced by ***, safe for logs, exports and errors."""
+    if not url:
+        return ""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
+
+
+def resolve_url(configured: str | None, default_path: Path) -> str:
+    url = configured or os.environ.get(ENV_VAR)
+    if url:
+        return url
+    default_path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{default_path}"
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna storage for the URL, connected now so a dead server fails here, clearly."""
+    if url.startswith("journal:"):
+        path = url[len("journal:"):].removeprefix("//")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        try:
+            return JournalStorage(JournalFileBackend(path))
+        except Exception as exc:  # noqa: BLE001
+            raise StorageError(f"journal storage {path!r} could not be opened: {exc}") from None
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=_engine_kwargs(url),
+            heartbeat_interval=None,
+        )
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors vary by backend
+        raise StorageError(_explain(url, exc)) from None
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("postgresql") or url.startswith("mysql"):
+        # Fail in seconds, not minutes, when the server does not answer; recycle dead sockets.
+        return {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+    if is_sqlite(url):
+        return {"connect_args": {"timeout": 60}}
+    return {}
+
+
+def _explain(url: str, exc: Exception) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+        where = f"{parsed.drivername} server at {parsed.host or 'localhost'}:{parsed.port or 'default port'}, database {parsed.database!r}"
+    except Exception:  # noqa: BLE001
+        where = "the storage"
+    detail = " ".join(str(exc).split())
+    detail = detail.replace(url, redact(url))
+    password = _password(url)
+    if password:
+        detail = detail.replace(password, "***")
+    detail = detail.split("(Background on this error")[0][:400]
+    return (
+        f"Could not open study storage {redact(url)} ({where}): {detail}. "
+        "Check that the server is running and reachable, the database exists and the user may "
+        "connect; or use the default SQLite file by leaving study.storage unset. No study data "
+        "was changed."
+    )
+
+
+def _password(url: str) -> str | None:
+    m = re.search(r"://[^:/@]*:([^@]*)@", url)
+    return m.group(1) if m else None

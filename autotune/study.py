@@ -1,0 +1,318 @@
+"""The Optuna driver: ask -> run one window in a subprocess -> tell, with resume.
+
+One ``Driver`` is one worker. Several workers (processes, or machines) may share a study on an
+RDB storage: each asks its own trials, marks them with its owner and a heartbeat, and any
+worker that starts reaps trials left RUNNING by a dead one (``driver_lost``) and re-runs their
+configuration once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.env import Env
+from autotune.knobs import Space
+from autotune.result import WindowResult
+from autotune.runner import Interrupted, TrialRequest, Watch, run_window
+
+log = logging.getLogger("autotune")
+
+HEARTBEAT_S = 10.0
+# A RUNNING trial whose driver has not beaten for this long is considered lost (other hosts;
+# on the same host a dead pid is proof enough).
+GRACE_S = 60.0
+FAILED_OUTCOMES = ("crash", "nan", "timeout", "stalled", "compile_fallback", "capture_failed",
+                   "interrupted", "driver_lost")
+
+
+@dataclass
+class StudySetup:
+    """Everything a worker needs, resolved once by the CLI."""
+
+    name: str
+    storage: Any  # URL string or an optuna storage object
+    out_dir: Path
+    env: Env
+    space: Space
+    workload_spec: dict[str, Any]
+    workload_label: str
+    window: dict[str, Any]
+    memory_limit_gb: float
+    seed: int = 0
+    cpu_sized: bool = False
+    agent: bool = True
+    prune: bool = True
+    timeout_s: float | None = None
+    worker_env: dict[str, str] = field(default_factory=dict)
+    worker_index: int = 0
+
+
+class StopFlag:
+    """SIGINT/SIGTERM set a flag the runner polls, so the running child is killed cleanly and
+    its trial recorded as interrupted before the driver exits."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopFlag:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.reason = signal.Signals(signum).name
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def create_study(setup: StudySetup, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    sampler = sampler or optuna.samplers.TPESampler(
+        seed=setup.seed + setup.worker_index, multivariate=True, group=True, constant_liar=True,
+        n_startup_trials=5,
+    )
+    study = optuna.create_study(
+        storage=setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
+        pruner=optuna.pruners.NopPruner(), load_if_exists=True,
+    )
+    return study
+
+
+def owner() -> dict[str, Any]:
+    me = psutil.Process()
+    return {"owner_host": socket.gethostname(), "owner_pid": me.pid,
+            "owner_start": round(me.create_time(), 3)}
+
+
+def owner_alive(attrs: dict[str, Any], now: float) -> bool:
+    """Is the driver that owns a RUNNING trial still alive?"""
+    if attrs.get("owner_host") == socket.gethostname() and "owner_pid" in attrs:
+        try:
+            proc = psutil.Process(int(attrs["owner_pid"]))
+            return abs(proc.create_time() - float(attrs.get("owner_start", 0))) < 1.0
+        except psutil.Error:
+            return False
+    return now - float(attrs.get("heartbeat", 0)) < GRACE_S
+
+
+def reap_lost_trials(study: optuna.Study) -> list[int]:
+    """Fail trials left RUNNING by a dead driver (reason driver_lost) and enqueue each one's
+    configuration once more. Safe to race: only the worker whose state change wins re-queues."""
+    storage, now, reaped = study._storage, time.time(), []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if owner_alive(t.user_attrs, now):
+            continue
+        try:
+            storage.set_trial_user_attr(t._trial_id, "outcome", "driver_lost")
+            storage.set_trial_user_attr(t._trial_id, "reason", "driver_lost: its driver died while it ran")
+            if not storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                continue
+        except (RuntimeError, ValueError):  # another worker finished or reaped it first
+            continue
+        reaped.append(t.number)
+        if t.params:
+            study.enqueue_trial(t.params, user_attrs={"source": "requeue", "requeue_of": t.number})
+    return reaped
+
+
+def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTrial | None:
+    """An earlier trial with exactly these knobs whose outcome we can reuse (or wait for)."""
+    for t in study.get_trials(deepcopy=False):
+        if t.number == number or t.user_attrs.get("knobs") != knobs:
+            continue
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
+            return t
+        if t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in ("driver_lost", "interrupted"):
+            return t
+    return None
+
+
+class Driver:
+    def __init__(self, setup: StudySetup, study: optuna.Study | None = None,
+                 on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None):
+        self.setup = setup
+        self.study = study or create_study(setup)
+        self.on_trial = on_trial
+        self.trials_dir = setup.out_dir / "trials"
+
+    # -- setup --------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Record the study's context, reap dead drivers' trials, enqueue the baseline."""
+        s, study = self.setup, self.study
+        fixed = {k: [v, why] for k, (v, why) in s.space.fixed.items()}
+        study.set_user_attr("workload", s.workload_label)
+        study.set_user_attr("device", s.env.to_dict())
+        study.set_user_attr("fixed_knobs", fixed)
+        study.set_user_attr("memory_limit_gb", s.memory_limit_gb)
+        reaped = reap_lost_trials(study)
+        if reaped:
+            log.warning("trials %s were left RUNNING by a driver that died: marked failed "
+                        "(driver_lost), their configurations queued again", reaped)
+        if not study.get_trials(deepcopy=False):
+            study.enqueue_trial(s.space.searched(s.space.baseline),
+                                user_attrs={"source": "baseline"}, skip_if_exists=True)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, n_trials: int, stop: StopFlag | None = None) -> int:
+        """Run up to ``n_trials`` trials; return how many this worker finished."""
+        stop = stop or StopFlag()
+        start, done = time.monotonic(), 0
+        while done < n_trials:
+            if self.setup.timeout_s is not None and time.monotonic() - start > self.setup.timeout_s:
+                log.info("study.timeout_s=%s reached; stopping", self.setup.timeout_s)
+                break
+            if stop.reason:
+                raise Interrupted(stop.reason)
+            self.before_ask()
+            self.run_one(stop)
+            done += 1
+        return done
+
+    def before_ask(self) -> None:
+        """Hook for the diagnosis agent (enqueue fixes ahead of the sampler)."""
+
+    def run_one(self, stop: StopFlag) -> FrozenTrial:
+        s, study = self.setup, self.study
+        trial = study.ask()
+        knobs = s.space.suggest(trial)
+        trial.set_user_attr("knobs", knobs)
+        trial.set_user_attr("source", trial.user_attrs.get("source", "sampler"))
+        for k, v in {**owner(), "heartbeat": time.time()}.items():
+            trial.set_user_attr(k, v)
+
+        twin = twin_of(study, knobs, trial.number)
+        if twin is not None:
+            return self._copy_twin(trial, twin)
+
+        req = TrialRequest(
+            workload=s.workload_spec, knobs=knobs, device=s.env.device, window=s.window,
+            seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
+            env=s.worker_env,
+        )
+        last_beat = [time.monotonic()]
+
+        def tick() -> str | None:
+            if stop.reason:
+                return stop.reason
+            if time.monotonic() - last_beat[0] > HEARTBEAT_S:
+                last_beat[0] = time.monotonic()
+                study._storage.set_trial_user_attr(trial._trial_id, "heartbeat", time.time())
+            return None
+
+        log.info("trial %d (%s): %s", trial.number, trial.user_attrs["source"], _short(knobs, s.space))
+        try:
+            result = run_window(req, self.trials_dir / str(trial.number),
+                                on_progress=self.pruning_check(trial), stop_requested=tick)
+        except Interrupted as exc:
+            self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
+            study.tell(trial, state=TrialState.FAIL)
+            self._after(trial)
+            raise
+        return self.tell(trial, result)
+
+    def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
+        """Hook for pruning: return a function that may end the running window early."""
+        return None
+
+    def tell(self, trial: optuna.Trial, result: WindowResult) -> FrozenTrial:
+        s = self.setup
+        self._record(trial, result)
+        if result.outcome == "ok":
+            trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
+            frozen = self.study.tell(trial, result.samples_per_sec)
+        elif result.outcome == "oom":
+            # Infeasible, not failed: the sampler learns where the memory boundary lies.
+            used = max(result.peak_memory_gb, s.memory_limit_gb)
+            trial.set_constraint("peak_memory_gb", max(used - s.memory_limit_gb, 0.01))
+            frozen = self.study.tell(trial, 0.0)
+        elif result.outcome == "pruned":
+            frozen = self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            frozen = self.study.tell(trial, state=TrialState.FAIL)
+        log.info("trial %d: %s", trial.number, _summary(result, s.memory_limit_gb))
+        self._after(trial)
+        return frozen
+
+    def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
+        """Same knobs as an earlier trial: reuse its outcome rather than measure it again
+        (waits if the twin is still running on another worker)."""
+        while twin.state == TrialState.RUNNING:
+            time.sleep(1.0)
+            twin = self.study._storage.get_trial(twin._trial_id)
+            if not owner_alive(twin.user_attrs, time.time()):
+                reap_lost_trials(self.study)
+        for key in ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb",
+                    "compile_s", "final_loss", "timers", "diagnosis", "wall_s", "chunks"):
+            if key in twin.user_attrs:
+                trial.set_user_attr(key, twin.user_attrs[key])
+        trial.set_user_attr("duplicate_of", twin.number)
+        log.info("trial %d: same knobs as trial %d, outcome reused", trial.number, twin.number)
+        if twin.state == TrialState.COMPLETE:
+            for key, value in twin.constraints.items():
+                trial.set_constraint(key, value)
+            frozen = self.study.tell(trial, twin.value)
+        else:
+            frozen = self.study.tell(trial, state=twin.state)
+        self._after(trial)
+        return frozen
+
+    def _record(self, trial: optuna.Trial, r: WindowResult) -> None:
+        attrs = {
+            "outcome": r.outcome,
+            "reason": "" if r.outcome == "ok" else f"{r.outcome}: {r.error}".strip(": "),
+            "samples_per_sec": r.samples_per_sec,
+            "step_ms": r.step_ms,
+            "peak_memory_gb": r.peak_memory_gb,
+            "compile_s": r.compile_s,
+            "final_loss": r.final_loss,
+            "timers": r.timers,
+            "chunks": r.chunks,
+            "wall_s": r.wall_s,
+            "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
+        }
+        if r.signal:
+            attrs["signal"] = r.signal
+        if r.exit_code is not None:
+            attrs["exit_code"] = r.exit_code
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+
+    def _after(self, trial: optuna.Trial) -> None:
+        if self.on_trial is not None:
+            self.on_trial(self.study, self.study._storage.get_trial(trial._trial_id))
+
+
+def _short(knobs: dict[str, Any], space: Space) -> str:
+    fixed = space.fixed
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if k not in fixed)
+
+
+def _summary(r: WindowResult, limit: float) -> str:
+    if r.outcome == "ok":
+        over = " OVER LIMIT" if r.peak_memory_gb > limit else ""
+        return (f"{r.samples_per_sec:,.1f} samples/s, step {r.step_ms.get('median', 0):.1f} ms "
+                f"(p10 {r.step_ms.get('p10', 0):.1f}, p90 {r.step_ms.get('p90', 0):.1f}), "
+                f"peak {r.peak_memory_gb:.2f} GB{over}, compile {r.compile_s:.1f}s")
+    return f"{r.outcome.upper()}: {r.error}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False

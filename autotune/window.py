@@ -1,0 +1,284 @@
+"""CHILD side: one trial's measured training window, run in a fresh subprocess.
+
+    python -m autotune.window request.json result.json
+
+Read top to bottom: build the workload with the trial's knobs, warm up (compile, cuDNN
+autotuning, allocator growth and worker start-up happen here and are not measured), run the
+measured window with the device synchronized at its edges, optionally a short profiler capture,
+then write a WindowResult. Failures are outcomes written to the result, not exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from autotune.result import WindowResult
+from autotune.training import Training
+from autotune.workload import Workload, build_workload
+
+OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+               "std::bad_alloc", "DefaultCPUAllocator: can't allocate memory")
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+class Progress:
+    """Heartbeat for the runner's watchdog: steps done, written atomically at most ~4x/s."""
+
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path else None
+        self.last = 0.0
+        self.chunks: list[float] = []
+
+    def beat(self, stage: str, step: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.path is None or (not force and now - self.last < 0.25):
+            return
+        self.last = now
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"stage": stage, "step": step, "chunks": self.chunks}))
+        os.replace(tmp, self.path)
+
+
+class PeakRSS:
+    """Peak resident memory of this process plus its children (DataLoader workers), sampled.
+    Sums RSS, so pages shared after fork count once per worker: an upper bound."""
+
+    def __init__(self, interval_s: float = 0.05):
+        self.peak = 0
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
+
+
+class Clock:
+    """Marks on the device's timeline. On CUDA: events (no sync per step, so copies and
+    compute keep overlapping); elapsed times are read after the closing synchronize. On CPU
+    work is synchronous, so the host clock is the device clock."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def ms(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+
+    def sync(self, device: torch.device) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(device)
+
+
+def _batches(run: Training):
+    """Endless batches: a new epoch (and, without persistent workers, new worker processes)
+    starts when the loader runs out; that cost is part of the configuration's speed."""
+    while True:
+        yielded = False
+        for batch in run.loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise RuntimeError(
+                "the loader yielded no batch: dataset smaller than batch_size with drop_last"
+            )
+
+
+def _check_finite(loss: torch.Tensor, where: str) -> float:
+    value = float(loss.float().item())  # a sync point: only at window edges
+    if not math.isfinite(value):
+        raise NonFiniteLoss(f"loss is {value} after {where}")
+    return value
+
+
+def _percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> None:
+    device = torch.device(req["device"])
+    win = req["window"]
+    workload: Workload = build_workload(req["workload"])
+    if req.get("cpu_sized"):
+        workload = workload.cpu_sized()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    run = Training(workload, req["knobs"], device, seed=req.get("seed", 0))
+    batches = _batches(run)
+    clock = Clock(device)
+    batch_size = int(req["knobs"]["batch_size"])
+
+    # Warm-up: first step alone (compile, cuDNN autotune, worker start-up), then the rest.
+    t0 = time.perf_counter()
+    loss = run.step(*run.to_device(*next(batches)))
+    clock.sync(device)
+    first_step_s = time.perf_counter() - t0
+    progress.beat("warmup", 1, force=True)
+    for i in range(1, win["warmup_steps"]):
+        loss = run.step(*run.to_device(*next(batches)))
+        progress.beat("warmup", i + 1)
+    clock.sync(device)
+    result.warmup_s = time.perf_counter() - t0
+    _check_finite(loss, "warm-up")
+
+    # Measured window. Host clock for the wait on the loader (a host-side stall); device marks
+    # for copy, forward+backward and optimizer; edges synchronized so all queued work counts.
+    max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
+    chunk = max(1, max_steps // 4)
+    data_wait_ms: list[float] = []
+    marks: list[tuple[Any, Any, Any, Any]] = []
+    start = time.perf_counter()
+    chunk_start, chunk_steps = start, 0
+    while len(marks) < max_steps:
+        w0 = time.perf_counter()
+        inputs, targets = next(batches)
+        data_wait_ms.append((time.perf_counter() - w0) * 1e3)
+        m0 = clock.mark()
+        inputs, targets = run.to_device(inputs, targets)
+        m1 = clock.mark()
+        if run.graph is not None:
+            loss = run.step(inputs, targets)
+            m2 = m3 = clock.mark()
+        else:
+            loss = run.forward_backward(inputs, targets)
+            m2 = clock.mark()
+            run.optimizer_step()
+            m3 = clock.mark()
+        marks.append((m0, m1, m2, m3))
+        chunk_steps += 1
+        progress.beat("measure", len(marks))
+        if chunk_steps == chunk:  # chunk edge: synchronize, report throughput for the pruner
+            clock.sync(device)
+            now = time.perf_counter()
+            progress.chunks.append(chunk_steps * batch_size / (now - chunk_start))
+            progress.beat("measure", len(marks), force=True)
+            chunk_start, chunk_steps = now, 0
+            if len(marks) >= min_steps and now - start > win["measure_seconds"]:
+                break
+    clock.sync(device)
+    elapsed = time.perf_counter() - start
+    result.final_loss = _check_finite(loss, "the measured window")
+
+    n = len(marks)
+    step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [elapsed * 1e3]
+    copy = sum(clock.ms(m[0], m[1]) for m in marks)
+    compute = sum(clock.ms(m[1], m[2]) for m in marks)
+    optim = sum(clock.ms(m[2], m[3]) for m in marks)
+    total_ms = elapsed * 1e3
+    result.steps, result.samples, result.measure_s = n, n * batch_size, elapsed
+    result.samples_per_sec = n * batch_size / elapsed
+    result.chunks = list(progress.chunks)
+    result.step_ms = {
+        "median": statistics.median(step_ms),
+        "p10": _percentile(step_ms, 0.1),
+        "p90": _percentile(step_ms, 0.9),
+        "mean": total_ms / n,
+    }
+    result.timers = {
+        "data_wait": sum(data_wait_ms) / total_ms,
+        "h2d": copy / total_ms,
+        "compute": compute / total_ms,
+        "optimizer": optim / total_ms,
+        "step_ms": total_ms / n,
+    }
+    result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
+    if run.knobs["compile"] != "off":
+        _note_compile(result)
+
+    if win.get("profile") and req.get("trace_path"):
+        from autotune.profiling import capture
+
+        result.trace = capture(run, batches, win.get("profile_steps", 3), req["trace_path"])
+    result.outcome = "ok"
+
+
+def _note_compile(result: WindowResult) -> None:
+    """torch.compile that hit its recompile limit silently runs eager: flag it, since the
+    measured figure is then not the compiled one."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover
+        return
+    hits = sum(v for k, v in counters.get("recompile_limit", {}).items()) if "recompile_limit" in counters else 0
+    unimplemented = counters.get("unimplemented", {})
+    if hits or any("cache_size_limit" in str(k) or "recompile_limit" in str(k) for k in unimplemented):
+        result.outcome = "compile_fallback"
+        result.error = "torch.compile hit its recompile limit and fell back to eager"
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return any(m in text for m in OOM_MARKERS)
+
+
+def main(request_path: str, result_path: str) -> int:
+    req = json.loads(Path(request_path).read_text())
+    result = WindowResult()
+    progress = Progress(req.get("progress_path"))
+    device = torch.device(req["device"])
+    with PeakRSS() as rss:
+        try:
+            measure(req, result, progress)
+        except NonFiniteLoss as exc:
+            result.outcome, result.error = "nan", str(exc)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded outcome
+            result.outcome = "oom" if is_oom(exc) else "crash"
+            result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            traceback.print_exc()
+    if device.type == "cuda":
+        result.peak_memory_gb = torch.cuda.max_memory_reserved(device) / 2**30
+    else:
+        result.peak_memory_gb = rss.peak / 2**30
+    tmp = Path(result_path + ".tmp")
+    tmp.write_text(result.to_json())
+    os.replace(tmp, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,1 @@
+"""Workloads shipped with autotune; each module exposes one ``Workload`` subclass."""
