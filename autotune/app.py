@@ -48,9 +48,14 @@ def resolve_workers(value: Any, env: Env) -> int:
 
 def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int]:
     spec = dict(cfg.workload)
+    user_keys = _overridden(overrides, "workload.")
+    if "_target_" in user_keys:
+        # A user workload: the default group's arguments (resnet18's image_size, ...) belong to
+        # another factory, so only the keys given on the command line are passed.
+        spec = {k: v for k, v in spec.items() if k in user_keys}
     workload = build_workload(spec)
     env = probe(cfg.device)
-    user_sizes = _overridden(overrides, "workload.") - {"_target_"}
+    user_sizes = user_keys - {"_target_"}
     cpu_sized = False
     if env.device == "cpu" and not user_sizes:
         small = workload.cpu_sized()

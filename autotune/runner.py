@@ -54,6 +54,17 @@ class Watch:
     chunks: list[float] = field(default_factory=list)
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: if the driver is SIGKILLed, the kernel kills the window too
+    (its DataLoader workers notice their parent is gone and exit on their own)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the next driver reaps the trial instead
+        pass
+
+
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """Kill the child's whole process group, and any descendant that left it (setsid)."""
     try:
@@ -103,7 +114,7 @@ def run_window(
         proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.window", str(request_path), str(result_path)],
             stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=child_environ(req.env),
+            start_new_session=True, env=child_environ(req.env), preexec_fn=_die_with_parent,
         )
         watch, last_change, seen = Watch(), start, None
         ended_by: str | None = None

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,10 +82,13 @@ class StopFlag:
 
 
 def create_study(setup: StudySetup, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
-    sampler = sampler or optuna.samplers.TPESampler(
-        seed=setup.seed + setup.worker_index, multivariate=True, group=True, constant_liar=True,
-        n_startup_trials=5,
-    )
+    if sampler is None:
+        with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=setup.seed + setup.worker_index, multivariate=True, group=True,
+                constant_liar=True, n_startup_trials=5,
+            )
     study = optuna.create_study(
         storage=setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
         pruner=optuna.pruners.NopPruner(), load_if_exists=True,

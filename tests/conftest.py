@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.env import Env, probe
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A window small enough for 2 CPU cores: seconds per trial.
+TINY_WINDOW: dict[str, Any] = {
+    "warmup_steps": 2, "measure_steps": 6, "measure_seconds": 3.0, "min_measure_steps": 2,
+    "timeout_s": 120.0, "stall_s": 60.0, "profile": False, "profile_steps": 2,
+}
+TINY_ARGS = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
+             "window.min_measure_steps=2", "window.profile=false"]
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cpu_env() -> Env:
+    return probe("cpu")
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """The real console entry point in a real subprocess, as a user types it."""
+    full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", "from autotune.cli import main; main()", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
+    )

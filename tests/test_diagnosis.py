@@ -1,0 +1,283 @@
+"""autotune.diagnosis: verdicts from real measured windows on this machine (an input-bound and a
+compute-bound workload; a sync-bound one on CUDA), and every CUDA branch of the pure rules from
+hand-written evidence."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autotune import diagnosis as dg
+from autotune import window
+from autotune.diagnosis import BOTTLENECKS, diagnose
+from autotune.env import Env, _probe_here
+from autotune.profiling import summarize_trace
+from autotune.result import WindowResult
+from autotune.runner import TrialRequest, run_window
+from tests.workloads_diag import (
+    ComputeWorkload,
+    SleepyLoaderWorkload,
+    SyncWorkload,
+    baseline_knobs,
+    spec,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+WINDOW: dict[str, Any] = {
+    "warmup_steps": 2, "measure_steps": 8, "measure_seconds": 5, "min_measure_steps": 2,
+    "timeout_s": 120, "stall_s": 60, "profile": True, "profile_steps": 2,
+}
+
+
+def _host_memory_gb() -> float:
+    return Env.from_dict(_probe_here("cpu")).total_memory_gb
+
+
+def _knobs_of(fixes: list[dict[str, Any]]) -> list[str]:
+    return [f["knob"] for f in fixes]
+
+
+# --- real measurements on this CPU ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sleepy_window(tmp_path_factory: pytest.TempPathFactory) -> tuple[WindowResult, dict, Path]:
+    """The sleeping-loader workload through the study's real path: a child process running
+    ``python -m autotune.window`` under the runner, with the profiler capture on."""
+    knobs = baseline_knobs(SleepyLoaderWorkload())
+    trial_dir = tmp_path_factory.mktemp("sleepy")
+    req = TrialRequest(workload=spec(SleepyLoaderWorkload), knobs=knobs, device="cpu",
+                       window=WINDOW, trace=True)
+    return run_window(req, trial_dir), knobs, trial_dir
+
+
+def test_sleeping_loader_is_diagnosed_input_pipeline(sleepy_window: Any) -> None:
+    res, knobs, trial_dir = sleepy_window
+    assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
+    assert res.trace and "error" not in res.trace, res.trace
+    assert (trial_dir / "trace.json").exists()
+    assert knobs["num_workers"] == 0
+
+    d = diagnose(dataclasses.asdict(res), knobs, "cpu", _host_memory_gb())
+    assert d["bottleneck"] == "input_pipeline", d
+    assert d["evidence"]["data_wait_share"] >= dg.DATA_WAIT_SHARE
+    assert d["fixes"][0]["knob"] == "num_workers"
+    assert d["fixes"][0]["value"] == 1 > knobs["num_workers"]
+    assert "pin_memory" not in _knobs_of(d["fixes"])  # CPU: no pinned-memory advice
+    assert "DataLoader" in d["summary"]
+    json.dumps(d)
+
+
+def test_sleeping_loader_trace_alone_says_input_pipeline(sleepy_window: Any) -> None:
+    """Without the window's timers, the profiler summary's `data` range carries the verdict."""
+    res, knobs, _ = sleepy_window
+    d = diagnose({"trace": res.trace, "peak_memory_gb": res.peak_memory_gb}, knobs, "cpu",
+                 _host_memory_gb())
+    assert d["bottleneck"] == "input_pipeline", d
+
+
+def test_cached_compute_workload_is_diagnosed_cpu_compute(tmp_path: Path) -> None:
+    """The child's real entry point (window.main), run in this process to skip a second torch
+    import; the same measure + capture code the study runs."""
+    knobs = baseline_knobs(ComputeWorkload())
+    req = {"workload": spec(ComputeWorkload), "knobs": knobs, "device": "cpu", "window": WINDOW,
+           "seed": 0, "trace_path": str(tmp_path / "trace.json")}
+    (tmp_path / "request.json").write_text(json.dumps(req))
+    window.main(str(tmp_path / "request.json"), str(tmp_path / "result.json"))
+    res = json.loads((tmp_path / "result.json").read_text())
+    assert res["outcome"] == "ok", res["error"]
+    assert res["trace"] and "error" not in res["trace"], res["trace"]
+
+    d = diagnose(res, knobs, "cpu", _host_memory_gb())
+    assert d["bottleneck"] == "cpu_compute", d
+    assert d["evidence"]["data_wait_share"] < dg.DATA_WAIT_SHARE
+    assert d["fixes"][0] == {**d["fixes"][0], "knob": "batch_size", "value": 2 * knobs["batch_size"]}
+    json.dumps(d)
+
+
+def test_stored_real_traces_diagnose_alone() -> None:
+    for name, expected in (("sleepy_cpu", "input_pipeline"), ("compute_cpu", "cpu_compute")):
+        trace = summarize_trace(json.loads((DATA / f"{name}.trace.json").read_text()), 2)
+        knobs = baseline_knobs(SleepyLoaderWorkload())
+        assert diagnose({"trace": trace}, knobs, "cpu", 16.0)["bottleneck"] == expected, name
+
+
+# --- real measurements on a GPU ---------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_item_calls_in_the_step_are_diagnosed_sync(tmp_path: Path) -> None:
+    knobs = baseline_knobs(SyncWorkload(), "cuda")
+    req = TrialRequest(workload=spec(SyncWorkload), knobs=knobs, device="cuda", window=WINDOW,
+                       trace=True)
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
+    assert res.trace.get("kernels_per_step"), res.trace
+    d = diagnose(dataclasses.asdict(res), knobs, "cuda", 80.0)
+    assert d["bottleneck"] == "sync", d
+    assert d["evidence"]["step_syncs_per_step"] >= SyncWorkload().reads
+    assert "training code" in d["summary"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_sleeping_loader_on_gpu_is_input_pipeline(tmp_path: Path) -> None:
+    knobs = baseline_knobs(SleepyLoaderWorkload(), "cuda")
+    req = TrialRequest(workload=spec(SleepyLoaderWorkload), knobs=knobs, device="cuda",
+                       window=WINDOW, trace=True)
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
+    d = diagnose(dataclasses.asdict(res), knobs, "cuda", 80.0)
+    assert d["bottleneck"] == "input_pipeline", d
+    assert d["evidence"]["gpu_busy_pct"] < dg.GPU_BUSY_HIGH_PCT
+    assert _knobs_of(d["fixes"])[:1] == ["num_workers"] and "pin_memory" in _knobs_of(d["fixes"])
+
+
+# --- the pure rules, CUDA branches, from hand-written evidence --------------------------------
+BASE = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
+        "pin_memory": False, "non_blocking": False, "batch_size": 64, "transfer_dtype": "float32",
+        "amp": "off", "compile": "off", "cuda_graphs": False, "channels_last": False,
+        "set_to_none": True, "optimizer_impl": "default", "tf32": False, "cudnn_benchmark": False}
+
+
+def _res(data_wait: float = 0.02, h2d: float = 0.02, peak_gb: float = 8.0,
+         **trace: Any) -> dict[str, Any]:
+    t = {"wall_ms_per_step": 10.0, "gpu_busy_pct": 50.0, "kernels_per_step": 40.0,
+         "launches_per_step": 40.0, "kernel_median_us": 40.0, "short_kernel_share": 0.1,
+         "syncs_per_step": 0.0, "copy_syncs_per_step": 0.0, "low_precision_kernel_share": 0.0,
+         **trace}
+    return {"outcome": "ok", "samples_per_sec": 1000.0, "peak_memory_gb": peak_gb,
+            "step_ms": {"median": 10.0, "p10": 9.0, "p90": 11.0, "mean": 10.0},
+            "timers": {"data_wait": data_wait, "h2d": h2d, "compute": 0.9 - data_wait - h2d,
+                       "optimizer": 0.05, "step_ms": 10.0},
+            "trace": t}
+
+
+def _cuda(res: dict[str, Any], knobs: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    knobs = {**BASE, **(knobs or {})}
+    d = diagnose(res, knobs, "cuda", 80.0, **kw)
+    assert d["bottleneck"] in BOTTLENECKS
+    for fix in d["fixes"]:  # never a value the trial already has, never a knob twice
+        cur = knobs.get(fix["knob"], object())
+        assert not (cur == fix["value"] and type(cur) is type(fix["value"])), fix
+        assert fix["why"]
+    assert len(set(_knobs_of(d["fixes"]))) == len(d["fixes"])
+    json.dumps(d)
+    return d
+
+
+def test_cuda_input_pipeline() -> None:
+    d = _cuda(_res(data_wait=0.45, gpu_busy_pct=35.0), {"num_workers": 2, "prefetch_factor": 2})
+    assert d["bottleneck"] == "input_pipeline"
+    assert d["fixes"][:4] == [
+        {**d["fixes"][0], "knob": "num_workers", "value": 4},
+        {**d["fixes"][1], "knob": "persistent_workers", "value": True},
+        {**d["fixes"][2], "knob": "prefetch_factor", "value": 4},
+        {**d["fixes"][3], "knob": "pin_memory", "value": True},
+    ]
+    # already pinned and persistent: those are not suggested again
+    d = _cuda(_res(data_wait=0.45), {"pin_memory": True, "persistent_workers": True,
+                                     "num_workers": 4, "prefetch_factor": 8})
+    assert _knobs_of(d["fixes"]) == ["num_workers", "transfer_dtype"]
+    assert d["fixes"][0]["value"] == 8
+
+
+def test_cuda_loader_wait_hidden_behind_a_busy_gpu_is_not_input_bound() -> None:
+    d = _cuda(_res(data_wait=0.3, gpu_busy_pct=96.0))
+    assert d["bottleneck"] == "gpu_compute"
+
+
+def test_cuda_host_to_device() -> None:
+    d = _cuda(_res(h2d=0.35, gpu_busy_pct=55.0))
+    assert d["bottleneck"] == "host_to_device"
+    assert _knobs_of(d["fixes"]) == ["pin_memory", "non_blocking", "transfer_dtype"]
+    d = _cuda(_res(h2d=0.35), {"pin_memory": True, "transfer_dtype": "uint8"})
+    assert _knobs_of(d["fixes"]) == ["non_blocking"]
+
+
+def test_cuda_host_to_device_from_trace_when_no_timers() -> None:
+    res = _res(gpu_busy_pct=40.0, h2d_ms_per_step=4.0)
+    res["timers"] = {}
+    assert _cuda(res)["bottleneck"] == "host_to_device"
+
+
+def test_cuda_sync() -> None:
+    d = _cuda(_res(gpu_busy_pct=12.0, syncs_per_step=34.0, copy_syncs_per_step=2.0,
+                   kernel_median_us=3.0, short_kernel_share=0.9), {"amp": "fp16"})
+    assert d["bottleneck"] == "sync"
+    assert d["evidence"]["step_syncs_per_step"] == 32.0
+    assert "training code" in d["summary"] and ".item()" in d["summary"]
+    assert d["fixes"][0] == {**d["fixes"][0], "knob": "amp", "value": "bf16"}
+    assert "batch_size" in _knobs_of(d["fixes"])
+    # the blocking input copy's own syncs are not a sync problem
+    d = _cuda(_res(gpu_busy_pct=70.0, syncs_per_step=2.0, copy_syncs_per_step=2.0))
+    assert d["bottleneck"] != "sync"
+
+
+def test_cuda_launch_overhead() -> None:
+    tiny = {"gpu_busy_pct": 22.0, "kernels_per_step": 400.0, "launches_per_step": 400.0,
+            "kernel_median_us": 4.0, "short_kernel_share": 0.85}
+    d = _cuda(_res(**tiny))
+    assert d["bottleneck"] == "cpu_launch_overhead"
+    assert _knobs_of(d["fixes"])[:3] == ["cuda_graphs", "compile", "batch_size"]
+    assert d["fixes"][1]["value"] == "reduce-overhead"
+    # fp16's GradScaler syncs cannot be captured: graphs are not suggested, compile leads
+    d = _cuda(_res(**tiny), {"amp": "fp16"})
+    assert _knobs_of(d["fixes"])[0] == "compile"
+    # a replayed graph launches once per step: not launch-bound by this rule
+    d = _cuda(_res(**{**tiny, "launches_per_step": 1.0}), {"cuda_graphs": True})
+    assert d["rule"].startswith("gpu_busy_pct") and "no data, copy or sync" in d["rule"]
+
+
+def test_cuda_memory() -> None:
+    d = _cuda(_res(peak_gb=76.0, gpu_busy_pct=95.0))
+    assert d["bottleneck"] == "memory"
+    assert d["evidence"]["memory_share_of_limit"] == pytest.approx(0.95)
+    assert d["fixes"][:2] == [{**d["fixes"][0], "knob": "amp", "value": "bf16"},
+                              {**d["fixes"][1], "knob": "batch_size", "value": 32}]
+
+
+def test_cuda_gpu_compute() -> None:
+    d = _cuda(_res(gpu_busy_pct=97.0, low_precision_kernel_share=0.0, kernel_median_us=300.0))
+    assert d["bottleneck"] == "gpu_compute"
+    assert _knobs_of(d["fixes"]) == ["amp", "channels_last", "tf32", "compile", "batch_size"]
+    assert d["fixes"][-1]["value"] == 128
+    # no channels_last for non-image inputs; no amp when already mixed; no bigger batch when
+    # memory is half used
+    d = _cuda(_res(gpu_busy_pct=97.0, peak_gb=50.0), {"amp": "bf16"}, image_inputs=False)
+    assert _knobs_of(d["fixes"]) == ["tf32", "compile"]
+
+
+def test_cuda_without_a_trace_falls_back_on_timers() -> None:
+    res = _res()
+    res["trace"] = {"error": "RuntimeError: CUPTI unavailable"}
+    d = _cuda(res)
+    assert d["bottleneck"] == "gpu_compute" and "no profiler trace" in d["rule"]
+    assert d["evidence"]["trace"].startswith("error")
+    res["timers"]["data_wait"] = 0.5
+    assert _cuda(res)["bottleneck"] == "input_pipeline"
+
+
+def test_cpu_rules() -> None:
+    d = diagnose(_res(data_wait=0.1, peak_gb=1.0), {**BASE, "amp": "off"}, "cpu", 16.0,
+                 image_inputs=False)
+    assert d["bottleneck"] == "cpu_compute"
+    assert _knobs_of(d["fixes"]) == ["batch_size", "num_workers", "amp"]
+    d = diagnose(_res(data_wait=0.01, peak_gb=1.0), BASE, "cpu", 16.0)
+    assert "num_workers" not in _knobs_of(d["fixes"])
+    assert diagnose(_res(peak_gb=15.0), BASE, "cpu", 16.0)["bottleneck"] == "memory"
+    assert diagnose(_res(data_wait=0.3), BASE, "cpu", 16.0)["bottleneck"] == "input_pipeline"
+
+
+@pytest.mark.parametrize("result", [{}, {"timers": None, "trace": "x"}, WindowResult(),
+                                    {"timers": {"data_wait": "NaN"}, "peak_memory_gb": float("inf")}])
+def test_missing_or_odd_evidence_never_raises(result: Any) -> None:
+    for device in ("cpu", "cuda"):
+        d = diagnose(result, {}, device, 0.0)
+        assert d["bottleneck"] in BOTTLENECKS and isinstance(d["summary"], str)
+        json.dumps(d)

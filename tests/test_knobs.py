@@ -1,0 +1,178 @@
+"""Each knob is really applied to the training loop (checked on the built objects and inside
+the forward), and the search space keeps its conditional structure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+import torch
+
+from autotune.env import Env
+from autotune.knobs import KNOBS, KnobError, build_space
+from autotune.training import Training
+from workloads.mlp import MLPWorkload
+from workloads.resnet18 import ResNet18Workload
+
+
+def small_resnet() -> ResNet18Workload:
+    return ResNet18Workload(image_size=32, n_images=64, batch_size=8)
+
+
+def knobs_for(env: Env, wl: Any, **pins: Any) -> dict[str, Any]:
+    space = build_space(env, wl, {})
+    return {**space.baseline, **pins}
+
+
+def one_step(run: Training) -> torch.Tensor:
+    inputs, targets = next(iter(run.loader))
+    return run.step(*run.to_device(inputs, targets))
+
+
+def test_loader_knobs_reach_the_dataloader(cpu_env: Env) -> None:
+    wl = MLPWorkload(n_samples=256)
+    run = Training(wl, knobs_for(cpu_env, wl, num_workers=2, prefetch_factor=4,
+                                 persistent_workers=True, batch_size=16), "cpu")
+    assert run.loader.num_workers == 2
+    assert run.loader.prefetch_factor == 4
+    assert run.loader.persistent_workers is True
+    assert run.loader.batch_size == 16
+    inputs, _ = next(iter(run.loader))
+    assert inputs.shape[0] == 16
+
+
+def test_pin_memory_is_passed_to_the_loader(cpu_env: Env) -> None:
+    wl = MLPWorkload(n_samples=64)
+    run = Training(wl, knobs_for(cpu_env, wl, pin_memory=True), "cpu")
+    assert run.loader.pin_memory is True
+
+
+def test_channels_last_applies_to_model_and_inputs(cpu_env: Env) -> None:
+    wl = small_resnet()
+    run = Training(wl, knobs_for(cpu_env, wl, channels_last=True), "cpu")
+    conv = run.model.conv1.weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    seen: list[bool] = []
+    run.model.conv1.register_forward_pre_hook(
+        lambda m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    one_step(run)
+    assert seen == [True]
+
+
+def test_amp_dtype_is_seen_in_the_forward(cpu_env: Env) -> None:
+    wl = MLPWorkload(n_samples=64)
+    for amp, dtype in (("bf16", torch.bfloat16), ("off", torch.float32)):
+        run = Training(wl, knobs_for(cpu_env, wl, amp=amp), "cpu")
+        dtypes: list[torch.dtype] = []
+        run.model[0].register_forward_hook(lambda m, a, out: dtypes.append(out.dtype))
+        one_step(run)
+        assert dtypes == [dtype], amp
+
+
+def test_uint8_transfer_ships_bytes_and_normalizes_on_device(cpu_env: Env) -> None:
+    wl = small_resnet()
+    run = Training(wl, knobs_for(cpu_env, wl, transfer_dtype="uint8"), "cpu")
+    inputs, _ = next(iter(run.loader))
+    assert inputs.dtype == torch.uint8
+    prepared = run.prepare(inputs)
+    assert prepared.dtype == torch.float32 and prepared.min() >= -1.0 and prepared.max() <= 1.0
+    run32 = Training(wl, knobs_for(cpu_env, wl, transfer_dtype="float32"), "cpu")
+    assert next(iter(run32.loader))[0].dtype == torch.float32
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_zero_grad_set_to_none(cpu_env: Env, set_to_none: bool) -> None:
+    wl = MLPWorkload(n_samples=64)
+    run = Training(wl, knobs_for(cpu_env, wl, set_to_none=set_to_none), "cpu")
+    one_step(run)
+    grads: list[Any] = []
+    first = run.model[0]
+    first.register_forward_pre_hook(lambda m, a: grads.append(m.weight.grad))
+    one_step(run)
+    assert (grads[0] is None) is set_to_none
+
+
+@pytest.mark.parametrize("impl,flag", [("foreach", "foreach"), ("fused", "fused")])
+def test_optimizer_impl(cpu_env: Env, impl: str, flag: str) -> None:
+    wl = MLPWorkload(n_samples=64)
+    run = Training(wl, knobs_for(cpu_env, wl, optimizer_impl=impl), "cpu")
+    assert run.optimizer.defaults[flag] is True
+    one_step(run)
+
+
+def test_backend_flags(cpu_env: Env) -> None:
+    wl = MLPWorkload(n_samples=64)
+    Training(wl, knobs_for(cpu_env, wl, tf32=True, cudnn_benchmark=True), "cpu")
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.benchmark
+    Training(wl, knobs_for(cpu_env, wl), "cpu")
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.benchmark
+
+
+def test_compile_wraps_the_model(cpu_env: Env) -> None:
+    wl = MLPWorkload(n_samples=64)
+    run = Training(wl, knobs_for(cpu_env, wl, compile="default"), "cpu")
+    assert isinstance(run.forward_module, torch._dynamo.eval_frame.OptimizedModule)
+
+
+def test_cuda_graphs_refused_without_cuda(cpu_env: Env) -> None:
+    wl = MLPWorkload(n_samples=64)
+    with pytest.raises(ValueError, match="CUDA"):
+        Training(wl, knobs_for(cpu_env, wl, cuda_graphs=True), "cpu")
+
+
+@pytest.mark.gpu
+def test_cuda_knobs_run_on_gpu(cpu_env: Env) -> None:
+    from autotune.env import probe
+
+    env = probe("cuda")
+    wl = small_resnet()
+    for pins in ({"cuda_graphs": True, "amp": "bf16"}, {"amp": "fp16"},
+                 {"pin_memory": True, "non_blocking": True, "transfer_dtype": "uint8"},
+                 {"compile": "reduce-overhead"}):
+        run = Training(wl, knobs_for(env, wl, **pins), "cuda")
+        for _ in range(3):
+            loss = one_step(run)
+        assert torch.isfinite(loss).item(), pins
+
+
+def test_cpu_space_fixes_cuda_knobs_with_reasons(cpu_env: Env) -> None:
+    space = build_space(cpu_env, MLPWorkload(), {})
+    fixed = space.fixed
+    for name in ("pin_memory", "non_blocking", "cuda_graphs", "tf32", "cudnn_benchmark"):
+        assert name in fixed and fixed[name][1], name
+    assert "CUDA" in fixed["cuda_graphs"][1]
+    assert "not 4-D images" in fixed["channels_last"][1]
+
+
+def test_prefetch_factor_only_with_workers(cpu_env: Env) -> None:
+    space = build_space(cpu_env, MLPWorkload(), {})
+    study = optuna.create_study(direction="maximize")
+    for _ in range(20):
+        trial = study.ask()
+        knobs = space.suggest(trial)
+        assert ("prefetch_factor" in trial.params) == (knobs["num_workers"] > 0)
+        assert ("persistent_workers" in trial.params) == (knobs["num_workers"] > 0)
+        study.tell(trial, 1.0)
+    assert set(space.complete(space.searched(knobs))) == {k.name for k in KNOBS}
+
+
+def test_pinning_and_narrowing(cpu_env: Env) -> None:
+    space = build_space(cpu_env, MLPWorkload(), {"batch_size": 64, "amp": ["off"], "num_workers": [0, 1]})
+    assert space.domains["batch_size"].values == [64]
+    assert space.baseline["batch_size"] == 64
+    assert space.domains["num_workers"].values == [0, 1]
+
+
+def test_invalid_pin_names_valid_values(cpu_env: Env) -> None:
+    with pytest.raises(KnobError) as err:
+        build_space(cpu_env, MLPWorkload(), {"pin_memory": True})
+    assert "knobs.pin_memory" in str(err.value) and "[False]" in str(err.value)
+    assert "CUDA only" in str(err.value)
+    with pytest.raises(KnobError, match="amp"):
+        build_space(cpu_env, MLPWorkload(), {"amp": "fp8"})
+
+
+def test_every_knob_is_documented() -> None:
+    for knob in KNOBS:
+        assert knob.doc and knob.name

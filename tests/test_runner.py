@@ -1,0 +1,132 @@
+"""A trial's own failure is an outcome with a reason, never an exception or an orphan."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from autotune.env import Env
+from autotune.knobs import build_space
+from autotune.runner import TrialRequest, run_window
+from tests.conftest import TINY_WINDOW
+from workloads.mlp import MLPWorkload
+
+FAULTY = "tests.workloads_faulty."
+
+
+def request(cpu_env: Env, target: str, window: dict[str, Any] | None = None,
+            knobs: dict[str, Any] | None = None, **kwargs: Any) -> TrialRequest:
+    base = build_space(cpu_env, MLPWorkload(), {}).baseline
+    return TrialRequest(
+        workload={"_target_": target, "n_samples": 512, **kwargs},
+        knobs={**base, **(knobs or {})}, device="cpu", window={**TINY_WINDOW, **(window or {})},
+    )
+
+
+def no_orphans(since: float) -> list[psutil.Process]:
+    """Processes started by these tests (children of init or of us) that are still around."""
+    me = psutil.Process()
+    left = []
+    for p in psutil.process_iter(["cmdline", "create_time"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            if p.info["create_time"] >= since and p.pid != me.pid and (
+                "autotune.window" in cmd or "time.sleep(3600)" in cmd
+            ):
+                left.append(p)
+        except psutil.Error:
+            pass
+    return left
+
+
+def test_ok_window_reports_measurements(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, "workloads.mlp.MLPWorkload"), tmp_path)
+    assert res.outcome == "ok", res.stderr_tail
+    assert res.samples_per_sec > 0 and res.steps >= TINY_WINDOW["min_measure_steps"]
+    assert {"median", "p10", "p90"} <= set(res.step_ms)
+    assert res.peak_memory_gb > 0 and res.final_loss is not None
+    assert {"data_wait", "h2d", "compute", "optimizer"} <= set(res.timers)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_hanging_loader_is_stopped_without_orphans(cpu_env: Env, tmp_path: Path, workers: int) -> None:
+    since = time.time() - 1
+    knobs = {"num_workers": workers, "prefetch_factor": 2 if workers else None}
+    res = run_window(request(cpu_env, FAULTY + "HangingLoader", {"stall_s": 4.0, "timeout_s": 60.0},
+                             knobs), tmp_path)
+    assert res.outcome == "stalled", (res.outcome, res.error)
+    assert "no progress" in res.error
+    time.sleep(0.5)
+    assert no_orphans(since) == []
+
+
+def test_wall_clock_timeout(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, FAULTY + "HangingStep", {"timeout_s": 8.0, "stall_s": 60.0}), tmp_path)
+    assert res.outcome == "timeout" and "8s" in res.error
+    assert res.wall_s < 8.0 + 5.0
+
+
+def test_oom_error_is_classified(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, FAULTY + "RaisesOOM"), tmp_path)
+    assert res.outcome == "oom", res.error
+    assert "out of memory" in res.error
+
+
+def test_nan_loss_fails_the_trial(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, FAULTY + "NaNLoss"), tmp_path)
+    assert res.outcome == "nan" and "nan" in res.error.lower()
+
+
+def test_segfault_in_the_step_is_a_crash(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, FAULTY + "SegfaultingStep"), tmp_path)
+    assert res.outcome == "crash" and res.signal == "SIGSEGV"
+
+
+def test_segfaulting_dataloader_worker(cpu_env: Env, tmp_path: Path) -> None:
+    since = time.time() - 1
+    res = run_window(request(cpu_env, FAULTY + "SegfaultingWorker", knobs={"num_workers": 1, "prefetch_factor": 2}), tmp_path)
+    assert res.outcome == "crash"
+    assert "killed by signal" in res.error or "Segmentation" in res.stderr_tail, res.error
+    assert no_orphans(since) == []
+
+
+def test_grandchild_is_killed_with_the_trial(cpu_env: Env, tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    res = run_window(request(cpu_env, FAULTY + "SpawnsGrandchild", {"timeout_s": 6.0, "stall_s": 60.0},
+                             pid_file=str(pid_file)), tmp_path / "t")
+    assert res.outcome == "timeout"
+    pid = int(pid_file.read_text())
+    deadline = time.time() + 5
+    while psutil.pid_exists(pid) and time.time() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        time.sleep(0.1)
+    alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    assert not alive
+
+
+def test_broken_workload_is_a_crash_with_its_message(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, FAULTY + "RaisesOnBuild"), tmp_path)
+    assert res.outcome == "crash"
+    assert "cannot open /data/train" in res.error
+
+
+def test_memory_peak_is_measured(cpu_env: Env, tmp_path: Path) -> None:
+    res = run_window(request(cpu_env, FAULTY + "HoldsMemory", hold_gb=1.0), tmp_path)
+    assert res.outcome == "ok", res.stderr_tail
+    assert res.peak_memory_gb > 1.0
+
+
+def test_env_passes_to_child(cpu_env: Env, tmp_path: Path) -> None:
+    req = request(cpu_env, "workloads.mlp.MLPWorkload")
+    req.env = {"AUTOTUNE_MARK": "x"}
+    assert run_window(req, tmp_path).outcome == "ok"
+    assert os.environ.get("AUTOTUNE_MARK") is None

@@ -1,0 +1,174 @@
+"""Tiny workloads with a known bottleneck, for the profiler and diagnosis tests.
+
+- ``SleepyLoaderWorkload``: every ``__getitem__`` sleeps (a slow decode/read), the model is
+  tiny: input-bound.
+- ``ComputeWorkload``: a small in-memory dataset and a wide MLP: compute-bound.
+- ``SyncWorkload``: the loss reads many small tensors with ``.item()`` (CUDA: a host-device
+  sync each): sync-bound. GPU test only.
+
+``python -m tests.workloads_diag`` re-records the stored traces in ``tests/data/``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from autotune.workload import Workload
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class SleepyDataset(Dataset):
+    def __init__(self, n: int, features: int, classes: int, sleep_s: float):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, features, generator=g)
+        self.y = torch.randint(0, classes, (n,), generator=g)
+        self.sleep_s = sleep_s
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.sleep_s)  # a slow read / decode
+        return self.x[i], self.y[i]
+
+
+class _Classifier(Workload):
+    features, hidden, classes = 32, 32, 4
+
+    def model(self) -> nn.Module:
+        return nn.Sequential(nn.Linear(self.features, self.hidden), nn.ReLU(),
+                             nn.Linear(self.hidden, self.classes))
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(outputs, targets)
+
+    def optimizer(self, params: Any, **impl: Any) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=0.01, **impl)
+
+
+class SleepyLoaderWorkload(_Classifier):
+    """Input-bound: 8 items x 10 ms of sleep per batch, a tiny model step."""
+
+    name = "sleepy-loader"
+
+    def __init__(self, batch_size: int = 8, sleep_ms: float = 10.0, n: int = 256):
+        self.sleep_s, self.n = sleep_ms / 1e3, n
+        self.defaults = {"batch_size": batch_size, "num_workers": 0}
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return SleepyDataset(self.n, self.features, self.classes, self.sleep_s)
+
+
+class ComputeWorkload(_Classifier):
+    """Compute-bound: a cached 128-sample dataset, a 3-layer 3072-wide MLP (~4 GFLOP/step)."""
+
+    name = "compute"
+
+    def __init__(self, batch_size: int = 64, width: int = 3072, n: int = 128):
+        self.features, self.hidden, self.n = 256, width, n
+        self.defaults = {"batch_size": batch_size, "num_workers": 0}
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.randn(self.n, self.features, generator=g),
+                             torch.randint(0, self.classes, (self.n,), generator=g))
+
+    def model(self) -> nn.Module:
+        return nn.Sequential(
+            nn.Linear(self.features, self.hidden), nn.ReLU(),
+            nn.Linear(self.hidden, self.hidden), nn.ReLU(),
+            nn.Linear(self.hidden, self.classes),
+        )
+
+
+class SyncWorkload(_Classifier):
+    """Sync-bound on CUDA: the loss reads ``reads`` per-sample losses with .item() (a
+    logging/metric habit), each a device-to-host copy and a stream synchronize."""
+
+    name = "sync"
+
+    def __init__(self, batch_size: int = 16, reads: int = 64, n: int = 1024):
+        self.reads, self.n = reads, n
+        self.defaults = {"batch_size": batch_size, "num_workers": 0}
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.randn(self.n, self.features, generator=g),
+                             torch.randint(0, self.classes, (self.n,), generator=g))
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        per_sample = nn.functional.cross_entropy(outputs, targets, reduction="none")
+        self.logged = [per_sample[i % len(per_sample)].item() for i in range(self.reads)]
+        return per_sample.mean()
+
+
+def spec(cls: type[Workload], **kwargs: Any) -> dict[str, Any]:
+    """The workload config node for a class here, importable wherever the tests run from."""
+    return {"_target_": f"{cls.__module__}.{cls.__name__}", **kwargs}
+
+
+def baseline_knobs(workload: Workload, device: str = "cpu") -> dict[str, Any]:
+    """Trial 0's knobs for this workload on this machine, as the study would run them."""
+    from autotune.env import Env, _probe_here
+    from autotune.knobs import build_space
+
+    env = Env.from_dict(_probe_here(device))
+    return build_space(env, workload, {}).baseline
+
+
+def record_trace(workload: Workload, path: Path, steps: int = 2, warmup: int = 2) -> dict[str, Any]:
+    """A real capture on CPU: warm up like the window, then profiling.capture()."""
+    from autotune.profiling import capture
+    from autotune.training import Training
+
+    run = Training(workload, baseline_knobs(workload), "cpu")
+
+    def batches() -> Any:
+        while True:
+            yield from run.loader
+
+    it = batches()
+    for _ in range(warmup):
+        run.step(*run.to_device(*next(it)))
+    return capture(run, it, steps, str(path))
+
+
+def trim_trace(trace: dict[str, Any]) -> dict[str, Any]:
+    """Drop what the summary does not read (flows, metadata, args it ignores) to keep stored
+    traces small; keeps every complete event and the [memory] instants."""
+    keep_args = ("bytes", "Bytes", "Total Allocated", "Device Type")
+    events = []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") not in ("X", "i") or (e.get("ph") == "i" and e.get("name") != "[memory]"):
+            continue
+        e = {k: v for k, v in e.items() if k != "args"} | (
+            {"args": {k: v for k, v in e["args"].items() if k in keep_args}} if e.get("args") else {}
+        )
+        events.append(e)
+    return {"schemaVersion": trace.get("schemaVersion"), "traceEvents": events}
+
+
+def main() -> int:
+    DATA.mkdir(exist_ok=True)
+    for name, wl in (("sleepy_cpu", SleepyLoaderWorkload()), ("compute_cpu", ComputeWorkload())):
+        tmp = DATA / f"{name}.raw.json"
+        summary = record_trace(wl, tmp)
+        trace = trim_trace(json.loads(tmp.read_text()))
+        tmp.unlink()
+        out = DATA / f"{name}.trace.json"
+        out.write_text(json.dumps(trace, separators=(",", ":")))
+        print(out, f"{out.stat().st_size / 1e3:.0f} kB", json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Workloads that fail for real, one way each, for the fault tests (no mocked outcomes)."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from workloads.mlp import MLPWorkload
+
+
+class _Sleepy(Dataset):
+    """Items come fine until `after`, then __getitem__ never returns."""
+
+    def __init__(self, inner: Dataset, after: int):
+        self.inner, self.after, self.seen = inner, after, 0
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        self.seen += 1
+        if self.seen > self.after:
+            time.sleep(3600)
+        return self.inner[i]
+
+
+class HangingLoader(MLPWorkload):
+    """The loader hangs after a few batches (in the main process, or in a worker)."""
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return _Sleepy(super().dataset(transfer_dtype), after=32 * 3)
+
+
+class HangingStep(MLPWorkload):
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        if not hasattr(self, "_calls"):
+            self._calls = 0
+        self._calls += 1
+        if self._calls > 3:
+            time.sleep(3600)
+        return super().loss(outputs, targets)
+
+
+class RaisesOOM(MLPWorkload):
+    """Raises the real exception a CUDA OOM raises, with its real message."""
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.11 GiB total capacity)"
+        )
+
+
+class HoldsMemory(MLPWorkload):
+    """Really allocates `hold_gb` of host memory for the whole window."""
+
+    def __init__(self, hold_gb: float = 1.0, **kw: Any):
+        super().__init__(**kw)
+        self.hold_gb = hold_gb
+
+    def model(self) -> torch.nn.Module:
+        m = super().model()
+        m.register_buffer("ballast", torch.ones(int(self.hold_gb * 2**30 / 4)))
+        return m
+
+
+class NaNLoss(MLPWorkload):
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        return super().loss(outputs, targets) * float("nan")
+
+
+class _Segfaults(Dataset):
+    def __init__(self, inner: Dataset):
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        if torch.utils.data.get_worker_info() is not None:
+            faulthandler.disable()
+            faulthandler._sigsegv()
+        return self.inner[i]
+
+
+class SegfaultingWorker(MLPWorkload):
+    """A DataLoader worker dies from SIGSEGV (with num_workers > 0)."""
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return _Segfaults(super().dataset(transfer_dtype))
+
+
+class SegfaultingStep(MLPWorkload):
+    """The training process itself dies from SIGSEGV."""
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        faulthandler.disable()
+        faulthandler._sigsegv()
+        raise AssertionError("unreachable")
+
+
+class SpawnsGrandchild(MLPWorkload):
+    """Leaves a sleeping grandchild behind and then hangs; its pid goes to `pid_file`."""
+
+    def __init__(self, pid_file: str = "", **kw: Any):
+        super().__init__(**kw)
+        self.pid_file = pid_file
+
+    def model(self) -> torch.nn.Module:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(self.pid_file, "w") as f:
+            f.write(str(child.pid))
+        time.sleep(3600)
+        return super().model()
+
+
+class RaisesOnBuild(MLPWorkload):
+    def __init__(self, **kw: Any):
+        raise RuntimeError("cannot open /data/train: no such file")
+
+
+class SlowStep(MLPWorkload):
+    """Each step sleeps `sleep_ms`: a slow but healthy trial (for driver-kill tests)."""
+
+    def __init__(self, sleep_ms: float = 200.0, **kw: Any):
+        super().__init__(**kw)
+        self.sleep_ms = sleep_ms
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        time.sleep(self.sleep_ms / 1e3)
+        return super().loss(outputs, targets)
+
+
+def pid_file_env() -> str:
+    return os.environ.get("AUTOTUNE_TEST_PIDFILE", "")
