@@ -90,7 +90,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int]:
         name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
         workload_label=workload.describe(), window=window, memory_limit_gb=limit, seed=cfg.seed,
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
-        timeout_s=cfg.study.timeout_s,
+        timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
     )
     return setup, workers
 

@@ -110,12 +110,46 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "speedup": (
             round(best.value / base.value, 3) if base and base.value and best.value else None
         ),
+        "ceilings": {k: round(v, 2) for k, v in (best.user_attrs.get("ceilings") or {}).items()},
+        "fraction_of_ceiling": _num(best.user_attrs.get("fraction_of_ceiling")),
+        "diagnosis": _verdict(best),
+        "baseline_diagnosis": _verdict(base) if base else None,
         "best_trial": best.number,
         "memory_limit_gb": _num(attrs.get("memory_limit_gb")),
         "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
-        "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study)},
+        "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
+                  "pruning": pruning_savings(study), "agent_trials": sum(
+                      1 for t in study.get_trials(deepcopy=False)
+                      if t.user_attrs.get("source") == "agent")},
     }
     return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
+
+
+def _verdict(t: FrozenTrial) -> dict[str, Any] | None:
+    d = t.user_attrs.get("diagnosis")
+    if not d:
+        return None
+    return {"bottleneck": d.get("bottleneck"), "summary": d.get("summary"),
+            "fixes": [f"{f['knob']}={f['value']}" for f in d.get("fixes", [])]}
+
+
+def pruning_savings(study: optuna.Study) -> dict[str, Any]:
+    """What pruning saved: pruned trials' wall time against a full trial's (the mean of the
+    trials that ran their whole window)."""
+    trials = study.get_trials(deepcopy=False)
+    full = [t.user_attrs["wall_s"] for t in trials
+            if t.state == TrialState.COMPLETE and t.user_attrs.get("wall_s") and "duplicate_of" not in t.user_attrs]
+    pruned = [float(t.user_attrs.get("wall_s") or 0.0) for t in trials
+              if t.state == TrialState.PRUNED and "duplicate_of" not in t.user_attrs]
+    if not full or not pruned:
+        return {"pruned": len(pruned), "saved_s": 0.0, "mean_cost_fraction": None}
+    mean_full = sum(full) / len(full)
+    return {
+        "pruned": len(pruned),
+        "full_trial_s": round(mean_full, 2),
+        "saved_s": round(sum(mean_full - w for w in pruned), 2),
+        "mean_cost_fraction": round(sum(pruned) / len(pruned) / mean_full, 3),
+    }
 
 
 def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
@@ -133,6 +167,12 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             **{k: ("" if v is None else v) for k, v in metrics(t).items()},
             "final_loss": a.get("final_loss", ""),
             "duplicate_of": a.get("duplicate_of", ""),
+            "agent_reason": a.get("agent_reason", ""),
+            "bottleneck": (a.get("diagnosis") or {}).get("bottleneck", ""),
+            "diagnosis": (a.get("diagnosis") or {}).get("summary", ""),
+            "fixes": " ".join(f"{f['knob']}={f['value']}" for f in (a.get("diagnosis") or {}).get("fixes", [])),
+            "fraction_of_ceiling": _num(a.get("fraction_of_ceiling")) or "",
+            **{f"ceiling.{k}": round(v, 2) for k, v in (a.get("ceilings") or {}).items()},
             "wall_s": _num(a.get("wall_s")) or "",
         }
         for name, share in (a.get("timers") or {}).items():

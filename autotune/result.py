@@ -29,6 +29,9 @@ class WindowResult:
     timers: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
     chunks: list[float] = field(default_factory=list)  # samples/sec per measured chunk
+    # Seed 003's mock components, samples/sec: "loader" (input pipeline alone), "compute" (the
+    # step alone on one cached device batch). Only those the driver asked for (not cached).
+    ceilings: dict[str, float] = field(default_factory=dict)
     error: str = ""  # one line; the full stderr tail is kept by the runner
     notes: list[str] = field(default_factory=list)
     # Filled by the runner (parent side):

@@ -39,6 +39,7 @@ class TrialRequest:
     cpu_sized: bool = False
     trace: bool = False
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES for a worker
+    ceilings: dict[str, bool] = field(default_factory=dict)  # which ceilings to measure
 
 
 class Interrupted(Exception):
@@ -52,6 +53,7 @@ class Watch:
     stage: str = "start"
     step: int = 0
     chunks: list[float] = field(default_factory=list)
+    ceilings: dict[str, float] = field(default_factory=dict)
 
 
 def _die_with_parent() -> None:
@@ -105,6 +107,7 @@ def run_window(
         "workload": req.workload, "knobs": req.knobs, "device": req.device, "window": req.window,
         "seed": req.seed, "cpu_sized": req.cpu_sized, "progress_path": str(progress_path),
         "trace_path": str(trial_dir / "trace.json") if req.trace else None,
+        "ceilings": req.ceilings,
     }
     request_path.write_text(json.dumps(payload, indent=1))
     timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
@@ -128,7 +131,8 @@ def run_window(
             beat = _read_progress(progress_path)
             if beat is not None and beat != seen:
                 seen, last_change = beat, now
-                watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []))
+                watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
+                              beat.get("ceilings", {}))
                 if on_progress is not None:
                     reason = on_progress(watch)
                     if reason:
@@ -161,7 +165,8 @@ def _classify(code: int | None, ended_by: str | None, result_path: Path, stderr_
     tail = _tail(stderr_path)
     if ended_by is not None:
         outcome, _, why = ended_by.partition(": ")
-        res = WindowResult(outcome=outcome, error=why, chunks=list(watch.chunks))
+        res = WindowResult(outcome=outcome, error=why, chunks=list(watch.chunks),
+                           ceilings=dict(watch.ceilings))
     elif result_path.exists():
         res = WindowResult.read(result_path)
     else:

@@ -23,8 +23,17 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import agent
+from autotune.diagnosis import diagnose
 from autotune.env import Env
 from autotune.knobs import Space
+from autotune.pruning import (
+    BestFractionPruner,
+    best_value,
+    cache_ceilings,
+    cached_ceilings,
+    ceiling_verdict,
+)
 from autotune.result import WindowResult
 from autotune.runner import Interrupted, TrialRequest, Watch, run_window
 
@@ -58,6 +67,7 @@ class StudySetup:
     timeout_s: float | None = None
     worker_env: dict[str, str] = field(default_factory=dict)
     worker_index: int = 0
+    image_inputs: bool = False
 
 
 class StopFlag:
@@ -91,7 +101,8 @@ def create_study(setup: StudySetup, sampler: optuna.samplers.BaseSampler | None 
             )
     study = optuna.create_study(
         storage=setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
-        pruner=optuna.pruners.NopPruner(), load_if_exists=True,
+        pruner=BestFractionPruner() if setup.prune else optuna.pruners.NopPruner(),
+        load_if_exists=True,
     )
     return study
 
@@ -187,7 +198,8 @@ class Driver:
         return done
 
     def before_ask(self) -> None:
-        """Hook for the diagnosis agent (enqueue fixes ahead of the sampler)."""
+        if self.setup.agent:
+            agent.enqueue(self.study, self.setup.space)
 
     def run_one(self, stop: StopFlag) -> FrozenTrial:
         s, study = self.setup, self.study
@@ -198,14 +210,20 @@ class Driver:
         for k, v in {**owner(), "heartbeat": time.time()}.items():
             trial.set_user_attr(k, v)
 
+        log.info("trial %d (%s): %s", trial.number, trial.user_attrs["source"], _short(knobs, s.space))
         twin = twin_of(study, knobs, trial.number)
         if twin is not None:
             return self._copy_twin(trial, twin)
 
+        known = cached_ceilings(study, knobs)
+        why = ceiling_verdict(known, best_value(study)) if s.prune else None
+        if why:  # a cached ceiling already rules it out: costs no window at all
+            return self.tell(trial, WindowResult(outcome="pruned", error=why, ceilings=known))
+
         req = TrialRequest(
             workload=s.workload_spec, knobs=knobs, device=s.env.device, window=s.window,
             seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
-            env=s.worker_env,
+            env=s.worker_env, ceilings={k: k not in known for k in ("loader", "compute")},
         )
         last_beat = [time.monotonic()]
 
@@ -217,7 +235,6 @@ class Driver:
                 study._storage.set_trial_user_attr(trial._trial_id, "heartbeat", time.time())
             return None
 
-        log.info("trial %d (%s): %s", trial.number, trial.user_attrs["source"], _short(knobs, s.space))
         try:
             result = run_window(req, self.trials_dir / str(trial.number),
                                 on_progress=self.pruning_check(trial), stop_requested=tick)
@@ -229,11 +246,44 @@ class Driver:
         return self.tell(trial, result)
 
     def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
-        """Hook for pruning: return a function that may end the running window early."""
-        return None
+        """While the window runs: prune on a measured ceiling below the best, or on a measured
+        chunk far below it (the study's pruner on intermediate values)."""
+        if not self.setup.prune:
+            return None
+        reported = [0]
+        seen_ceilings: dict[str, float] = {}
+
+        def check(watch: Watch) -> str | None:
+            best = best_value(self.study)
+            if watch.ceilings and watch.ceilings != seen_ceilings:
+                seen_ceilings.update(watch.ceilings)
+                cache_ceilings(self.study, trial.user_attrs["knobs"], watch.ceilings)
+                why = ceiling_verdict(watch.ceilings, best)
+                if why:
+                    return why
+            while reported[0] < len(watch.chunks):
+                trial.report(watch.chunks[reported[0]], reported[0])
+                reported[0] += 1
+                if trial.should_prune():
+                    return (f"measured chunk {reported[0]}: {watch.chunks[reported[0] - 1]:,.1f} "
+                            f"samples/s, under half the best trial's {best:,.1f}")
+            return None
+
+        return check
 
     def tell(self, trial: optuna.Trial, result: WindowResult) -> FrozenTrial:
         s = self.setup
+        knobs = trial.user_attrs["knobs"]
+        if result.ceilings:
+            cache_ceilings(self.study, knobs, result.ceilings)
+        ceilings = {**cached_ceilings(self.study, knobs), **result.ceilings}
+        trial.set_user_attr("ceilings", ceilings)
+        if ceilings and result.outcome == "ok":
+            trial.set_user_attr("fraction_of_ceiling",
+                                result.samples_per_sec / min(ceilings.values()))
+        if result.outcome == "ok":
+            trial.set_user_attr("diagnosis", diagnose(
+                result, knobs, s.env.device, s.memory_limit_gb, image_inputs=s.image_inputs))
         self._record(trial, result)
         if result.outcome == "ok":
             trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
@@ -248,8 +298,26 @@ class Driver:
         else:
             frozen = self.study.tell(trial, state=TrialState.FAIL)
         log.info("trial %d: %s", trial.number, _summary(result, s.memory_limit_gb))
+        diag = trial.user_attrs.get("diagnosis")
+        if diag:
+            log.info("  diagnosis: %s", diag.get("summary", diag.get("bottleneck")))
+        self._keep_trace_if_best(trial, result)
         self._after(trial)
         return frozen
+
+    def _keep_trace_if_best(self, trial: optuna.Trial, result: WindowResult) -> None:
+        """Keep the best trial's Chrome trace as best_trace.json; drop the others' (tens of MB
+        each on a GPU); their summaries stay in the study."""
+        trace = self.trials_dir / str(trial.number) / "trace.json"
+        if not trace.exists():
+            return
+        from autotune.export import best_trial
+
+        best = best_trial(self.study)
+        if best is not None and best.number == trial.number:
+            os.replace(trace, self.setup.out_dir / "best_trace.json")
+        else:
+            trace.unlink()
 
     def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
         """Same knobs as an earlier trial: reuse its outcome rather than measure it again
@@ -260,7 +328,8 @@ class Driver:
             if not owner_alive(twin.user_attrs, time.time()):
                 reap_lost_trials(self.study)
         for key in ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb",
-                    "compile_s", "final_loss", "timers", "diagnosis", "wall_s", "chunks"):
+                    "compile_s", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
+                    "ceilings", "fraction_of_ceiling", "trace"):
             if key in twin.user_attrs:
                 trial.set_user_attr(key, twin.user_attrs[key])
         trial.set_user_attr("duplicate_of", twin.number)
@@ -286,6 +355,7 @@ class Driver:
             "timers": r.timers,
             "chunks": r.chunks,
             "wall_s": r.wall_s,
+            "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},
             "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
         }
         if r.signal:
@@ -312,11 +382,3 @@ def _summary(r: WindowResult, limit: float) -> str:
                 f"(p10 {r.step_ms.get('p10', 0):.1f}, p90 {r.step_ms.get('p90', 0):.1f}), "
                 f"peak {r.peak_memory_gb:.2f} GB{over}, compile {r.compile_s:.1f}s")
     return f"{r.outcome.upper()}: {r.error}"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False

@@ -25,7 +25,7 @@ import psutil
 import torch
 
 from autotune.result import WindowResult
-from autotune.training import Training
+from autotune.training import Training, phase
 from autotune.workload import Workload, build_workload
 
 OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
@@ -43,6 +43,7 @@ class Progress:
         self.path = Path(path) if path else None
         self.last = 0.0
         self.chunks: list[float] = []
+        self.ceilings: dict[str, float] = {}
 
     def beat(self, stage: str, step: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -50,7 +51,9 @@ class Progress:
             return
         self.last = now
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"stage": stage, "step": step, "chunks": self.chunks}))
+        tmp.write_text(json.dumps(
+            {"stage": stage, "step": step, "chunks": self.chunks, "ceilings": self.ceilings}
+        ))
         os.replace(tmp, self.path)
 
 
@@ -150,6 +153,14 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> No
     batches = _batches(run)
     clock = Clock(device)
     batch_size = int(req["knobs"]["batch_size"])
+    wanted = req.get("ceilings") or {}
+
+    # The input-pipeline ceiling first: if the loader alone cannot beat the best trial, the
+    # driver prunes this trial before any warm-up is spent on it.
+    if wanted.get("loader"):
+        result.ceilings["loader"] = loader_ceiling(batches, batch_size, win)
+        progress.ceilings = dict(result.ceilings)
+        progress.beat("ceiling", 0, force=True)
 
     # Warm-up: first step alone (compile, cuDNN autotune, worker start-up), then the rest.
     t0 = time.perf_counter()
@@ -174,7 +185,8 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> No
     chunk_start, chunk_steps = start, 0
     while len(marks) < max_steps:
         w0 = time.perf_counter()
-        inputs, targets = next(batches)
+        with phase("data"):
+            inputs, targets = next(batches)
         data_wait_ms.append((time.perf_counter() - w0) * 1e3)
         m0 = clock.mark()
         inputs, targets = run.to_device(inputs, targets)
@@ -228,11 +240,42 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> No
     if run.knobs["compile"] != "off":
         _note_compile(result)
 
+    if wanted.get("compute"):
+        result.ceilings["compute"] = compute_ceiling(run, batches, batch_size, win, clock)
+
     if win.get("profile") and req.get("trace_path"):
         from autotune.profiling import capture
 
         result.trace = capture(run, batches, win.get("profile_steps", 3), req["trace_path"])
     result.outcome = "ok"
+
+
+def loader_ceiling(batches: Any, batch_size: int, win: dict[str, Any]) -> float:
+    """Seed 003's mock trainer: the loader alone, every batch discarded. Samples/sec the input
+    pipeline can deliver at best (after its first batch, which includes worker start-up)."""
+    next(batches)
+    n, start = 0, time.perf_counter()
+    while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
+        next(batches)
+        n += 1
+    return n * batch_size / (time.perf_counter() - start)
+
+
+def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str, Any],
+                    clock: Clock) -> float:
+    """Seed 003's mock loader: one batch kept on the device, the step alone. Samples/sec the
+    model can train at with a free input pipeline."""
+    inputs, targets = run.to_device(*next(batches))
+    run.step(inputs, targets)
+    clock.sync(run.device)
+    n, start = 0, time.perf_counter()
+    while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
+        run.step(inputs, targets)
+        n += 1
+        if n % 4 == 0:
+            clock.sync(run.device)
+    clock.sync(run.device)
+    return n * batch_size / (time.perf_counter() - start)
 
 
 def _note_compile(result: WindowResult) -> None:

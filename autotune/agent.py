@@ -1,0 +1,73 @@
+"""Diagnosis-guided search: turn the best trial's bottleneck into the next trial to run.
+
+Between trials the agent reads the best trial's diagnosis and enqueues the first of its fixes
+that is valid here and not yet tried, ahead of the sampler. It steps aside every third trial so
+TPE keeps exploring, and when the best trial has no untried fix left. Each trial it proposes
+records where it came from and why (``source=agent``, ``agent_reason``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.export import best_trial
+from autotune.knobs import Space
+
+log = logging.getLogger("autotune")
+
+# Every SAMPLER_EVERY-th trial is the sampler's, so the agent cannot starve exploration.
+SAMPLER_EVERY = 3
+
+
+def candidate(space: Space, base: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any] | None:
+    """``base`` with one fix applied, if the result is a valid point of the space."""
+    knobs = dict(base)
+    knobs[fix["knob"]] = fix["value"]
+    if fix["knob"] == "num_workers" and int(fix["value"]) > 0 and knobs.get("prefetch_factor") is None:
+        knobs["prefetch_factor"] = 2  # torch's default, once workers exist
+    full = space.complete(space.searched(knobs))
+    if full[fix["knob"]] != fix["value"]:
+        return None  # not valid on this device/workload, or another knob makes it inactive
+    return full
+
+
+def tried(study: optuna.Study, knobs: dict[str, Any]) -> bool:
+    return any(t.user_attrs.get("knobs") == knobs for t in study.get_trials(deepcopy=False))
+
+
+def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | None:
+    """The agent's next configuration and its reason, or None to let the sampler choose."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return None  # something is already queued (baseline, a re-run, an earlier proposal)
+    recent = [t.user_attrs.get("source") for t in trials[-(SAMPLER_EVERY - 1):]]
+    if len(recent) == SAMPLER_EVERY - 1 and all(s == "agent" for s in recent):
+        return None
+    best = best_trial(study)
+    if best is None or "diagnosis" not in best.user_attrs:
+        return None
+    diag = best.user_attrs["diagnosis"]
+    for fix in diag.get("fixes", []):
+        knobs = candidate(space, best.user_attrs["knobs"], fix)
+        if knobs is None or tried(study, knobs):
+            continue
+        why = (f"trial {best.number} (best, {best.value:,.1f} samples/s) is "
+               f"{diag['bottleneck']}: {fix['knob']}={fix['value']} ({fix['why']})")
+        return knobs, why
+    return None
+
+
+def enqueue(study: optuna.Study, space: Space) -> str | None:
+    """Queue the agent's proposal, if it has one; return its reason."""
+    proposal = propose(study, space)
+    if proposal is None:
+        return None
+    knobs, why = proposal
+    study.enqueue_trial(space.searched(knobs),
+                        user_attrs={"source": "agent", "agent_reason": why})
+    log.info("agent: %s", why)
+    return why

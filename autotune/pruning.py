@@ -1,0 +1,96 @@
+"""Stopping trials that cannot win, and the ceilings that prove it.
+
+Two kinds of evidence, cheapest first:
+- measured ceilings (seed 003's mock components): the loader alone and the step alone. A trial
+  cannot train faster than either, so one whose ceiling is below the best trial's throughput
+  is pruned. Ceilings are cached in the study per setting that affects them, so a later trial
+  with a known-too-slow loader is pruned before its subprocess even starts;
+- the first measured chunk (an Optuna pruner on intermediate values): far below the best.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+# The knobs that decide what the input pipeline alone can deliver; every other knob (and the
+# batch size) decides what the step alone can do.
+LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
+                "batch_size", "transfer_dtype")
+COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "amp", "compile", "cuda_graphs",
+                 "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
+                 "non_blocking")
+# A ceiling must be this far below the best before it condemns a trial (ceilings are measured
+# in isolation over a short window, and are noisy by a few percent).
+CEILING_MARGIN = 0.97
+
+
+def ceiling_key(kind: str, knobs: Mapping[str, Any]) -> str:
+    names = LOADER_KNOBS if kind == "loader" else COMPUTE_KNOBS
+    blob = json.dumps({k: knobs.get(k) for k in names}, sort_keys=True)
+    return f"ceiling.{kind}.{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
+
+
+def cached_ceilings(study: optuna.Study, knobs: Mapping[str, Any]) -> dict[str, float]:
+    attrs = study.user_attrs
+    out = {}
+    for kind in ("loader", "compute"):
+        key = ceiling_key(kind, knobs)
+        if key in attrs:
+            out[kind] = float(attrs[key])
+    return out
+
+
+def cache_ceilings(study: optuna.Study, knobs: Mapping[str, Any], ceilings: Mapping[str, float]) -> None:
+    for kind, value in ceilings.items():
+        study.set_user_attr(ceiling_key(kind, knobs), float(value))
+
+
+def best_value(study: optuna.Study) -> float | None:
+    """Throughput of the best feasible, cleanly measured trial so far."""
+    values = [
+        t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None and t.user_attrs.get("outcome") == "ok"
+        and all(v <= 0 for v in t.constraints.values())
+    ]
+    return max(values, default=None)
+
+
+def ceiling_verdict(ceilings: Mapping[str, float], best: float | None) -> str | None:
+    """Why these ceilings mean the trial cannot beat ``best`` (None: it still might)."""
+    if best is None:
+        return None
+    for kind, value in sorted(ceilings.items(), key=lambda kv: kv[1]):
+        if value < CEILING_MARGIN * best:
+            what = "input pipeline alone" if kind == "loader" else "training step alone"
+            return (f"{kind} ceiling {value:,.1f} samples/s (the {what}) is below the best "
+                    f"trial's {best:,.1f} samples/s")
+    return None
+
+
+class BestFractionPruner(optuna.pruners.BasePruner):
+    """Prune when the latest measured chunk is below ``fraction`` of the best feasible trial.
+
+    Unlike Optuna's median/percentile pruners this compares with the *best*: a configuration
+    at 40% of the best throughput will not finish ahead of it, whatever the median does."""
+
+    def __init__(self, fraction: float = 0.5, n_startup_trials: int = 1):
+        if not 0 < fraction < 1:
+            raise ValueError(f"fraction={fraction} must be in (0, 1)")
+        self.fraction = fraction
+        self.n_startup_trials = n_startup_trials
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(done) < self.n_startup_trials:
+            return False
+        best = best_value(study)
+        return best is not None and trial.intermediate_values[step] < self.fraction * best
