@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.export import best_trial
-from autotune.knobs import Space
+from autotune.knobs import Space, fix_text
 
 log = logging.getLogger("autotune")
 
@@ -27,10 +27,11 @@ def candidate(space: Space, base: dict[str, Any], fix: dict[str, Any]) -> dict[s
     """``base`` with one fix applied, if the result is a valid point of the space."""
     knobs = dict(base)
     knobs[fix["knob"]] = fix["value"]
+    knobs.update(fix.get("with") or {})
     if fix["knob"] == "num_workers" and int(fix["value"]) > 0 and knobs.get("prefetch_factor") is None:
         knobs["prefetch_factor"] = 2  # torch's default, once workers exist
     full = space.complete(space.searched(knobs))
-    if full[fix["knob"]] != fix["value"]:
+    if any(full[k] != v for k, v in {fix["knob"]: fix["value"], **(fix.get("with") or {})}.items()):
         return None  # not valid on this device/workload, or another knob makes it inactive
     return full
 
@@ -56,7 +57,7 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
         if knobs is None or tried(study, knobs):
             continue
         why = (f"trial {best.number} (best, {best.value:,.1f} samples/s) is "
-               f"{diag['bottleneck']}: {fix['knob']}={fix['value']} ({fix['why']})")
+               f"{diag['bottleneck']}: {fix_text(fix)} ({fix['why']})")
         return knobs, why
     return None
 

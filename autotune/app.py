@@ -18,7 +18,10 @@ from autotune.workload import WorkloadError, build_workload, workload_name
 
 log = logging.getLogger("autotune")
 
-CPU_WINDOW = {"warmup_steps": 3, "measure_steps": 16, "measure_seconds": 6.0, "min_measure_steps": 4}
+# CPU-sized defaults, applied to keys the user did not set, so a CPU run takes minutes.
+CPU_WINDOW = {"warmup_steps": 3, "measure_steps": 16, "measure_seconds": 5.0,
+              "min_measure_steps": 4, "profile_steps": 2}
+CPU_TRIALS = 12
 
 
 class UsageError(ValueError):
@@ -46,7 +49,8 @@ def resolve_workers(value: Any, env: Env) -> int:
     return n
 
 
-def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int]:
+def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int]:
+    """The study's setup, its worker count and its trial count (CPU-sized when unset)."""
     spec = dict(cfg.workload)
     user_keys = _overridden(overrides, "workload.")
     if "_target_" in user_keys:
@@ -66,6 +70,9 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int]:
         for key, value in CPU_WINDOW.items():
             if key not in _overridden(overrides, "window."):
                 window[key] = value
+    n_trials = cfg.study.n_trials
+    if env.device == "cpu" and "n_trials" not in _overridden(overrides, "study."):
+        n_trials = CPU_TRIALS
     knob_overrides = {k: v for k, v in dataclasses.asdict(cfg.knobs).items() if v is not None}
     space = build_space(env, workload, knob_overrides)
 
@@ -92,25 +99,25 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int]:
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
         timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
     )
-    return setup, workers
+    return setup, workers, n_trials
 
 
 def run(cfg: Config, overrides: list[str]) -> int:
     from autotune.cli import fail
 
     try:
-        setup, workers = build_setup(cfg, overrides)
+        setup, workers, n_trials = build_setup(cfg, overrides)
         storage = open_storage(setup.storage)
     except (WorkloadError, KnobError, DeviceError, StorageError, UsageError) as exc:
         fail(str(exc))
         return 2
-    _print_header(setup, workers)
+    _print_header(setup, workers, n_trials)
     from autotune.parallel import run_study
 
-    return run_study(setup, storage, cfg.study.n_trials, workers)
+    return run_study(setup, storage, n_trials, workers)
 
 
-def _print_header(s: StudySetup, workers: int) -> None:
+def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
     e = s.env
     mem = f"{e.total_memory_gb:.1f} GB"
     print(f"autotune: study '{s.name}' on {e.device} ({e.device_name}, {mem}, torch {e.torch_version})")
@@ -118,6 +125,9 @@ def _print_header(s: StudySetup, workers: int) -> None:
     if s.cpu_sized:
         print("  CPU run with no sizes set: using the workload's CPU-sized defaults "
               "(set any workload.* key to choose sizes yourself)")
+    if s.env.device == "cpu":
+        print(f"  CPU run: CPU-sized window and {n_trials} trials unless window.* / "
+              "study.n_trials are set")
     w = s.window
     print(f"  window: {w['warmup_steps']} warm-up steps, up to {w['measure_steps']} measured steps "
           f"or {w['measure_seconds']}s; timeout {w['timeout_s']}s per trial")

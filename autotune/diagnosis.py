@@ -157,12 +157,18 @@ class _Fixes:
     def __init__(self, knobs: Mapping[str, Any]):
         self.knobs, self.items = knobs, []
 
-    def add(self, knob: str, value: Any, why: str) -> None:
+    def add(self, knob: str, value: Any, why: str, with_: Mapping[str, Any] | None = None) -> None:
+        """``with_``: knobs that belong to this fix (e.g. channels_last with bf16: oneDNN and
+        cuDNN reach their low-precision kernels in NHWC), applied together by the agent."""
         if knob in self.knobs and self.knobs[knob] == value and type(self.knobs[knob]) is type(value):
             return
-        if any(f["knob"] == knob for f in self.items):
+        if any(f["knob"] == knob and not f.get("with") for f in self.items):
             return
-        self.items.append({"knob": knob, "value": value, "why": why})
+        fix: dict[str, Any] = {"knob": knob, "value": value, "why": why}
+        extra = {k: v for k, v in (with_ or {}).items() if self.knobs.get(k) != v}
+        if extra:
+            fix["with"] = extra
+        self.items.append(fix)
 
 
 def _int(knobs: Mapping[str, Any], name: str, default: int) -> int:
@@ -218,7 +224,8 @@ def _compute_fixes(f: _Fixes, knobs: Mapping[str, Any], ev: dict[str, Any],
     lp_txt = f" (only {_pct(lp)} of kernel time is fp16/bf16/tensor-core)" if lp is not None else ""
     if knobs.get("amp", "off") == "off":
         f.add("amp", "bf16", "mixed precision runs matmuls/convolutions on tensor cores and "
-              f"halves activation traffic{lp_txt}")
+              f"halves activation traffic{lp_txt}",
+              with_={"channels_last": True} if image_inputs is not False else None)
     if image_inputs is not False:
         f.add("channels_last", True, "NHWC lets cuDNN pick tensor-core convolution kernels "
               "without layout transposes (4-D image inputs only)")
@@ -375,19 +382,23 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
         return _memory(ev, knobs, f, False)
+    images = image_inputs is not False
+    # Precision and layout first: they leave the training dynamics (nearly) alone; a bigger
+    # batch does not. The amp domain on CPU is bf16 only where the CPU has native bf16.
+    if knobs.get("amp", "off") == "off":
+        f.add("amp", "bf16", "bf16 autocast runs convolutions/matmuls on the CPU's native bf16 "
+              "units (AVX512-BF16/AMX)" + (", best reached in NHWC" if images else ""),
+              with_={"channels_last": True} if images else None)
+    if images:
+        f.add("channels_last", True, "oneDNN convolutions prefer NHWC (4-D image inputs only)")
     if _batch_room(ev):
         b = _int(knobs, "batch_size", 0)
         if b:
             f.add("batch_size", 2 * b, "bigger matrix products use the cores' vector units better "
                   "and amortize per-op overhead (changes training dynamics)")
-    if image_inputs is not False:
-        f.add("channels_last", True, "oneDNN convolutions prefer NHWC (4-D image inputs only)")
     if dw is not None and dw >= DATA_WAIT_NOTABLE:
         f.add("num_workers", _more_workers(knobs), f"the loader still takes {_pct(dw)} of the "
               "step: overlap it with compute")
-    if knobs.get("amp", "off") == "off":
-        f.add("amp", "bf16", "bf16 autocast is faster on CPUs with native bf16 "
-              "(AVX512-BF16/AMX); slower elsewhere")
     return ("cpu_compute", f"data_wait_share {_pct(dw)} < {DATA_WAIT_SHARE:.0%}: the CPU computes",
             f"Compute-bound on CPU: the loader wait is only {_pct(dw)} of the step and the "
             f"cores spend it in the model's ops; try {_first(f)}.")

@@ -87,9 +87,18 @@ def _probe_here(requested: str) -> dict[str, Any]:
         "device_name": platform.processor() or platform.machine() or "cpu",
         "total_memory_gb": psutil.virtual_memory().total / 2**30,
         "cuda_capability": None,
-        "bf16": True,
+        "bf16": _cpu_has_native_bf16(),
         **common,
     }
+
+
+def _cpu_has_native_bf16() -> bool:
+    """oneDNN runs bf16 fast only with AVX512-BF16 or AMX; elsewhere it is emulated."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
 
 
 def probe(requested: str, timeout_s: float = 120.0) -> Env:

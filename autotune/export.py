@@ -19,7 +19,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.knobs import KNOBS
+from autotune.knobs import KNOBS, fix_text
 from autotune.storage import redact
 
 SCHEMA = 1
@@ -130,7 +130,7 @@ def _verdict(t: FrozenTrial) -> dict[str, Any] | None:
     if not d:
         return None
     return {"bottleneck": d.get("bottleneck"), "summary": d.get("summary"),
-            "fixes": [f"{f['knob']}={f['value']}" for f in d.get("fixes", [])]}
+            "fixes": [fix_text(f) for f in d.get("fixes", [])]}
 
 
 def pruning_savings(study: optuna.Study) -> dict[str, Any]:
@@ -170,7 +170,7 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "agent_reason": a.get("agent_reason", ""),
             "bottleneck": (a.get("diagnosis") or {}).get("bottleneck", ""),
             "diagnosis": (a.get("diagnosis") or {}).get("summary", ""),
-            "fixes": " ".join(f"{f['knob']}={f['value']}" for f in (a.get("diagnosis") or {}).get("fixes", [])),
+            "fixes": "; ".join(fix_text(f) for f in (a.get("diagnosis") or {}).get("fixes", [])),
             "fraction_of_ceiling": _num(a.get("fraction_of_ceiling")) or "",
             **{f"ceiling.{k}": round(v, 2) for k, v in (a.get("ceilings") or {}).items()},
             "wall_s": _num(a.get("wall_s")) or "",

@@ -56,7 +56,7 @@ def _workers(env: Env, wl: Workload) -> Domain:
 
 def _batch_size(env: Env, wl: Workload) -> Domain:
     base = int(wl.defaults.get("batch_size", 32))
-    up = 32 if env.device == "cuda" else 8
+    up = 32 if env.device == "cuda" else 4  # CPU steps are slow: keep trials short
     lo = max(1, base // 4)
     values, b = [], 1
     while b <= base * up:
@@ -78,7 +78,10 @@ def _amp(env: Env, wl: Workload) -> Domain:
     if env.device == "cuda":
         values = ["off", "fp16"] + (["bf16"] if env.bf16 else [])
         return Domain(values, None if env.bf16 else "bf16 not supported by this GPU")
-    return Domain(["off", "bf16"], "fp16 autocast is for CUDA; the CPU searches bf16 only")
+    if env.bf16:
+        return Domain(["off", "bf16"], "fp16 autocast is for CUDA; the CPU searches bf16 only")
+    return Domain(["off"], "this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 autocast "
+                  "would be emulated, slower than fp32")
 
 
 def _compile(env: Env, wl: Workload) -> Domain:
@@ -217,6 +220,12 @@ class Space:
                 if value in self.domains[knob.name].values:
                     out[knob.name] = value
         return out
+
+
+def fix_text(fix: Mapping[str, Any]) -> str:
+    """A diagnosis fix as ``knob=value [+ knob=value]``."""
+    changes = {fix["knob"]: fix["value"], **(fix.get("with") or {})}
+    return " + ".join(f"{k}={v}" for k, v in changes.items())
 
 
 def _is_int_range(values: list[Any]) -> bool:

@@ -45,6 +45,7 @@ def open_storage(url: str) -> Any:
     if url.startswith("journal:"):
         path = url[len("journal:"):].removeprefix("//")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        repair_torn_journal(Path(path))
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         try:
@@ -59,6 +60,34 @@ def open_storage(url: str) -> Any:
         )
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors vary by backend
         raise StorageError(_explain(url, exc)) from None
+
+
+def repair_torn_journal(path: Path) -> Path | None:
+    """A writer killed mid-append leaves a last line without its newline. Optuna skips it on
+    read, but the next append would glue a good record onto it and break every later read.
+    Move the torn bytes aside (``<file>.torn-<offset>``) and truncate to the last full line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    with open(path, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return None
+        f.seek(max(0, size - (1 << 20)))
+        tail = f.read()
+        cut = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+        f.seek(cut)
+        torn = f.read()
+        aside = path.with_name(f"{path.name}.torn-{cut}")
+        aside.write_bytes(torn)
+        f.truncate(cut)
+    import logging
+
+    logging.getLogger("autotune").warning(
+        "journal %s ended in a torn record (%d bytes, a writer died mid-append): moved to %s",
+        path, len(torn), aside)
+    return aside
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

@@ -198,6 +198,9 @@ class Driver:
         return done
 
     def before_ask(self) -> None:
+        # Another worker may have died since: its trials are re-run now, not at the next start.
+        if reap_lost_trials(self.study):
+            log.warning("re-queued the configurations of trials left by a dead worker")
         if self.setup.agent:
             agent.enqueue(self.study, self.setup.space)
 

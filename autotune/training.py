@@ -62,6 +62,10 @@ def optimizer_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
 
 
+class CaptureFailed(RuntimeError):
+    """CUDA Graph capture of the step failed (a sync, a CPU op or a dynamic shape in it)."""
+
+
 class Training:
     """A training step with every knob applied. Not thread-safe; one per process."""
 
@@ -98,7 +102,12 @@ class Training:
         if self.knobs["cuda_graphs"]:
             if self.device.type != "cuda":
                 raise ValueError("cuda_graphs=True needs a CUDA device")
-            self.graph = _GraphedStep(self)
+            try:
+                self.graph = _GraphedStep(self)
+            except torch.OutOfMemoryError:
+                raise
+            except RuntimeError as exc:
+                raise CaptureFailed(f"CUDA Graph capture failed: {exc}") from exc
 
     # --- the step, in the phases the window times -------------------------------------------
     def to_device(self, inputs: Any, targets: Any) -> tuple[Any, Any]:

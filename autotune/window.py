@@ -11,6 +11,7 @@ then write a WindowResult. Failures are outcomes written to the result, not exce
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import statistics
@@ -25,7 +26,7 @@ import psutil
 import torch
 
 from autotune.result import WindowResult
-from autotune.training import Training, phase
+from autotune.training import CaptureFailed, Training, phase
 from autotune.workload import Workload, build_workload
 
 OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
@@ -141,7 +142,8 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> None:
+def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
+            compile_watch: CompileWatch) -> None:
     device = torch.device(req["device"])
     win = req["window"]
     workload: Workload = build_workload(req["workload"])
@@ -237,8 +239,6 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> No
         "step_ms": total_ms / n,
     }
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
-    if run.knobs["compile"] != "off":
-        _note_compile(result)
 
     if wanted.get("compute"):
         result.ceilings["compute"] = compute_ceiling(run, batches, batch_size, win, clock)
@@ -248,6 +248,9 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress) -> No
 
         result.trace = capture(run, batches, win.get("profile_steps", 3), req["trace_path"])
     result.outcome = "ok"
+    if compile_watch.hits:
+        result.outcome = "compile_fallback"
+        result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
 
 
 def loader_ceiling(batches: Any, batch_size: int, win: dict[str, Any]) -> float:
@@ -265,8 +268,7 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
                     clock: Clock) -> float:
     """Seed 003's mock loader: one batch kept on the device, the step alone. Samples/sec the
     model can train at with a free input pipeline."""
-    inputs, targets = run.to_device(*next(batches))
-    run.step(inputs, targets)
+    inputs, targets = run.to_device(*next(batches))  # the model is warm: no extra warm-up
     clock.sync(run.device)
     n, start = 0, time.perf_counter()
     while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
@@ -278,18 +280,25 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
     return n * batch_size / (time.perf_counter() - start)
 
 
-def _note_compile(result: WindowResult) -> None:
-    """torch.compile that hit its recompile limit silently runs eager: flag it, since the
-    measured figure is then not the compiled one."""
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:  # pragma: no cover
-        return
-    hits = sum(v for k, v in counters.get("recompile_limit", {}).items()) if "recompile_limit" in counters else 0
-    unimplemented = counters.get("unimplemented", {})
-    if hits or any("cache_size_limit" in str(k) or "recompile_limit" in str(k) for k in unimplemented):
-        result.outcome = "compile_fallback"
-        result.error = "torch.compile hit its recompile limit and fell back to eager"
+class CompileWatch(logging.Handler):
+    """torch.compile that hits its recompile limit logs one warning and silently runs eager
+    from then on; the measured figure is then not the compiled one, so the trial is flagged."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("torch._dynamo hit config."):
+            self.hits.append(message.splitlines()[0])
+
+    def __enter__(self) -> CompileWatch:
+        logging.getLogger("torch._dynamo").addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        logging.getLogger("torch._dynamo").removeHandler(self)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -304,11 +313,13 @@ def main(request_path: str, result_path: str) -> int:
     result = WindowResult()
     progress = Progress(req.get("progress_path"))
     device = torch.device(req["device"])
-    with PeakRSS() as rss:
+    with PeakRSS() as rss, CompileWatch() as compile_watch:
         try:
-            measure(req, result, progress)
+            measure(req, result, progress, compile_watch)
         except NonFiniteLoss as exc:
             result.outcome, result.error = "nan", str(exc)
+        except CaptureFailed as exc:
+            result.outcome, result.error = "capture_failed", str(exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded outcome
             result.outcome = "oom" if is_oom(exc) else "crash"
             result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

@@ -139,3 +139,25 @@ class SlowStep(MLPWorkload):
 
 def pid_file_env() -> str:
     return os.environ.get("AUTOTUNE_TEST_PIDFILE", "")
+
+
+class _Counting(torch.nn.Module):
+    """Each call bakes a new Python int into the graph: dynamo recompiles every step."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.inner(x) * (1.0 + self.calls * 1e-6)
+
+
+class Recompiles(MLPWorkload):
+    """torch.compile hits its recompile limit after 2 graphs and silently runs eager."""
+
+    def model(self) -> torch.nn.Module:
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = 2
+        return _Counting(super().model())

@@ -1,0 +1,115 @@
+"""Many workers on one study, on a real PostgreSQL server (and the journal file storage)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import PG_PASSWORD, ROOT, TINY_ARGS, run_cli
+
+WORKER = [sys.executable, "-c", "from autotune.cli import main; main()"]
+
+
+def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([*WORKER, *args], cwd=cwd, env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT)
+
+
+def _check_study(url: str, name: str, expect: int) -> list[optuna.trial.FrozenTrial]:
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    finished = [t for t in trials if t.state.is_finished()]
+    assert len(finished) == expect, [(t.number, t.state, t.user_attrs.get("reason")) for t in trials]
+    assert len({t.number for t in trials}) == len(trials)
+    # No configuration was measured twice: a repeat is a recorded copy of the first.
+    measured = [tuple(sorted(t.user_attrs["knobs"].items())) for t in finished
+                if "duplicate_of" not in t.user_attrs and t.user_attrs.get("source") != "requeue"]
+    assert len(measured) == len(set(measured))
+    return trials
+
+
+def _no_secret(tmp_path: Path) -> None:
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert PG_PASSWORD not in path.read_text(errors="ignore"), path
+
+
+@pytest.mark.postgres
+def test_four_workers_share_one_postgres_study(pg_server, tmp_path: Path) -> None:
+    url = pg_server("four")
+    args = ["workload=mlp", "device=cpu", "study.name=shared", "study.n_trials=5",
+            "study.agent=false", f"study.storage={url}", *TINY_ARGS]
+    procs = [_spawn(args, tmp_path, tmp_path / f"worker{i}.log") for i in range(4)]
+    codes = [p.wait(timeout=600) for p in procs]
+    logs = "".join((tmp_path / f"worker{i}.log").read_text() for i in range(4))
+    assert codes == [0, 0, 0, 0], logs[-3000:]
+    _check_study(url, "shared", 20)
+    assert "***" in logs and PG_PASSWORD not in logs
+    _no_secret(tmp_path)
+
+
+@pytest.mark.postgres
+def test_a_killed_worker_does_not_stall_the_others(pg_server, tmp_path: Path) -> None:
+    url = pg_server("killone")
+    args = ["workload._target_=tests.workloads_faulty.SlowStep", "+workload.sleep_ms=150",
+            "device=cpu", "study.name=k", "study.n_trials=4", "study.agent=false",
+            f"study.storage={url}", *TINY_ARGS]
+    victim = _spawn(args, tmp_path, tmp_path / "victim.log")
+    deadline = time.time() + 180
+    running = None
+    while running is None and time.time() < deadline:
+        time.sleep(0.5)
+        try:
+            trials = optuna.load_study(study_name="k", storage=url).get_trials()
+        except Exception:  # noqa: BLE001 - study not created yet
+            continue
+        running = next((t for t in trials if t.state == TrialState.RUNNING
+                        and t.user_attrs.get("owner_pid") == victim.pid), None)
+    assert running is not None
+    window = psutil.Process(victim.pid).children(recursive=True)
+    others = [_spawn(args, tmp_path, tmp_path / f"w{i}.log") for i in range(2)]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    codes = [p.wait(timeout=600) for p in others]
+    assert codes == [0, 0]
+    trials = optuna.load_study(study_name="k", storage=url).get_trials()
+    lost = trials[running.number]
+    assert lost.state == TrialState.FAIL and lost.user_attrs["outcome"] == "driver_lost"
+    assert any(t.user_attrs.get("requeue_of") == running.number and t.state.is_finished()
+               for t in trials)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert sum(1 for t in trials if t.user_attrs.get("owner_pid") in [p.pid for p in others]) == 8
+    time.sleep(0.5)
+    assert not [p for p in window if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.postgres
+def test_workers_option_runs_worker_processes(pg_server, tmp_path: Path) -> None:
+    url = pg_server("opt")
+    proc = run_cli(["workload=mlp", "device=cpu", "workers=2", "study.name=w2", "study.n_trials=4",
+                    f"study.storage={url}", *TINY_ARGS], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    trials = _check_study(url, "w2", 4)
+    assert len({t.user_attrs["owner_pid"] for t in trials}) == 2
+    assert (tmp_path / "studies" / "w2" / "best.yaml").exists()
+    _no_secret(tmp_path)
+
+
+def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
+    url = f"journal:{tmp_path}/journal.log"
+    proc = run_cli(["workload=mlp", "device=cpu", "workers=2", "study.name=j", "study.n_trials=3",
+                    f"study.storage={url}", *TINY_ARGS], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    from autotune.storage import open_storage
+
+    _check_study(open_storage(url), "j", 3)
