@@ -8,6 +8,7 @@ exit with code 2. No study data is touched before the config is known to be good
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -64,6 +65,10 @@ def _app(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    # A user workload is imported by its dotted path from where the command is typed, as a
+    # `python -m` run would; a console script alone would only see installed packages.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     check_overrides(sys.argv[1:])
     register_configs()

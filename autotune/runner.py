@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from autotune.env import child_environ
+from autotune.launch import TrialProcess
 from autotune.result import WindowResult
 
 STDERR_TAIL_LINES = 30
@@ -56,18 +54,7 @@ class Watch:
     ceilings: dict[str, float] = field(default_factory=dict)
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: if the driver is SIGKILLed, the kernel kills the window too
-    (its DataLoader workers notice their parent is gone and exit on their own)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the next driver reaps the trial instead
-        pass
-
-
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+def kill_tree(proc: TrialProcess) -> None:
     """Kill the child's whole process group, and any descendant that left it (setsid)."""
     try:
         descendants = psutil.Process(proc.pid).children(recursive=True)
@@ -98,6 +85,7 @@ def run_window(
 
     ``on_progress`` may return a reason to stop the trial early (it then ends ``pruned``).
     """
+    trial_dir = trial_dir.resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     request_path, result_path = trial_dir / "request.json", trial_dir / "result.json"
     progress_path, stderr_path = trial_dir / "progress.json", trial_dir / "stderr.log"
@@ -112,43 +100,36 @@ def run_window(
     request_path.write_text(json.dumps(payload, indent=1))
     timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
 
-    with open(stderr_path, "wb") as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.window", str(request_path), str(result_path)],
-            stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=child_environ(req.env), preexec_fn=_die_with_parent,
-        )
-        watch, last_change, seen = Watch(), start, None
-        ended_by: str | None = None
-        while proc.poll() is None:
-            time.sleep(poll_s)
-            now = time.monotonic()
-            stop = stop_requested()
-            if stop:
-                kill_tree(proc)
-                raise Interrupted(stop)
-            beat = _read_progress(progress_path)
-            if beat is not None and beat != seen:
-                seen, last_change = beat, now
-                watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
-                              beat.get("ceilings", {}))
-                if on_progress is not None:
-                    reason = on_progress(watch)
-                    if reason:
-                        ended_by = f"pruned: {reason}"
-                        break
-            if now - start > timeout_s:
-                ended_by = f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})"
-                break
-            if now - last_change > stall_s:
-                ended_by = f"stalled: no progress for {stall_s:.0f}s (at {watch.stage} step {watch.step})"
-                break
-        if ended_by is not None:
+    start = time.monotonic()
+    proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
+    watch, last_change, seen = Watch(), start, None
+    ended_by: str | None = None
+    while proc.poll() is None:
+        time.sleep(poll_s)
+        now = time.monotonic()
+        stop = stop_requested()
+        if stop:
             kill_tree(proc)
-        else:
-            # The result is written; reap stragglers the child left behind (e.g. a grandchild).
-            kill_tree(proc)
+            raise Interrupted(stop)
+        beat = _read_progress(progress_path)
+        if beat is not None and beat != seen:
+            seen, last_change = beat, now
+            watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
+                          beat.get("ceilings", {}))
+            if on_progress is not None:
+                reason = on_progress(watch)
+                if reason:
+                    ended_by = f"pruned: {reason}"
+                    break
+        if now - start > timeout_s:
+            ended_by = f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})"
+            break
+        if now - last_change > stall_s:
+            ended_by = f"stalled: no progress for {stall_s:.0f}s (at {watch.stage} step {watch.step})"
+            break
+    # Ended, stopped or finished: kill the group either way, which also reaps anything the
+    # child left behind (a grandchild, a DataLoader worker).
+    kill_tree(proc)
     wall = time.monotonic() - start
     return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
 

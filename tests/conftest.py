@@ -52,60 +52,17 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str
 PG_PASSWORD = "pw-SENTINEL-7f3a"  # grep for it: it must never reach studies/ or logs
 
 
-def _pg_bindir() -> Path | None:
-    import glob
-    import shutil
-
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).resolve().parent
-    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    return Path(dirs[-1]) if dirs else None
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """(url_for(dbname), admin) for a private PostgreSQL cluster started for this session.
+    """url_for(dbname) on a private PostgreSQL cluster started for this session. Without the
+    PostgreSQL binaries the tests skip, unless AUTOTUNE_REQUIRE_PG=1 (CI), where they fail."""
+    from tests.pgserver import PgServer, pg_bindir
 
-    Uses $AUTOTUNE_TEST_PG_URL instead when set. Without PostgreSQL binaries the tests skip,
-    unless AUTOTUNE_REQUIRE_PG=1 (CI), where they fail."""
-    bindir = _pg_bindir()
-    if bindir is None:
+    if pg_bindir() is None:
         msg = "PostgreSQL not installed (apt-get install postgresql)"
         if os.environ.get("AUTOTUNE_REQUIRE_PG"):
             pytest.fail(msg)
         pytest.skip(msg)
-    data = tmp_path_factory.mktemp("pg") / "data"
-    data.parent.chmod(0o777)
-    as_pg: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
-        as_pg = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    subprocess.run([*as_pg, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                    "--auth-local=trust", "--auth-host=scram-sha-256"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"),
-                    "-w", "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200",
-                    "start"], check=True, capture_output=True)
-
-    def admin(sql: str) -> None:
-        subprocess.run([*as_pg, str(bindir / "psql"), "-h", str(data), "-p", str(port), "-U",
-                        "postgres", "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, capture_output=True)
-
-    admin(f"CREATE ROLE tuner LOGIN PASSWORD '{PG_PASSWORD}'")
-
-    def url_for(db: str) -> str:
-        admin(f"CREATE DATABASE {db} OWNER tuner")
-        return f"postgresql+psycopg://tuner:{PG_PASSWORD}@127.0.0.1:{port}/{db}"
-
-    yield url_for
-    subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                   capture_output=True)
+    server = PgServer(tmp_path_factory.mktemp("pg"), PG_PASSWORD)
+    yield server.url_for
+    server.stop()

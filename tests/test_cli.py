@@ -50,6 +50,12 @@ def test_bad_target_is_explained(tmp_path: Path) -> None:
     assert_usage_error(proc, "colour", "Valid arguments", "hidden")
 
 
+def test_workload_that_raises_when_built(tmp_path: Path) -> None:
+    proc = run_cli(["workload._target_=tests.workloads_faulty.RaisesOnBuild"], tmp_path)
+    assert_usage_error(proc, "RaisesOnBuild", "cannot open /data/train")
+    assert not (tmp_path / "studies").exists() or not list((tmp_path / "studies").rglob("study.db"))
+
+
 def test_knob_invalid_on_this_device(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "knobs.cuda_graphs=true"], tmp_path)
     assert_usage_error(proc, "knobs.cuda_graphs", "CUDA")

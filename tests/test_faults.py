@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import optuna
 import psutil
@@ -21,11 +20,11 @@ F = "workload._target_=tests.workloads_faulty."
 
 def leftovers(since: float) -> list[str]:
     out = []
-    for p in psutil.process_iter(["cmdline", "create_time"]):
+    for p in psutil.process_iter(["name", "cmdline", "create_time"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [])
             if p.info["create_time"] >= since and p.status() != psutil.STATUS_ZOMBIE and (
-                "autotune.window" in cmd or "time.sleep(3600)" in cmd
+                p.info["name"] == "autotune-trial" or "time.sleep(3600)" in cmd
             ):
                 out.append(f"{p.pid} {cmd[:80]}")
         except psutil.Error:
@@ -35,8 +34,10 @@ def leftovers(since: float) -> list[str]:
 
 def run_fault(tmp_path: Path, args: list[str], name: str = "fault") -> optuna.trial.FrozenTrial:
     since = time.time() - 1
+    limits = [] if any(a.startswith("window.stall_s") for a in args) else [
+        "window.stall_s=10", "window.timeout_s=60"]
     proc = run_cli([*args, "device=cpu", f"study.name={name}", "study.n_trials=1", *TINY_ARGS,
-                    "window.stall_s=5", "window.timeout_s=60"], tmp_path, timeout=300)
+                    *limits], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     study = optuna.load_study(study_name=name,
                               storage=f"sqlite:///{tmp_path}/studies/{name}/study.db")
@@ -54,11 +55,13 @@ def run_fault(tmp_path: Path, args: list[str], name: str = "fault") -> optuna.tr
         ([F + "HangingStep"], TrialState.FAIL, "stalled", "no progress"),
         ([F + "HangingLoader", "knobs.num_workers=2"], TrialState.FAIL, "stalled", "no progress"),
         ([F + "HangingLoader", "knobs.num_workers=0"], TrialState.FAIL, "stalled", "no progress"),
-        ([F + "SegfaultingWorker", "knobs.num_workers=1"], TrialState.FAIL, "crash", "crash"),
+        # torch notices a dead worker on its own status poll (every 5 s): give it the time.
+        ([F + "SegfaultingWorker", "knobs.num_workers=1", "window.stall_s=40"], TrialState.FAIL,
+         "crash", "DataLoader worker"),
         ([F + "SegfaultingStep"], TrialState.FAIL, "crash", "SIGSEGV"),
         ([F + "SpawnsGrandchild", "+workload.pid_file=gc.pid"], TrialState.FAIL, "stalled", "no progress"),
         ([F + "NaNLoss"], TrialState.FAIL, "nan", "loss is nan"),
-        ([F + "RaisesOnBuild"], TrialState.FAIL, "crash", "cannot open /data/train"),
+        ([F + "RaisesInDataset"], TrialState.FAIL, "crash", "cannot open /data/train"),
     ],
     ids=["oom", "hung-step", "hung-worker", "hung-loader", "segfault-worker", "segfault-step",
          "grandchild", "nan", "raising-workload"],
@@ -88,8 +91,8 @@ def test_over_the_memory_limit_is_infeasible_never_best(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_recompile_limit_fallback_is_flagged(tmp_path: Path) -> None:
-    trial = run_fault(tmp_path, [F + "Recompiles", "knobs.compile=default", "window.timeout_s=240",
-                                 "window.stall_s=200"])
+    trial = run_fault(tmp_path, [F + "Recompiles", "knobs.compile=default", "window.stall_s=200",
+                                 "window.timeout_s=300"])
     assert trial.user_attrs["outcome"] == "compile_fallback", trial.user_attrs["reason"]
     assert "recompile_limit" in trial.user_attrs["reason"]
     assert trial.state == TrialState.FAIL

@@ -60,14 +60,14 @@ def test_channels_last_applies_to_model_and_inputs(cpu_env: Env) -> None:
     assert seen == [True]
 
 
-def test_amp_dtype_is_seen_in_the_forward(cpu_env: Env) -> None:
+@pytest.mark.parametrize("amp,dtype", [("bf16", torch.bfloat16), ("off", torch.float32)])
+def test_amp_dtype_is_seen_in_the_forward(cpu_env: Env, amp: str, dtype: torch.dtype) -> None:
     wl = MLPWorkload(n_samples=64)
-    for amp, dtype in (("bf16", torch.bfloat16), ("off", torch.float32)):
-        run = Training(wl, knobs_for(cpu_env, wl, amp=amp), "cpu")
-        dtypes: list[torch.dtype] = []
-        run.model[0].register_forward_hook(lambda m, a, out: dtypes.append(out.dtype))
-        one_step(run)
-        assert dtypes == [dtype], amp
+    run = Training(wl, knobs_for(cpu_env, wl, amp=amp), "cpu")
+    dtypes: list[torch.dtype] = []
+    run.model[0].register_forward_hook(lambda m, a, out: dtypes.append(out.dtype))
+    one_step(run)
+    assert dtypes == [dtype]
 
 
 def test_uint8_transfer_ships_bytes_and_normalizes_on_device(cpu_env: Env) -> None:

@@ -121,7 +121,16 @@ class SpawnsGrandchild(MLPWorkload):
 
 
 class RaisesOnBuild(MLPWorkload):
+    """Fails when constructed: the driver reports it before any trial runs."""
+
     def __init__(self, **kw: Any):
+        raise RuntimeError("cannot open /data/train: no such file")
+
+
+class RaisesInDataset(MLPWorkload):
+    """Constructs fine, then fails inside the trial when its data is opened."""
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
         raise RuntimeError("cannot open /data/train: no such file")
 
 
