@@ -114,7 +114,7 @@ def run(cfg: Config, overrides: list[str]) -> int:
     _print_header(setup, workers, n_trials)
     from autotune.parallel import run_study
 
-    return run_study(setup, storage, n_trials, workers)
+    return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
 
 
 def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:

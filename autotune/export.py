@@ -39,10 +39,19 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def metrics(t: FrozenTrial) -> dict[str, Any]:
+def metrics(t: FrozenTrial, confirmed: float | None = None,
+            runs: list[float] | None = None) -> dict[str, Any]:
+    """A trial's figures. ``samples_per_sec`` is the confirmation runs' median when there are
+    some (what production can expect), else the trial's own; the search figure stays beside."""
     a = t.user_attrs
+    search = _num(a.get("samples_per_sec"))
+    extra: dict[str, Any] = {}
+    if confirmed is not None and runs:
+        extra = {"search_samples_per_sec": search, "confirm_runs": runs,
+                 "confirm_spread_pct": round(100 * (max(runs) - min(runs)) / confirmed, 1)}
     return {
-        "samples_per_sec": _num(a.get("samples_per_sec")),
+        "samples_per_sec": _num(confirmed) if confirmed is not None else search,
+        **extra,
         "step_time_ms": _num((a.get("step_ms") or {}).get("median")),
         "step_time_p10_ms": _num((a.get("step_ms") or {}).get("p10")),
         "step_time_p90_ms": _num((a.get("step_ms") or {}).get("p90")),
@@ -93,6 +102,9 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         return None
     base = baseline_trial(study)
     attrs = study.user_attrs
+    conf = attrs.get("confirmation") or {}
+    if conf.get("best_trial") != best.number or "best_samples_per_sec" not in conf:
+        conf = {}  # confirms an earlier best, or failed: the search figures stand alone
     dev = attrs.get("device", {})
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -105,9 +117,13 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
             "cuda": dev.get("cuda_version"),
         },
         "knobs": dict(best.user_attrs["knobs"]),
-        "metrics": metrics(best),
-        "baseline": metrics(base) if base else None,
-        "speedup": (
+        "metrics": metrics(best, conf.get("best_samples_per_sec"), conf.get("best_runs")),
+        "baseline": (metrics(base, conf.get("baseline_samples_per_sec"), conf.get("baseline_runs"))
+                     if base else None),
+        "speedup": conf.get("speedup") or (
+            round(best.value / base.value, 3) if base and base.value and best.value else None
+        ),
+        "speedup_search": (
             round(best.value / base.value, 3) if base and base.value and best.value else None
         ),
         "ceilings": {k: round(v, 2) for k, v in (best.user_attrs.get("ceilings") or {}).items()},

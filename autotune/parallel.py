@@ -19,6 +19,7 @@ from typing import Any
 
 import optuna
 
+from autotune.confirm import confirm
 from autotune.env import child_environ
 from autotune.export import best_document, counts, write_exports
 from autotune.report import print_summary
@@ -58,12 +59,20 @@ def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
     return 0
 
 
-def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
+def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
+              confirm_runs: int = 0) -> int:
     if workers == 1:
         code = run_worker(setup, storage, n_trials)
     else:
         code = _run_processes(setup, n_trials, workers)
     study = optuna.load_study(study_name=setup.name, storage=storage)
+    if code == 0 and confirm_runs:
+        with StopFlag() as stop:
+            try:
+                confirm(setup, study, confirm_runs, stop)
+            except Interrupted:
+                log.warning("confirmation interrupted; best.yaml keeps the search figures")
+                code = 130 if stop.reason == "SIGINT" else 143
     write_exports(study, setup.out_dir, str(setup.storage))
     print_summary(best_document(study, str(setup.storage)), counts(study), setup)
     return code

@@ -26,8 +26,8 @@ COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "amp", "compile", "cuda_graphs"
                  "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
                  "non_blocking")
 # A ceiling must be this far below the best before it condemns a trial (ceilings are measured
-# in isolation over a short window, and are noisy by a few percent).
-CEILING_MARGIN = 0.97
+# in isolation over a short window; on a shared 2-core VM they vary by ~10% run to run).
+CEILING_MARGIN = 0.9
 
 
 def ceiling_key(kind: str, knobs: Mapping[str, Any]) -> str:

@@ -31,6 +31,10 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         else:
             b, a = _fmt(base.get(key), unit), _fmt(best.get(key), unit)
         print(f"  {label:20s} {b:>14s} {a:>14s}")
+    if best.get("confirm_runs"):
+        print(f"  samples/sec above are the medians of re-runs: best {best['confirm_runs']}, "
+              f"baseline {base.get('confirm_runs')} (search figures: "
+              f"{best.get('search_samples_per_sec'):,.2f} and {base.get('search_samples_per_sec') or 0:,.2f})")
     if doc.get("speedup"):
         print(f"  speedup: {doc['speedup']:.2f}x over the baseline")
     baseline_knobs = setup.space.baseline
