@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -59,9 +60,21 @@ def _app(cfg: DictConfig) -> None:
         task_overrides = list(HydraConfig.get().overrides.task)
     except ValueError:
         task_overrides = []
-    code = run(config, task_overrides)
+    try:
+        code = run(config, task_overrides)
+    except Exception:  # noqa: BLE001 - Hydra would print the overrides, storage password included
+        secret = _password(config.study.storage or os.environ.get("AUTOTUNE_STORAGE"))
+        text = traceback.format_exc()
+        print(text.replace(secret, "***") if secret else text, file=sys.stderr)
+        code = 1
     if code:
         sys.exit(code)
+
+
+def _password(url: str | None) -> str | None:
+    from autotune.storage import password_of
+
+    return password_of(url) if url else None
 
 
 def main() -> None:

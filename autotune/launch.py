@@ -3,7 +3,7 @@
 Every trial still gets a fresh process of its own (own session and process group, own CUDA
 context), but it starts in milliseconds instead of re-importing torch (seconds per trial). The
 server imports modules only: it never runs a torch op or touches CUDA, so forking from it is
-safe. If the driver dies, the server exits and the kernel kills its trial (parent-death signal).
+safe. If the driver dies, the trial notices within a second and kills its own process group.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
@@ -44,10 +46,35 @@ def _prctl(option: int, arg: Any) -> None:
         pass
 
 
-def _trial_entry(request: str, result: str, log: str, env: dict[str, str]) -> None:
-    """In the new process: detach into its own session, die with the server, log to a file."""
+def _follow_driver(driver_pid: int, interval_s: float = 1.0) -> None:
+    """If the driver is killed (even by SIGKILL), end this trial's whole process group.
+
+    The fork server cannot do it for us: Python hands every forked child the server's
+    keep-alive pipe, so the server outlives the driver for as long as a trial runs."""
+    while True:
+        time.sleep(interval_s)
+        if not _alive(driver_pid):
+            os.killpg(0, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely an unreaped zombie."""
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except ProcessLookupError:
+        return False
+    except OSError:  # no /proc: existence is all we can tell
+        return True
+
+
+def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
+                 driver_pid: int) -> None:
+    """In the new process: detach into its own session, die with the driver, log to a file."""
     os.setsid()
-    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server too
+    threading.Thread(target=_follow_driver, args=(driver_pid,), daemon=True).start()
     _prctl(15, ctypes.c_char_p(PROCESS_NAME))  # PR_SET_NAME
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -68,8 +95,8 @@ class TrialProcess:
     """A started trial: a Popen-like view of a fork-server child."""
 
     def __init__(self, request: str, result: str, log: str, env: dict[str, str]):
-        self._proc = context().Process(target=_trial_entry, args=(request, result, log, env),
-                                       daemon=False)
+        self._proc = context().Process(target=_trial_entry,
+                                       args=(request, result, log, env, os.getpid()), daemon=False)
         self._proc.start()
         self.pid: int = self._proc.pid  # also its session and process-group id
 

@@ -8,7 +8,9 @@ one machine.
 from __future__ import annotations
 
 import os
+import random
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +54,22 @@ def open_storage(url: str) -> Any:
             return JournalStorage(JournalFileBackend(path))
         except Exception as exc:  # noqa: BLE001
             raise StorageError(f"journal storage {path!r} could not be opened: {exc}") from None
-    try:
-        return optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=_engine_kwargs(url),
-            heartbeat_interval=None,
-        )
-    except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors vary by backend
-        raise StorageError(_explain(url, exc)) from None
+    for attempt in range(6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors vary by backend
+            # Workers started together on an empty database race to create its tables; the
+            # losers see a unique-key violation and simply retry against the finished schema.
+            if attempt < 5 and _is_schema_race(exc):
+                time.sleep(0.5 + random.random() * 2)
+                continue
+            raise StorageError(_explain(url, exc)) from None
+    raise AssertionError("unreachable")
+
+
+def _is_schema_race(exc: Exception) -> bool:
+    text = str(exc)
+    return "UniqueViolation" in text or "duplicate key" in text or "already exists" in text
 
 
 def repair_torn_journal(path: Path) -> Path | None:
@@ -109,7 +119,7 @@ def _explain(url: str, exc: Exception) -> str:
         where = "the storage"
     detail = " ".join(str(exc).split())
     detail = detail.replace(url, redact(url))
-    password = _password(url)
+    password = password_of(url)
     if password:
         detail = detail.replace(password, "***")
     detail = detail.split("(Background on this error")[0][:400]
@@ -121,6 +131,6 @@ def _explain(url: str, exc: Exception) -> str:
     )
 
 
-def _password(url: str) -> str | None:
+def password_of(url: str) -> str | None:
     m = re.search(r"://[^:/@]*:([^@]*)@", url)
     return m.group(1) if m else None

@@ -113,15 +113,19 @@ def owner() -> dict[str, Any]:
             "owner_start": round(me.create_time(), 3)}
 
 
-def owner_alive(attrs: dict[str, Any], now: float) -> bool:
-    """Is the driver that owns a RUNNING trial still alive?"""
+def owner_alive(trial: FrozenTrial, now: float) -> bool:
+    """Is the driver that owns a RUNNING trial still alive? A trial so new that its owner has
+    not stamped it yet counts from its start time."""
+    attrs = trial.user_attrs
     if attrs.get("owner_host") == socket.gethostname() and "owner_pid" in attrs:
         try:
             proc = psutil.Process(int(attrs["owner_pid"]))
-            return abs(proc.create_time() - float(attrs.get("owner_start", 0))) < 1.0
         except psutil.Error:
             return False
-    return now - float(attrs.get("heartbeat", 0)) < GRACE_S
+        start = attrs.get("owner_start")  # absent for a moment while the owner stamps it
+        return start is None or abs(proc.create_time() - float(start)) < 1.0
+    started = trial.datetime_start.timestamp() if trial.datetime_start else now
+    return now - float(attrs.get("heartbeat", started)) < GRACE_S
 
 
 def reap_lost_trials(study: optuna.Study) -> list[int]:
@@ -129,7 +133,7 @@ def reap_lost_trials(study: optuna.Study) -> list[int]:
     configuration once more. Safe to race: only the worker whose state change wins re-queues."""
     storage, now, reaped = study._storage, time.time(), []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if owner_alive(t.user_attrs, now):
+        if owner_alive(t, now):
             continue
         try:
             storage.set_trial_user_attr(t._trial_id, "outcome", "driver_lost")
@@ -145,11 +149,19 @@ def reap_lost_trials(study: optuna.Study) -> list[int]:
 
 
 def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTrial | None:
-    """An earlier trial with exactly these knobs whose outcome we can reuse (or wait for)."""
+    """A trial with exactly these knobs whose outcome we can reuse (or wait for).
+
+    Two workers may draw the same configuration at the same moment; of two RUNNING twins the
+    later-numbered one waits, unless the other has already decided to run (``measuring``), so
+    that neither waits for the other."""
     for t in study.get_trials(deepcopy=False):
         if t.number == number or t.user_attrs.get("knobs") != knobs:
             continue
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
+        if t.state == TrialState.RUNNING:
+            if t.number < number or t.user_attrs.get("measuring"):
+                return t
+            continue
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             return t
         if t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in ("driver_lost", "interrupted"):
             return t
@@ -207,16 +219,17 @@ class Driver:
     def run_one(self, stop: StopFlag) -> FrozenTrial:
         s, study = self.setup, self.study
         trial = study.ask()
+        for k, v in {**owner(), "heartbeat": time.time()}.items():  # first: others may reap
+            trial.set_user_attr(k, v)
         knobs = s.space.suggest(trial)
         trial.set_user_attr("knobs", knobs)
         trial.set_user_attr("source", trial.user_attrs.get("source", "sampler"))
-        for k, v in {**owner(), "heartbeat": time.time()}.items():
-            trial.set_user_attr(k, v)
 
         log.info("trial %d (%s): %s", trial.number, trial.user_attrs["source"], _short(knobs, s.space))
         twin = twin_of(study, knobs, trial.number)
         if twin is not None:
             return self._copy_twin(trial, twin)
+        trial.set_user_attr("measuring", True)
 
         known = cached_ceilings(study, knobs)
         why = ceiling_verdict(known, best_value(study)) if s.prune else None
@@ -246,7 +259,14 @@ class Driver:
             study.tell(trial, state=TrialState.FAIL)
             self._after(trial)
             raise
-        return self.tell(trial, result)
+        try:
+            return self.tell(trial, result)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker reaped it (its heartbeat looked stale: a suspended host, a stalled
+            # storage). Its configuration was re-queued there; this measurement is dropped.
+            log.warning("trial %d was failed by another worker while it ran; result dropped",
+                        trial.number)
+            return self.study._storage.get_trial(trial._trial_id)
 
     def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
         """While the window runs: prune on a measured ceiling below the best, or on a measured
@@ -328,7 +348,7 @@ class Driver:
         while twin.state == TrialState.RUNNING:
             time.sleep(1.0)
             twin = self.study._storage.get_trial(twin._trial_id)
-            if not owner_alive(twin.user_attrs, time.time()):
+            if not owner_alive(twin, time.time()):
                 reap_lost_trials(self.study)
         for key in ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb",
                     "compile_s", "final_loss", "timers", "diagnosis", "wall_s", "chunks",

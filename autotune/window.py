@@ -14,9 +14,9 @@ import json
 import logging
 import math
 import os
+import resource
 import statistics
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -45,6 +45,7 @@ class Progress:
         self.last = 0.0
         self.chunks: list[float] = []
         self.ceilings: dict[str, float] = {}
+        self.peak_rss = 0
 
     def beat(self, stage: str, step: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -58,39 +59,33 @@ class Progress:
         os.replace(tmp, self.path)
 
 
-class PeakRSS:
-    """Peak resident memory of this process plus its children (DataLoader workers), sampled.
-    Sums RSS, so pages shared after fork count once per worker: an upper bound."""
+def peak_rss_bytes() -> int:
+    """Memory of the trial and its DataLoader workers, read from /proc at the window's edges
+    (nothing samples during the window). The proportional set sizes (Pss) of all of them add
+    up without counting pages shared after fork twice; the kernel's high-water mark of this
+    process (VmHWM - VmRSS) adds how far it was above its current size at its peak."""
+    me = os.getpid()
+    hwm, rss = _proc_field(me, "status", "VmHWM:"), _proc_field(me, "status", "VmRSS:")
+    total = _proc_field(me, "smaps_rollup", "Pss:") + max(0, hwm - rss)
+    if not total:  # not Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        for child in psutil.Process().children(recursive=True):
+            total += _proc_field(child.pid, "smaps_rollup", "Pss:")
+    except psutil.Error:
+        pass
+    return total
 
-    def __init__(self, interval_s: float = 0.05):
-        self.peak = 0
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> int:
-        me = psutil.Process()
-        total = me.memory_info().rss
-        for child in me.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._sample())
+def _proc_field(pid: int, name: str, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/{name}") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 class Clock:
@@ -240,6 +235,7 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     }
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
 
+    progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
     if wanted.get("compute"):
         result.ceilings["compute"] = compute_ceiling(run, batches, batch_size, win, clock)
 
@@ -313,7 +309,7 @@ def main(request_path: str, result_path: str) -> int:
     result = WindowResult()
     progress = Progress(req.get("progress_path"))
     device = torch.device(req["device"])
-    with PeakRSS() as rss, CompileWatch() as compile_watch:
+    with CompileWatch() as compile_watch:
         try:
             measure(req, result, progress, compile_watch)
         except NonFiniteLoss as exc:
@@ -327,7 +323,7 @@ def main(request_path: str, result_path: str) -> int:
     if device.type == "cuda":
         result.peak_memory_gb = torch.cuda.max_memory_reserved(device) / 2**30
     else:
-        result.peak_memory_gb = rss.peak / 2**30
+        result.peak_memory_gb = max(progress.peak_rss, peak_rss_bytes()) / 2**30
     tmp = Path(result_path + ".tmp")
     tmp.write_text(result.to_json())
     os.replace(tmp, result_path)

@@ -107,7 +107,7 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        pg = PgServer(tmp / "pg", "bench-pw")
+        pg = PgServer("bench-pw")
         try:
             t_over, s_wall = overshoot(a.runs, tmp)
             print("timeout overshoot", t_over, "stall walls", s_wall, flush=True)

@@ -53,7 +53,7 @@ PG_PASSWORD = "pw-SENTINEL-7f3a"  # grep for it: it must never reach studies/ or
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def pg_server() -> Any:
     """url_for(dbname) on a private PostgreSQL cluster started for this session. Without the
     PostgreSQL binaries the tests skip, unless AUTOTUNE_REQUIRE_PG=1 (CI), where they fail."""
     from tests.pgserver import PgServer, pg_bindir
@@ -63,6 +63,6 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         if os.environ.get("AUTOTUNE_REQUIRE_PG"):
             pytest.fail(msg)
         pytest.skip(msg)
-    server = PgServer(tmp_path_factory.mktemp("pg"), PG_PASSWORD)
+    server = PgServer(PG_PASSWORD)
     yield server.url_for
     server.stop()

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 
@@ -26,13 +27,16 @@ def _free_port() -> int:
 
 
 class PgServer:
-    def __init__(self, workdir: Path, password: str, user: str = "tuner"):
+    def __init__(self, password: str, user: str = "tuner"):
         bindir = pg_bindir()
         if bindir is None:
             raise RuntimeError("PostgreSQL binaries not found (apt-get install postgresql)")
         self.bin, self.user, self.password = bindir, user, password
-        workdir.chmod(0o777)
-        self.data = workdir / "data"
+        # A directory of its own under /tmp: the server's user must be able to reach it (pytest's
+        # tmp_path sits under a 0700 directory of ours).
+        self.root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+        self.root.chmod(0o777)
+        self.data = self.root / "data"
         # initdb refuses to run as root: run the server as the postgres user then.
         self.as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         self.port = _free_port()
@@ -57,3 +61,4 @@ class PgServer:
     def stop(self) -> None:
         subprocess.run([*self.as_pg, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m",
                         "immediate", "stop"], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
