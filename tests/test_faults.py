@@ -101,6 +101,7 @@ def test_recompile_limit_fallback_is_flagged(tmp_path: Path) -> None:
 def test_torn_journal_is_repaired_and_resumed(tmp_path: Path) -> None:
     journal = tmp_path / "j.log"
     args = ["workload=mlp", "device=cpu", "study.name=torn", f"study.storage=journal:{journal}",
+            "study.prune=false", "study.agent=false",
             *TINY_ARGS]
     assert run_cli([*args, "study.n_trials=1"], tmp_path).returncode == 0
     good = journal.read_bytes()
