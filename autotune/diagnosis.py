@@ -196,8 +196,11 @@ def _pct(x: float | None) -> str:
 
 def _input_fixes(f: _Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, Any]) -> None:
     w = _more_workers(knobs)
+    # New workers come with persistent_workers: without it every epoch start respawns them
+    # (seen on the sleeping-loader benchmark: the unpaired fix cost the agent an extra trial).
     f.add("num_workers", w, f"the step waits on the loader {_pct(ev['data_wait_share'])} of the "
-          f"time: load batches in {w} worker process(es), in parallel with the step")
+          f"time: load batches in {w} worker process(es), in parallel with the step, kept "
+          "alive across epochs", with_={"persistent_workers": True})
     f.add("persistent_workers", True, "keep workers alive across epochs instead of respawning "
           "them (and re-pickling the dataset) at every epoch start")
     pf = _more_prefetch(knobs)
