@@ -88,7 +88,7 @@ def reap_time(url: str, tmp: Path) -> float:
 def throughput(url_for, workers: int, n_trials: int, tmp: Path) -> float:
     url = url_for(f"tpm{workers}")
     args = ["workload=mlp", "device=cpu", f"study.name=tpm{workers}", f"study.storage={url}",
-            f"study.n_trials={n_trials}", "study.agent=false", *TINY]
+            f"study.n_trials={n_trials}", "study.agent=false", "study.confirm_runs=0", *TINY]
     t0 = time.perf_counter()
     procs = [subprocess.Popen([*CLI, *args], cwd=tmp, env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for _ in range(workers)]
