@@ -91,8 +91,8 @@ def _compile(env: Env, wl: Workload) -> Domain:
         return Domain(["off", "default", "reduce-overhead", "max-autotune"])
     return Domain(
         ["off"],
-        "inductor's CPU compile of a training step takes minutes on small hosts; "
-        "pin knobs.compile=default (or a list) to search it on CPU",
+        "not searched on CPU by default: the inductor C++ compile it needs is not amortized "
+        "within a short CPU window; pin knobs.compile=default (or a list) to search it",
     )
 
 

@@ -171,8 +171,3 @@ def test_invalid_pin_names_valid_values(cpu_env: Env) -> None:
     assert "CUDA only" in str(err.value)
     with pytest.raises(KnobError, match="amp"):
         build_space(cpu_env, MLPWorkload(), {"amp": "fp8"})
-
-
-def test_every_knob_is_documented() -> None:
-    for knob in KNOBS:
-        assert knob.doc and knob.name
