@@ -83,6 +83,11 @@ def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.environ.update(env)  # e.g. CUDA_VISIBLE_DEVICES: read when CUDA initializes, later
+    # A fork-server child inherits "forkserver" as its start method, so its DataLoader workers
+    # would start through a second, empty fork server that re-imports torch: seconds per worker
+    # start (at every epoch without persistent_workers), and semaphores left to the driver's
+    # resource tracker. Production starts them with the interpreter's default; so do trials.
+    multiprocessing.set_start_method(None, force=True)
     from autotune.window import main
 
     code = main(request, result)

@@ -70,7 +70,22 @@ def kill_tree(proc: TrialProcess) -> None:
         except psutil.Error:
             pass
     proc.wait()
-    psutil.wait_procs(descendants, timeout=5)
+    _wait_dead(descendants, timeout_s=5.0)
+
+
+def _wait_dead(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Wait until each process has exited. Orphaned DataLoader workers are reaped by init,
+    which may take a second or more; an exited but unreaped zombie holds no memory or GPU
+    context any more, so it counts as dead (psutil.wait_procs would wait for the reaping)."""
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:  # gone (or its pid reused, which means gone too)
+                break
+            time.sleep(0.01)
 
 
 def run_window(

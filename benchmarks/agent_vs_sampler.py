@@ -54,9 +54,14 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--keep", metavar="DIR", help="keep the studies in DIR (default: a temporary "
+                    "directory, deleted afterwards)")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        if a.keep:
+            tmp = a.keep
+            Path(tmp).mkdir(parents=True, exist_ok=True)
         for seed in a.seeds:
             on = run_study(True, seed, a.trials, Path(tmp))
             off = run_study(False, seed, a.trials, Path(tmp))

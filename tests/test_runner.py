@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,23 @@ def test_segfaulting_dataloader_worker(cpu_env: Env, tmp_path: Path) -> None:
     assert res.outcome == "crash"
     assert "DataLoader worker" in res.error, res.error
     assert no_orphans(since) == []
+
+
+def test_loader_workers_start_as_in_production(cpu_env: Env, tmp_path: Path) -> None:
+    """A trial is a fork-server child; its DataLoader workers must still start the way a
+    production run's do (the interpreter's default method; on Linux up to Python 3.13: forked
+    from the training process). Through a second fork server each worker start costs seconds,
+    at every epoch without persistent_workers, which would skew every num_workers trial."""
+    report = tmp_path / "loader-start"
+    res = run_window(request(cpu_env, FAULTY + "ReportsLoaderStart", report_file=str(report),
+                             knobs={"num_workers": 1, "prefetch_factor": 2}), tmp_path / "t")
+    assert res.outcome == "ok", res.stderr_tail
+    trial_pid, method = report.read_text().split()
+    fresh = subprocess.run([sys.executable, "-c", "import multiprocessing as m; print(m.get_start_method())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert method == fresh
+    if method == "fork":
+        assert (tmp_path / "loader-start.worker").read_text() == trial_pid
 
 
 def test_grandchild_is_killed_with_the_trial(cpu_env: Env, tmp_path: Path) -> None:

@@ -170,3 +170,34 @@ class Recompiles(MLPWorkload):
 
         torch._dynamo.config.recompile_limit = 2
         return _Counting(super().model())
+
+
+class _ReportsWorkerParent(Dataset):
+    """Each item writes the loading process's parent pid to `path` (in a worker: who forked it)."""
+
+    def __init__(self, inner: Dataset, path: str):
+        self.inner, self.path = inner, path
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        with open(self.path, "w") as f:
+            f.write(str(os.getppid()))
+        return self.inner[i]
+
+
+class ReportsLoaderStart(MLPWorkload):
+    """Healthy; records how its DataLoader workers are started: the trial's pid and start
+    method to `report_file`, each worker's parent pid to `report_file`.worker."""
+
+    def __init__(self, report_file: str = "", **kw: Any):
+        super().__init__(**kw)
+        self.report_file = report_file
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        import torch.multiprocessing as mp
+
+        with open(self.report_file, "w") as f:
+            f.write(f"{os.getpid()} {mp.get_start_method()}")
+        return _ReportsWorkerParent(super().dataset(transfer_dtype), self.report_file + ".worker")
