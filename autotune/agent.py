@@ -23,6 +23,17 @@ log = logging.getLogger("autotune")
 SAMPLER_EVERY = 3
 
 
+def _within(space: Space, knob: str, value: Any, current: Any) -> Any:
+    """An integer fix beyond the domain (8 workers on 2 cores) becomes the domain's nearest
+    value in the same direction, if that still changes the knob."""
+    values = space.domains[knob].values
+    if value in values or not isinstance(value, int) or isinstance(value, bool) \
+            or not isinstance(current, int) or not all(isinstance(v, int) for v in values):
+        return value
+    ahead = [v for v in values if (current < v <= value) or (value <= v < current)]
+    return min(ahead, key=lambda v: abs(v - value)) if ahead else value
+
+
 def candidate(space: Space, base: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any] | None:
     """``base`` with one fix applied, if the result is a valid point of the space."""
     knobs = dict(base)
@@ -52,8 +63,10 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
     if best is None or "diagnosis" not in best.user_attrs:
         return None
     diag = best.user_attrs["diagnosis"]
+    base = best.user_attrs["knobs"]
     for fix in diag.get("fixes", []):
-        knobs = candidate(space, best.user_attrs["knobs"], fix)
+        fix = {**fix, "value": _within(space, fix["knob"], fix["value"], base.get(fix["knob"]))}
+        knobs = candidate(space, base, fix)
         if knobs is None or tried(study, knobs):
             continue
         why = (f"trial {best.number} (best, {best.value:,.1f} samples/s) is "

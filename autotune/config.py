@@ -79,6 +79,7 @@ class KnobsConfig:
     optimizer_impl: Any = None
     tf32: Any = None
     cudnn_benchmark: Any = None
+    host_allocator: Any = None
 
 
 @dataclass

@@ -41,14 +41,17 @@ none of the above, GPU idle       cpu_launch_overhead     (host-side Python/laun
 none of the above, no trace       gpu_compute             (assumed; no profiler evidence)
 ================================  ======================  =====================================
 
-On CPU: input_pipeline (same test), then memory, else cpu_compute (bigger batch, channels_last
-for images, bf16 autocast, and one more worker only when the loader wait is still notable).
+On CPU: input_pipeline (same test), then memory, else cpu_compute (bf16 autocast with
+channels_last for images, channels_last, host_allocator=retain when the step faults in more than
+PAGE_FAULTS_PER_STEP pages, a bigger batch, and one more worker only when the loader wait is
+still notable).
 A bigger batch is only suggested while peak memory is below BATCH_HEADROOM_SHARE of the limit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +61,9 @@ from typing import Any
 DATA_WAIT_SHARE = 0.20
 #: On a compute-bound step, a loader wait this large is still worth one more worker.
 DATA_WAIT_NOTABLE = 0.05
+#: Minor page faults per step in the training process (4 KiB each: 1,000 is 4 MiB of memory
+#: mapped and zeroed anew every step). On CPU a step that allocates its activations afresh.
+PAGE_FAULTS_PER_STEP = 1000
 #: Host-to-device copies take this share of the step: copy-bound. Seed 004 flagged 10 of 37 ms.
 H2D_SHARE = 0.20
 #: GPU busy (kernels + copies) at or above this: compute-bound. Seed 000: ">90% GPU utilization".
@@ -133,6 +139,7 @@ def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> di
         "data_wait_share": data_wait,
         "h2d_share": h2d,
         "compute_share": _num(timers.get("compute")),
+        "page_faults_per_step": _num(timers.get("page_faults_per_step")),
         "optimizer_share": _num(timers.get("optimizer")),
         "gpu_busy_pct": _num(trace.get("gpu_busy_pct")),
         "kernels_per_step": _num(trace.get("kernels_per_step")),
@@ -180,6 +187,20 @@ def _more_workers(knobs: Mapping[str, Any]) -> int:
     return max(1, 2 * _int(knobs, "num_workers", 0))
 
 
+def _workers_needed(knobs: Mapping[str, Any], data_wait: float | None) -> int:
+    """Seed 003's split (loader wait vs the step's own time) turned into a worker count.
+
+    With w workers and a share ``data_wait`` of the step spent waiting, one worker takes
+    w / (1 - data_wait) step-computes to load a batch (w = 0, loading in the step's own
+    process: data_wait / (1 - data_wait)); that many workers keep up. Without a usable share,
+    double. The agent caps it at the domain's largest value (e.g. the usable cores)."""
+    w = _int(knobs, "num_workers", 0)
+    if data_wait is None or not 0 <= data_wait < 1:
+        return _more_workers(knobs)
+    need = (w if w > 0 else data_wait) / (1 - data_wait)
+    return max(w + 1, math.ceil(need - 1e-9))
+
+
 def _more_prefetch(knobs: Mapping[str, Any]) -> int | None:
     cur = _int(knobs, "prefetch_factor", 2)  # None (no workers) = DataLoader's default of 2
     return next((v for v in (2, 4, 8) if v > cur), None)
@@ -195,12 +216,11 @@ def _pct(x: float | None) -> str:
 
 
 def _input_fixes(f: _Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, Any]) -> None:
-    w = _more_workers(knobs)
-    # New workers come with persistent_workers: without it every epoch start respawns them
-    # (seen on the sleeping-loader benchmark: the unpaired fix cost the agent an extra trial).
+    w = _workers_needed(knobs, ev["data_wait_share"])
+    # New workers come with persistent_workers: without it every epoch start respawns them.
     f.add("num_workers", w, f"the step waits on the loader {_pct(ev['data_wait_share'])} of the "
-          f"time: load batches in {w} worker process(es), in parallel with the step, kept "
-          "alive across epochs", with_={"persistent_workers": True})
+          f"time: {w} worker process(es) load batches as fast as the step uses them, in "
+          "parallel with it, kept alive across epochs", with_={"persistent_workers": True})
     f.add("persistent_workers", True, "keep workers alive across epochs instead of respawning "
           "them (and re-pickling the dataset) at every epoch start")
     pf = _more_prefetch(knobs)
@@ -394,6 +414,11 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
               with_={"channels_last": True} if images else None)
     if images:
         f.add("channels_last", True, "oneDNN convolutions prefer NHWC (4-D image inputs only)")
+    faults = ev["page_faults_per_step"]
+    if faults is not None and faults >= PAGE_FAULTS_PER_STEP:
+        f.add("host_allocator", "retain", f"{faults:,.0f} page faults per step: the allocator "
+              "unmaps the step's freed tensors and the kernel maps and zeroes them again next "
+              "step; retaining freed memory removes that work")
     if _batch_room(ev):
         b = _int(knobs, "batch_size", 0)
         if b:

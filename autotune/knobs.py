@@ -7,6 +7,7 @@ used by both the trial window and a production run.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,15 @@ def _tf32(env: Env, wl: Workload) -> Domain:
     return Domain([False, True])
 
 
+def _host_allocator(env: Env, wl: Workload) -> Domain:
+    if platform.libc_ver()[0] != "glibc":
+        return Domain(["default"], "needs glibc's mallopt (Linux)")
+    if env.device == "cuda":
+        return Domain(["default"], "searched on CPU, where the step's tensors are host memory; "
+                      "on CUDA they are in PyTorch's caching allocator (pin it to search it)")
+    return Domain(["default", "retain"])
+
+
 def _no_workers(p: Mapping[str, Any]) -> str | None:
     return "only with num_workers > 0" if p.get("num_workers", 0) == 0 else None
 
@@ -162,6 +172,9 @@ KNOBS: list[Knob] = [
     Knob("tf32", "Allow TF32 for float32 matmuls and convolutions.", _tf32, off=False),
     Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
          _cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
+    Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS) or "
+         "retain (keep them for reuse: no page faults for the step's host tensors).",
+         _host_allocator, off="default"),
 ]
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 
@@ -266,6 +279,8 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= (
             0 if knob.name == "num_workers" else 1
         )
+    if knob.name == "host_allocator":
+        return value in ("default", "retain") and "glibc" not in (dom.reason or "")
     if knob.name == "compile":
         return value in ("off", "default", "reduce-overhead", "max-autotune") and (
             len(dom.values) > 1 or "no C/C++ compiler" not in (dom.reason or "")

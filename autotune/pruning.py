@@ -24,7 +24,7 @@ LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_mem
                 "batch_size", "transfer_dtype")
 COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "amp", "compile", "cuda_graphs",
                  "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
-                 "non_blocking")
+                 "non_blocking", "host_allocator")
 # A ceiling must be this far below the best before it condemns a trial (ceilings are measured
 # in isolation over a short window; on a shared 2-core VM they vary by ~10% run to run).
 CEILING_MARGIN = 0.9

@@ -13,6 +13,8 @@ time each one. A production run uses the same object::
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -37,6 +39,23 @@ def apply_backend_flags(knobs: Mapping[str, Any]) -> None:
     torch.backends.cuda.matmul.allow_tf32 = bool(knobs["tf32"])
     torch.backends.cudnn.allow_tf32 = bool(knobs["tf32"])
     torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
+
+
+# glibc mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+
+
+def apply_host_allocator(knobs: Mapping[str, Any]) -> None:
+    """host_allocator=retain: glibc serves blocks above its mmap threshold (up to 32 MiB) with
+    fresh mmaps and unmaps them on free, so a CPU step that frees and re-allocates its
+    activations faults every page back in and zeroes it, every step. With mmap off and no heap
+    trimming, freed memory stays in the process for reuse. Process-wide and one-way (set it
+    before the loader forks its workers); a fresh trial process per configuration."""
+    if knobs.get("host_allocator", "default") != "retain":
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
+        raise RuntimeError("host_allocator=retain: glibc mallopt refused the settings")
 
 
 def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0) -> DataLoader:
@@ -77,6 +96,7 @@ class Training:
         self.device = torch.device(device)
         torch.manual_seed(seed)
         apply_backend_flags(self.knobs)
+        apply_host_allocator(self.knobs)
         self.loader = build_loader(workload, self.knobs, seed)
         self.channels_last = bool(self.knobs["channels_last"])
         self.uint8 = self.knobs["transfer_dtype"] == "uint8"

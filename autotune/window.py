@@ -178,6 +178,7 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     chunk = max(1, max_steps // 4)
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     chunk_start, chunk_steps = start, 0
     while len(marks) < max_steps:
@@ -209,6 +210,7 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
                 break
     clock.sync(device)
     elapsed = time.perf_counter() - start
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     result.final_loss = _check_finite(loss, "the measured window")
 
     n = len(marks)
@@ -232,6 +234,9 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
         "compute": compute / total_ms,
         "optimizer": optim / total_ms,
         "step_ms": total_ms / n,
+        # Pages the training process faulted in per step (freshly mapped memory, zeroed by
+        # the kernel): the symptom of an allocator that unmaps what the step frees.
+        "page_faults_per_step": faults / n,
     }
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
 

@@ -143,6 +143,7 @@ def test_cpu_space_fixes_cuda_knobs_with_reasons(cpu_env: Env) -> None:
         assert name in fixed and fixed[name][1], name
     assert "CUDA" in fixed["cuda_graphs"][1]
     assert "not 4-D images" in fixed["channels_last"][1]
+    assert "host_allocator" not in fixed  # searched on CPU (glibc)
 
 
 def test_prefetch_factor_only_with_workers(cpu_env: Env) -> None:

@@ -3,6 +3,7 @@
 - ``SleepyLoaderWorkload``: every ``__getitem__`` sleeps (a slow decode/read), the model is
   tiny: input-bound.
 - ``ComputeWorkload``: a small in-memory dataset and a wide MLP: compute-bound.
+- ``BigActivationWorkload``: a 64 MiB activation per step, cheap arithmetic: page faults.
 - ``SyncWorkload``: the loss reads many small tensors with ``.item()`` (CUDA: a host-device
   sync each): sync-bound. GPU test only.
 
@@ -88,6 +89,37 @@ class ComputeWorkload(_Classifier):
             nn.Linear(self.hidden, self.hidden), nn.ReLU(),
             nn.Linear(self.hidden, self.classes),
         )
+
+
+class _Repeat(nn.Module):
+    """Cheap arithmetic around one large activation per step: the input repeated ``times``."""
+
+    def __init__(self, features: int, classes: int, times: int):
+        super().__init__()
+        self.times, self.fc = times, nn.Linear(features, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.repeat(1, self.times)  # [batch, features * times], fresh every step
+        return self.fc(wide.view(x.shape[0], self.times, -1).mean(1))
+
+
+class BigActivationWorkload(_Classifier):
+    """Page-fault-bound on CPU: each step allocates a 64 MiB activation (and its gradient),
+    above glibc's largest mmap threshold, so the default allocator maps it afresh every step."""
+
+    name = "big-activation"
+
+    def __init__(self, batch_size: int = 64, times: int = 8192, n: int = 256):
+        self.times, self.n = times, n
+        self.defaults = {"batch_size": batch_size, "num_workers": 0}
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.randn(self.n, self.features, generator=g),
+                             torch.randint(0, self.classes, (self.n,), generator=g))
+
+    def model(self) -> nn.Module:
+        return _Repeat(self.features, self.classes, self.times)
 
 
 class SyncWorkload(_Classifier):
