@@ -98,6 +98,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         workload_label=workload.describe(), window=window, memory_limit_gb=limit, seed=cfg.seed,
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
         timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
+        confirm_top=max(1, cfg.study.confirm_top),
     )
     return setup, workers, n_trials
 

@@ -45,9 +45,11 @@ class StudyConfig:
     agent: bool = True
     # Stop trials early that cannot beat the best (Optuna pruner + measured ceilings).
     prune: bool = True
-    # After the search, re-run the best trial and the baseline this many times each
-    # (alternately); best.yaml reports those medians. 0 = report the search figures.
+    # After the search, re-run the confirm_top fastest configurations and the baseline this
+    # many times each (in turn); the finalist with the best median wins and best.yaml reports
+    # those medians. 0 = report the search figures.
     confirm_runs: int = 2
+    confirm_top: int = 3
     # Where best.yaml, trials.csv and traces go: <out_dir>/<name>/
     out_dir: str = "studies"
 

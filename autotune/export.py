@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,13 +65,34 @@ def _num(v: Any) -> float | None:
     return None if v is None else round(float(v), 4)
 
 
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The fastest COMPLETE trial that ran cleanly within the memory limit."""
+def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """COMPLETE trials that ran cleanly within the memory limit, fastest first (search figures)."""
     feasible = [
         t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("outcome") == "ok" and all(v <= 0 for v in t.constraints.values())
     ]
-    return max(feasible, key=lambda t: t.value or 0.0, default=None)
+    return sorted(feasible, key=lambda t: t.value or 0.0, reverse=True)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The fastest trial by its search figure (what the agent and the pruner compare with)."""
+    ranked = ranked_trials(study)
+    return ranked[0] if ranked else None
+
+
+def chosen_trial(study: optuna.Study) -> tuple[FrozenTrial | None, dict[str, Any]]:
+    """The trial best.yaml exports, and the confirmation that chose it ({} if none applies).
+
+    The confirmation's winner, while the search's fastest trial is among the finalists it
+    re-ran; a study resumed after it may have found a faster one, which then stands alone on
+    its search figure until it is confirmed in turn."""
+    best = best_trial(study)
+    conf = study.user_attrs.get("confirmation") or {}
+    finals = conf.get("finalists") or []
+    if best is None or best.number not in finals or "best_samples_per_sec" not in conf:
+        return best, {}
+    chosen = next((t for t in ranked_trials(study) if t.number == conf["best_trial"]), None)
+    return (chosen, conf) if chosen is not None else (best, {})
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -97,14 +119,11 @@ def counts(study: optuna.Study) -> dict[str, int]:
 
 
 def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | None:
-    best = best_trial(study)
+    best, conf = chosen_trial(study)
     if best is None:
         return None
     base = baseline_trial(study)
     attrs = study.user_attrs
-    conf = attrs.get("confirmation") or {}
-    if conf.get("best_trial") != best.number or "best_samples_per_sec" not in conf:
-        conf = {}  # confirms an earlier best, or failed: the search figures stand alone
     dev = attrs.get("device", {})
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -131,6 +150,8 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "diagnosis": _verdict(best),
         "baseline_diagnosis": _verdict(base) if base else None,
         "best_trial": best.number,
+        "confirmation": ({"finalists": conf.get("finalists"), "runs": conf.get("runs")}
+                         if conf else None),
         "memory_limit_gb": _num(attrs.get("memory_limit_gb")),
         "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
         "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
@@ -211,6 +232,10 @@ def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path 
     doc = best_document(study, storage_url)
     if doc is None:
         return None
+    trace = out_dir / "trials" / str(doc["best_trial"]) / "trace.json"
+    if trace.exists():  # the exported trial's own trace, kept while it was a finalist
+        shutil.copyfile(trace, out_dir / "best_trace.json.tmp")
+        os.replace(out_dir / "best_trace.json.tmp", out_dir / "best_trace.json")
     path = out_dir / "best.yaml"
     atomic_write(path, yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -69,7 +69,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
     if code == 0 and confirm_runs:
         with StopFlag() as stop:
             try:
-                confirm(setup, study, confirm_runs, stop)
+                confirm(setup, study, confirm_runs, setup.confirm_top, stop)
             except Interrupted:
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143

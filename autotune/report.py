@@ -35,6 +35,11 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         print(f"  samples/sec above are the medians of re-runs: best {best['confirm_runs']}, "
               f"baseline {base.get('confirm_runs')} (search figures: "
               f"{best.get('search_samples_per_sec'):,.2f} and {base.get('search_samples_per_sec') or 0:,.2f})")
+        conf = doc.get("confirmation") or {}
+        if len(conf.get("finalists") or []) > 1:
+            runs = conf.get("runs") or {}
+            print("  finalists re-run (samples/sec): " + "; ".join(
+                f"trial {n} {runs.get(str(n))}" for n in conf["finalists"]))
     if doc.get("speedup"):
         print(f"  speedup: {doc['speedup']:.2f}x over the baseline")
     baseline_knobs = setup.space.baseline

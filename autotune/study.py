@@ -9,7 +9,6 @@ configuration once.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import time
@@ -68,6 +67,7 @@ class StudySetup:
     worker_env: dict[str, str] = field(default_factory=dict)
     worker_index: int = 0
     image_inputs: bool = False
+    confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
 
 
 class StopFlag:
@@ -324,23 +324,20 @@ class Driver:
         diag = trial.user_attrs.get("diagnosis")
         if diag:
             log.info("  diagnosis: %s", diag.get("summary", diag.get("bottleneck")))
-        self._keep_trace_if_best(trial, result)
+        self._keep_finalists_traces()
         self._after(trial)
         return frozen
 
-    def _keep_trace_if_best(self, trial: optuna.Trial, result: WindowResult) -> None:
-        """Keep the best trial's Chrome trace as best_trace.json; drop the others' (tens of MB
-        each on a GPU); their summaries stay in the study."""
-        trace = self.trials_dir / str(trial.number) / "trace.json"
-        if not trace.exists():
-            return
-        from autotune.export import best_trial
+    def _keep_finalists_traces(self) -> None:
+        """Keep the Chrome traces of the trials that may be exported (the confirmation's
+        finalists so far, by search figure); delete the others' (tens of MB each on a GPU).
+        Their summaries stay in the study. write_exports publishes best_trace.json."""
+        from autotune.confirm import finalists
 
-        best = best_trial(self.study)
-        if best is not None and best.number == trial.number:
-            os.replace(trace, self.setup.out_dir / "best_trace.json")
-        else:
-            trace.unlink()
+        keep = {t.number for t in finalists(self.study, self.setup.confirm_top)}
+        for trace in self.trials_dir.glob("*/trace.json"):
+            if not trace.parent.name.isdigit() or int(trace.parent.name) not in keep:
+                trace.unlink(missing_ok=True)
 
     def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
         """Same knobs as an earlier trial: reuse its outcome rather than measure it again

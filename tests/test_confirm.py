@@ -1,0 +1,49 @@
+"""After the search: the finalists and the baseline are re-run, the best median is exported,
+and the exported trial's own trace is the one kept as best_trace.json."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import optuna
+import yaml
+
+from tests.conftest import TINY_ARGS, run_cli
+
+
+def test_finalists_are_rerun_and_the_best_median_is_exported(tmp_path: Path) -> None:
+    args = [a for a in TINY_ARGS if not a.startswith("window.profile")]
+    proc = run_cli(["workload=mlp", "device=cpu", "study.name=c", "study.n_trials=5",
+                    "study.prune=false", "study.confirm_runs=2", "study.confirm_top=2",
+                    "window.profile=true", "window.profile_steps=1", *args], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "studies" / "c"
+    doc = yaml.safe_load((out / "best.yaml").read_text())
+    study = optuna.load_study(study_name="c", storage=f"sqlite:///{out}/study.db")
+    conf = study.user_attrs["confirmation"]
+
+    ranked = sorted((t for t in study.trials if t.value is not None),
+                    key=lambda t: t.value, reverse=True)
+    finals = conf["finalists"]
+    assert len(finals) == 2 and finals[0] == ranked[0].number
+    assert study.trials[finals[0]].user_attrs["knobs"] != study.trials[finals[1]].user_attrs["knobs"]
+    assert all(len(conf["runs"][str(n)]) == 2 for n in (*finals, 0))  # baseline too
+
+    medians = {n: statistics.median(conf["runs"][str(n)]) for n in finals}
+    winner = max(medians, key=lambda n: medians[n])
+    assert doc["best_trial"] == winner
+    assert doc["knobs"] == study.trials[winner].user_attrs["knobs"]
+    assert doc["metrics"]["samples_per_sec"] == round(medians[winner], 3)
+    base = statistics.median(conf["runs"]["0"])
+    assert doc["speedup"] == round(round(medians[winner], 3) / round(base, 3), 3)
+    assert doc["confirmation"]["finalists"] == finals
+    assert "finalists re-run" in proc.stdout
+
+    # Traces: only finalists keep theirs; best_trace.json is the exported trial's.
+    kept = {int(p.parent.name) for p in (out / "trials").glob("*/trace.json")}
+    assert winner in kept and kept <= set(finals)
+    best_trace = (out / "best_trace.json").read_bytes()
+    assert best_trace == (out / "trials" / str(winner) / "trace.json").read_bytes()
+    assert "traceEvents" in json.loads(best_trace)
