@@ -28,6 +28,11 @@ COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "amp", "compile", "cuda_graphs"
 # A ceiling must be this far below the best before it condemns a trial (ceilings are measured
 # in isolation over a short window; on a shared 2-core VM they vary by ~10% run to run).
 CEILING_MARGIN = 0.9
+# A ceiling still being measured is judged after this many batches (timed after the first).
+PARTIAL_MIN_BATCHES = 3
+# "Far below the best": the share of the best under which a measured chunk, or a ceiling still
+# being measured, stops the trial (noise on a shared machine is 10-25%, not 2x).
+FAR_BELOW = 0.5
 
 
 def ceiling_key(kind: str, knobs: Mapping[str, Any]) -> str:
@@ -73,13 +78,25 @@ def ceiling_verdict(ceilings: Mapping[str, float], best: float | None) -> str | 
     return None
 
 
+def partial_verdict(partial: Mapping[str, Any], best: float | None,
+                    fraction: float = FAR_BELOW, min_batches: int = PARTIAL_MIN_BATCHES) -> str | None:
+    """A ceiling still being measured that is already under ``fraction`` of the best (the
+    chunk pruner's bar: far below, not merely below) after ``min_batches`` batches."""
+    rate, n = partial.get("rate"), partial.get("batches") or 0
+    if best is None or rate is None or n < min_batches or rate >= fraction * best:
+        return None
+    return (f"{partial.get('kind', 'loader')} ceiling so far {rate:,.1f} samples/s over {n} "
+            f"batches (the input pipeline alone) is under {fraction:.0%} of the best trial's "
+            f"{best:,.1f} samples/s")
+
+
 class BestFractionPruner(optuna.pruners.BasePruner):
     """Prune when the latest measured chunk is below ``fraction`` of the best feasible trial.
 
     Unlike Optuna's median/percentile pruners this compares with the *best*: a configuration
     at 40% of the best throughput will not finish ahead of it, whatever the median does."""
 
-    def __init__(self, fraction: float = 0.5, n_startup_trials: int = 1):
+    def __init__(self, fraction: float = FAR_BELOW, n_startup_trials: int = 1):
         if not 0 < fraction < 1:
             raise ValueError(f"fraction={fraction} must be in (0, 1)")
         self.fraction = fraction

@@ -52,6 +52,7 @@ class Watch:
     step: int = 0
     chunks: list[float] = field(default_factory=list)
     ceilings: dict[str, float] = field(default_factory=dict)
+    partial: dict[str, Any] = field(default_factory=dict)  # a ceiling still being measured
 
 
 def kill_tree(proc: TrialProcess) -> None:
@@ -130,7 +131,7 @@ def run_window(
         if beat is not None and beat != seen:
             seen, last_change = beat, now
             watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
-                          beat.get("ceilings", {}))
+                          beat.get("ceilings", {}), beat.get("partial") or {})
             if on_progress is not None:
                 reason = on_progress(watch)
                 if reason:

@@ -32,6 +32,7 @@ from autotune.pruning import (
     cache_ceilings,
     cached_ceilings,
     ceiling_verdict,
+    partial_verdict,
 )
 from autotune.result import WindowResult
 from autotune.runner import Interrupted, TrialRequest, Watch, run_window
@@ -282,6 +283,10 @@ class Driver:
                 seen_ceilings.update(watch.ceilings)
                 cache_ceilings(self.study, trial.user_attrs["knobs"], watch.ceilings)
                 why = ceiling_verdict(watch.ceilings, best)
+                if why:
+                    return why
+            if watch.partial and not watch.ceilings:
+                why = partial_verdict(watch.partial, best)
                 if why:
                     return why
             while reported[0] < len(watch.chunks):

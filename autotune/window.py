@@ -45,6 +45,8 @@ class Progress:
         self.last = 0.0
         self.chunks: list[float] = []
         self.ceilings: dict[str, float] = {}
+        # A ceiling still being measured: {"kind": "loader", "rate": samples/s, "batches": n}.
+        self.partial: dict[str, Any] = {}
         self.peak_rss = 0
 
     def beat(self, stage: str, step: int, force: bool = False) -> None:
@@ -54,7 +56,8 @@ class Progress:
         self.last = now
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(
-            {"stage": stage, "step": step, "chunks": self.chunks, "ceilings": self.ceilings}
+            {"stage": stage, "step": step, "chunks": self.chunks, "ceilings": self.ceilings,
+             "partial": self.partial}
         ))
         os.replace(tmp, self.path)
 
@@ -155,7 +158,8 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     # The input-pipeline ceiling first: if the loader alone cannot beat the best trial, the
     # driver prunes this trial before any warm-up is spent on it.
     if wanted.get("loader"):
-        result.ceilings["loader"] = loader_ceiling(batches, batch_size, win)
+        result.ceilings["loader"] = loader_ceiling(batches, batch_size, win, progress)
+        progress.partial = {}
         progress.ceilings = dict(result.ceilings)
         progress.beat("ceiling", 0, force=True)
 
@@ -254,14 +258,22 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
         result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
 
 
-def loader_ceiling(batches: Any, batch_size: int, win: dict[str, Any]) -> float:
+def loader_ceiling(batches: Any, batch_size: int, win: dict[str, Any],
+                   progress: Progress | None = None) -> float:
     """Seed 003's mock trainer: the loader alone, every batch discarded. Samples/sec the input
-    pipeline can deliver at best (after its first batch, which includes worker start-up)."""
+    pipeline can deliver at best (after its first batch, which includes worker start-up).
+
+    The rate so far goes out with every heartbeat, so the driver can stop a loader that is
+    already far too slow without waiting for the whole measurement."""
     next(batches)
     n, start = 0, time.perf_counter()
     while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
         next(batches)
         n += 1
+        if progress is not None:
+            rate = n * batch_size / (time.perf_counter() - start)
+            progress.partial = {"kind": "loader", "rate": rate, "batches": n}
+            progress.beat("ceiling", n)
     return n * batch_size / (time.perf_counter() - start)
 
 

@@ -149,3 +149,29 @@ def test_env_passes_to_child(cpu_env: Env, tmp_path: Path) -> None:
     req.env = {"AUTOTUNE_MARK": "x"}
     assert run_window(req, tmp_path).outcome == "ok"
     assert os.environ.get("AUTOTUNE_MARK") is None
+
+
+def test_slow_loader_is_stopped_while_its_ceiling_is_measured(cpu_env: Env, tmp_path: Path) -> None:
+    """The loader ceiling streams its rate: a loader already far below the best is stopped
+    after a few batches, not after the whole measurement (and no ceiling is cached from it)."""
+    from autotune.pruning import PARTIAL_MIN_BATCHES, partial_verdict
+    from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
+
+    req = TrialRequest(workload=spec(SleepyLoaderWorkload), device="cpu",
+                       knobs=baseline_knobs(SleepyLoaderWorkload()),  # ~100 samples/s alone
+                       window={**TINY_WINDOW, "measure_steps": 40, "measure_seconds": 20.0},
+                       ceilings={"loader": True})
+    seen: list[dict[str, Any]] = []
+
+    def check(watch: Any) -> str | None:
+        seen.append(dict(watch.partial))
+        return partial_verdict(watch.partial, best=10_000.0)
+
+    res = run_window(req, tmp_path, on_progress=check)
+    assert res.outcome == "pruned", (res.outcome, res.error)
+    assert "so far" in res.error and "under 50%" in res.error
+    assert res.ceilings == {}  # stopped mid-measurement: nothing to cache
+    assert max(p.get("batches", 0) for p in seen) < 40
+    assert any(p.get("batches", 0) >= PARTIAL_MIN_BATCHES for p in seen)
+    assert partial_verdict({"kind": "loader", "rate": 80.0, "batches": 5}, best=100.0) is None
+    assert partial_verdict({"kind": "loader", "rate": 10.0, "batches": 2}, best=100.0) is None
