@@ -33,6 +33,18 @@ def context() -> ForkServerContext:
     return _context
 
 
+def start_server() -> None:
+    """Start the fork server now (it imports torch: seconds), so that cost is the study's
+    start-up and not the first trial's wall time, which pruning statistics compare with."""
+    probe = context().Process(target=_noop, daemon=True)  # returns once the server forked it
+    probe.start()
+    probe.join()
+
+
+def _noop() -> None:
+    pass
+
+
 def _importable(module: str) -> bool:
     import importlib.util
 

@@ -26,6 +26,7 @@ from autotune import agent
 from autotune.diagnosis import diagnose
 from autotune.env import Env
 from autotune.knobs import Space
+from autotune.launch import start_server
 from autotune.pruning import (
     BestFractionPruner,
     best_value,
@@ -193,6 +194,7 @@ class Driver:
         if not study.get_trials(deepcopy=False):
             study.enqueue_trial(s.space.searched(s.space.baseline),
                                 user_attrs={"source": "baseline"}, skip_if_exists=True)
+        start_server()
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, n_trials: int, stop: StopFlag | None = None) -> int:
