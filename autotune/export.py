@@ -232,13 +232,25 @@ def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path 
     doc = best_document(study, storage_url)
     if doc is None:
         return None
-    trace = out_dir / "trials" / str(doc["best_trial"]) / "trace.json"
-    if trace.exists():  # the exported trial's own trace, kept while it was a finalist
-        shutil.copyfile(trace, out_dir / "best_trace.json.tmp")
-        os.replace(out_dir / "best_trace.json.tmp", out_dir / "best_trace.json")
+    _publish_trace(out_dir / "trials" / str(doc["best_trial"]) / "trace.json",
+                   out_dir / "best_trace.json")
     path = out_dir / "best.yaml"
     atomic_write(path, yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def _publish_trace(trace: Path, dest: Path) -> None:
+    """best_trace.json = the exported trial's own trace (kept while it was a finalist); a hard
+    link, since GPU traces run to tens of MB and exports are rewritten after every trial."""
+    if not trace.exists():
+        return
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(trace, tmp)
+    except OSError:  # a filesystem without hard links
+        shutil.copyfile(trace, tmp)
+    os.replace(tmp, dest)
 
 
 @dataclass(frozen=True)
