@@ -180,8 +180,9 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     # for copy, forward+backward and optimizer; edges synchronized so all queued work counts.
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
     # Chunks are what the pruner sees: the first one decides whether a trial is far below
-    # the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU).
-    chunk = max(1, max_steps // 8)
+    # the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5
+    # on CUDA); never a single step, which one stall on a shared machine can halve.
+    chunk = min(max_steps, max(2, max_steps // 8))
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -117,8 +117,9 @@ def _all_gone(pids: list[int], within_s: float) -> bool:
 
 
 def test_resume_after_sigkill(tmp_path: Path) -> None:
+    # No pruning: the re-run of the lost trial must run its whole window, whatever the load.
     args = ["workload._target_=tests.workloads_faulty.SlowStep", "+workload.sleep_ms=400",
-            "device=cpu", "study.name=killed", "study.n_trials=3", *TINY_ARGS,
+            "device=cpu", "study.name=killed", "study.n_trials=3", "study.prune=false", *TINY_ARGS,
             "window.measure_steps=8", "window.measure_seconds=30"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli import main; main()", *args],
