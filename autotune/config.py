@@ -23,6 +23,9 @@ class WindowConfig:
     # eat the study's budget; at least `min_measure_steps` are always taken.
     measure_seconds: float = 20.0
     min_measure_steps: int = 5
+    # ...and it runs past measure_steps until this long has been measured: forty 5 ms steps
+    # (0.2 s) hold too few batches for a stable figure (one prefetched burst skews them).
+    min_measure_seconds: float = 2.0
     # Wall-clock limit of the whole trial subprocess (import, build, compile, warm-up, measure).
     timeout_s: float = 300.0
     # A child that reports no progress for this long is declared hung before `timeout_s`.

@@ -179,6 +179,7 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     # Measured window. Host clock for the wait on the loader (a host-side stall); device marks
     # for copy, forward+backward and optimizer; edges synchronized so all queued work counts.
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
+    min_seconds = float(win.get("min_measure_seconds", 0.0))
     # Chunks are what the pruner sees: the first one decides whether a trial is far below
     # the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5
     # on CUDA); never a single step, which one stall on a shared machine can halve.
@@ -188,7 +189,7 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     chunk_start, chunk_steps = start, 0
-    while len(marks) < max_steps:
+    while True:  # ends at a chunk edge: enough steps for long enough, or out of time
         w0 = time.perf_counter()
         with phase("data"):
             inputs, targets = next(batches)
@@ -215,6 +216,10 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
             chunk_start, chunk_steps = now, 0
             if len(marks) >= min_steps and now - start > win["measure_seconds"]:
                 break
+            if len(marks) >= max_steps:
+                if now - start >= min_seconds:
+                    break
+                chunk = max_steps  # past the nominal window: fewer, longer chunks
     clock.sync(device)
     elapsed = time.perf_counter() - start
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0

@@ -175,3 +175,14 @@ def test_slow_loader_is_stopped_while_its_ceiling_is_measured(cpu_env: Env, tmp_
     assert any(p.get("batches", 0) >= PARTIAL_MIN_BATCHES for p in seen)
     assert partial_verdict({"kind": "loader", "rate": 80.0, "batches": 5}, best=100.0) is None
     assert partial_verdict({"kind": "loader", "rate": 10.0, "batches": 2}, best=100.0) is None
+
+
+def test_short_steps_are_measured_for_min_measure_seconds(cpu_env: Env, tmp_path: Path) -> None:
+    """Six ~1 ms steps are too few batches for a stable figure: the window goes on past
+    measure_steps until min_measure_seconds have been measured (and stays within bounds)."""
+    req = request(cpu_env, "workloads.mlp.MLPWorkload",
+                  {"measure_steps": 6, "min_measure_seconds": 1.0, "measure_seconds": 30.0})
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", res.stderr_tail
+    assert res.measure_s >= 1.0 and res.steps > 6
+    assert len(res.chunks) < 6 + res.steps // 6  # longer chunks past the nominal window
