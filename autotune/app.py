@@ -130,8 +130,9 @@ def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
         print(f"  CPU run: CPU-sized window and {n_trials} trials unless window.* / "
               "study.n_trials are set")
     w = s.window
-    print(f"  window: {w['warmup_steps']} warm-up steps, up to {w['measure_steps']} measured steps "
-          f"or {w['measure_seconds']}s; timeout {w['timeout_s']}s per trial")
+    print(f"  window: {w['warmup_steps']} warm-up steps, {w['measure_steps']} measured steps (at "
+          f"least {w['min_measure_seconds']}s, at most {w['measure_seconds']}s); timeout "
+          f"{w['timeout_s']}s per trial")
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
     for name, (value, why) in s.space.fixed.items():
         print(f"  fixed {name}={value}: {why}")

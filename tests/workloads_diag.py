@@ -52,6 +52,12 @@ class _Classifier(Workload):
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         return nn.functional.cross_entropy(outputs, targets)
 
+    def in_memory(self) -> Dataset:
+        """``n`` random samples held in memory: no input-pipeline cost."""
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.randn(self.n, self.features, generator=g),
+                             torch.randint(0, self.classes, (self.n,), generator=g))
+
     def optimizer(self, params: Any, **impl: Any) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=0.01, **impl)
 
@@ -79,9 +85,7 @@ class ComputeWorkload(_Classifier):
         self.defaults = {"batch_size": batch_size, "num_workers": 0}
 
     def dataset(self, transfer_dtype: str) -> Dataset:
-        g = torch.Generator().manual_seed(0)
-        return TensorDataset(torch.randn(self.n, self.features, generator=g),
-                             torch.randint(0, self.classes, (self.n,), generator=g))
+        return self.in_memory()
 
     def model(self) -> nn.Module:
         return nn.Sequential(
@@ -114,9 +118,7 @@ class BigActivationWorkload(_Classifier):
         self.defaults = {"batch_size": batch_size, "num_workers": 0}
 
     def dataset(self, transfer_dtype: str) -> Dataset:
-        g = torch.Generator().manual_seed(0)
-        return TensorDataset(torch.randn(self.n, self.features, generator=g),
-                             torch.randint(0, self.classes, (self.n,), generator=g))
+        return self.in_memory()
 
     def model(self) -> nn.Module:
         return _Repeat(self.features, self.classes, self.times)
@@ -133,9 +135,7 @@ class SyncWorkload(_Classifier):
         self.defaults = {"batch_size": batch_size, "num_workers": 0}
 
     def dataset(self, transfer_dtype: str) -> Dataset:
-        g = torch.Generator().manual_seed(0)
-        return TensorDataset(torch.randn(self.n, self.features, generator=g),
-                             torch.randint(0, self.classes, (self.n,), generator=g))
+        return self.in_memory()
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         per_sample = nn.functional.cross_entropy(outputs, targets, reduction="none")
