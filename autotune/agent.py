@@ -64,13 +64,16 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
         return None
     diag = best.user_attrs["diagnosis"]
     base = best.user_attrs["knobs"]
-    for fix in diag.get("fixes", []):
-        fix = {**fix, "value": _within(space, fix["knob"], fix["value"], base.get(fix["knob"]))}
+    for asked in diag.get("fixes", []):
+        value = _within(space, asked["knob"], asked["value"], base.get(asked["knob"]))
+        fix = {**asked, "value": value}
         knobs = candidate(space, base, fix)
         if knobs is None or tried(study, knobs):
             continue
+        capped = "" if value == asked["value"] else (
+            f"; {asked['knob']}={asked['value']} capped at {value}, the largest valid here")
         why = (f"trial {best.number} (best, {best.value:,.1f} samples/s) is "
-               f"{diag['bottleneck']}: {fix_text(fix)} ({fix['why']})")
+               f"{diag['bottleneck']}: {fix_text(fix)} ({fix['why']}{capped})")
         return knobs, why
     return None
 

@@ -35,6 +35,8 @@ def test_agent_queues_the_fix_for_the_measured_bottleneck(tmp_path: Path) -> Non
     knobs = second.user_attrs["knobs"]
     assert knobs["num_workers"] == max(1, probe("cpu").cpu_count)
     assert knobs["persistent_workers"] is True
+    if knobs["num_workers"] < base.user_attrs["diagnosis"]["fixes"][0]["value"]:
+        assert "capped at" in reason
     assert "agent" in proc.stdout
 
 
