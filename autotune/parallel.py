@@ -44,7 +44,7 @@ def _exporter(setup: StudySetup):
 def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
     """One driver in this process. Returns the process exit code."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = create_study(dataclasses.replace(setup, storage=storage))
+    study = create_study(setup, storage)
     driver = Driver(setup, study=study, on_trial=_exporter(setup))
     with StopFlag() as stop:
         try:

@@ -118,14 +118,31 @@ def run_window(
 
     start = time.monotonic()
     proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
+    try:
+        ended_by, watch = _watch(proc, progress_path, on_progress, stop_requested,
+                                 timeout_s, stall_s, poll_s)
+    finally:
+        # Ended, stopped, finished, or the caller's callback raised: kill the group whatever
+        # happened, which also reaps anything the child left behind (a grandchild, a
+        # DataLoader worker). A trial must never outlive the watch over it.
+        kill_tree(proc)
+    wall = time.monotonic() - start
+    return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+
+
+def _watch(proc: TrialProcess, progress_path: Path,
+           on_progress: Callable[[Watch], str | None] | None,
+           stop_requested: Callable[[], str | None],
+           timeout_s: float, stall_s: float, poll_s: float) -> tuple[str | None, Watch]:
+    """Poll the child until it exits or must be ended; return why it was ended (None: it
+    exited by itself) and what was last seen of it. Raises Interrupted on a stop request."""
+    start = time.monotonic()
     watch, last_change, seen = Watch(), start, None
-    ended_by: str | None = None
     while proc.poll() is None:
         time.sleep(poll_s)
         now = time.monotonic()
         stop = stop_requested()
         if stop:
-            kill_tree(proc)
             raise Interrupted(stop)
         beat = _read_progress(progress_path)
         if beat is not None and beat != seen:
@@ -135,19 +152,12 @@ def run_window(
             if on_progress is not None:
                 reason = on_progress(watch)
                 if reason:
-                    ended_by = f"pruned: {reason}"
-                    break
+                    return f"pruned: {reason}", watch
         if now - start > timeout_s:
-            ended_by = f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})"
-            break
+            return f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})", watch
         if now - last_change > stall_s:
-            ended_by = f"stalled: no progress for {stall_s:.0f}s (at {watch.stage} step {watch.step})"
-            break
-    # Ended, stopped or finished: kill the group either way, which also reaps anything the
-    # child left behind (a grandchild, a DataLoader worker).
-    kill_tree(proc)
-    wall = time.monotonic() - start
-    return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+            return f"stalled: no progress for {stall_s:.0f}s (at {watch.stage} step {watch.step})", watch
+    return None, watch
 
 
 def _read_progress(path: Path) -> dict[str, Any] | None:

@@ -9,10 +9,12 @@ configuration once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import time
 import warnings
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ from autotune.pruning import (
 )
 from autotune.result import WindowResult
 from autotune.runner import Interrupted, TrialRequest, Watch, run_window
+from autotune.storage import is_sqlite
 
 log = logging.getLogger("autotune")
 
@@ -44,8 +47,9 @@ HEARTBEAT_S = 10.0
 # A RUNNING trial whose driver has not beaten for this long is considered lost (other hosts;
 # on the same host a dead pid is proof enough).
 GRACE_S = 60.0
-FAILED_OUTCOMES = ("crash", "nan", "timeout", "stalled", "compile_fallback", "capture_failed",
-                   "interrupted", "driver_lost")
+# Failed trials whose configuration was never measured to its end by its own fault: a twin
+# with the same knobs must measure it rather than copy the failure.
+UNMEASURED_OUTCOMES = ("driver_lost", "interrupted", "driver_error")
 
 
 @dataclass
@@ -93,16 +97,31 @@ class StopFlag:
             signal.signal(sig, old)
 
 
-def create_study(setup: StudySetup, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+def sampler_seed(setup: StudySetup) -> int:
+    """``seed`` on SQLite (one worker: a repeatable study). On a shared storage, independent
+    ``autotune`` processes all have worker_index 0: with one seed they would draw the same
+    configurations and wait on each other's twins, so each worker's host and pid are mixed in.
+    Trials from several workers interleave by timing anyway, so nothing repeatable is lost."""
+    url = setup.storage if isinstance(setup.storage, str) else ""
+    if url and is_sqlite(url):
+        return setup.seed + setup.worker_index
+    me = f"{setup.seed}:{setup.worker_index}:{socket.gethostname()}:{os.getpid()}"
+    return zlib.crc32(me.encode())
+
+
+def create_study(setup: StudySetup, storage: Any = None,
+                 sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    """Create or load the study. ``storage``: an opened storage for ``setup.storage`` (the URL
+    is still what decides the sampler's seed); None opens the URL."""
     if sampler is None:
         with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.TPESampler(
-                seed=setup.seed + setup.worker_index, multivariate=True, group=True,
+                seed=sampler_seed(setup), multivariate=True, group=True,
                 constant_liar=True, n_startup_trials=5,
             )
     study = optuna.create_study(
-        storage=setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
+        storage=storage or setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
         pruner=BestFractionPruner() if setup.prune else optuna.pruners.NopPruner(),
         load_if_exists=True,
     )
@@ -122,10 +141,15 @@ def owner_alive(trial: FrozenTrial, now: float) -> bool:
     if attrs.get("owner_host") == socket.gethostname() and "owner_pid" in attrs:
         try:
             proc = psutil.Process(int(attrs["owner_pid"]))
+            # An exited driver whose parent has not reaped it yet (a `workers=N` parent waiting
+            # on another worker, a test harness) is a zombie: dead, however long it lingers.
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            created = proc.create_time()
         except psutil.Error:
             return False
         start = attrs.get("owner_start")  # absent for a moment while the owner stamps it
-        return start is None or abs(proc.create_time() - float(start)) < 1.0
+        return start is None or abs(created - float(start)) < 1.0
     started = trial.datetime_start.timestamp() if trial.datetime_start else now
     return now - float(attrs.get("heartbeat", started)) < GRACE_S
 
@@ -165,7 +189,7 @@ def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTr
             continue
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             return t
-        if t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in ("driver_lost", "interrupted"):
+        if t.state == TrialState.FAIL and t.user_attrs.get("outcome") not in UNMEASURED_OUTCOMES:
             return t
     return None
 
@@ -262,6 +286,12 @@ class Driver:
             study.tell(trial, state=TrialState.FAIL)
             self._after(trial)
             raise
+        except Exception as exc:
+            # A fault of the driver itself (a bug, a storage error): the window is already
+            # dead (run_window kills it on any exit). Record why, so the trial is not left
+            # RUNNING for other workers to wait on, and let the error reach the user.
+            self._fail_on_driver_error(trial, exc)
+            raise
         try:
             return self.tell(trial, result)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -270,6 +300,15 @@ class Driver:
             log.warning("trial %d was failed by another worker while it ran; result dropped",
                         trial.number)
             return self.study._storage.get_trial(trial._trial_id)
+
+    def _fail_on_driver_error(self, trial: optuna.Trial, exc: Exception) -> None:
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        try:
+            self._record(trial, WindowResult(outcome="driver_error", error=why))
+            self.study.tell(trial, state=TrialState.FAIL)
+        except Exception:  # noqa: BLE001 - storage unreachable: the next run reaps it
+            log.warning("trial %d could not be marked failed; the next run will reap it as "
+                        "driver_lost", trial.number)
 
     def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
         """While the window runs: prune on a measured ceiling below the best, or on a measured
@@ -295,8 +334,11 @@ class Driver:
                 trial.report(watch.chunks[reported[0]], reported[0])
                 reported[0] += 1
                 if trial.should_prune():
+                    # The pruner read the study itself: another worker may have finished the
+                    # first feasible trial since ``best`` was read above.
+                    best = best_value(self.study)
                     return (f"measured chunk {reported[0]}: {watch.chunks[reported[0] - 1]:,.1f} "
-                            f"samples/s, under half the best trial's {best:,.1f}")
+                            f"samples/s, under half the best trial's {best or 0:,.1f}")
             return None
 
         return check

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
+from autotune.study import owner_alive
 from tests.conftest import PG_PASSWORD, ROOT, TINY_ARGS, run_cli
 
 WORKER = [sys.executable, "-c", "from autotune.cli import main; main()"]
@@ -36,6 +38,30 @@ def _check_study(url: str, name: str, expect: int) -> list[optuna.trial.FrozenTr
                 if "duplicate_of" not in t.user_attrs and t.user_attrs.get("source") != "requeue"]
     assert len(measured) == len(set(measured))
     return trials
+
+
+def _running_trial_of(proc: psutil.Process) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs={
+        "owner_host": socket.gethostname(), "owner_pid": proc.pid,
+        "owner_start": round(proc.create_time(), 3)})
+
+
+def test_an_exited_unreaped_driver_counts_as_dead() -> None:
+    """A worker that died while its parent was busy waiting on another worker is a zombie: its
+    trials must be reaped, or the workers waiting on its twin trial wait forever."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        proc = psutil.Process(child.pid)
+        assert owner_alive(_running_trial_of(proc), time.time())
+        child.kill()
+        deadline = time.time() + 10
+        while proc.status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+            time.sleep(0.05)
+        assert proc.status() == psutil.STATUS_ZOMBIE  # exited, not yet waited for
+        assert not owner_alive(_running_trial_of(proc), time.time())
+    finally:
+        child.kill()
+        child.wait()
 
 
 def _no_secret(tmp_path: Path) -> None:

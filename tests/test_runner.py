@@ -186,3 +186,20 @@ def test_short_steps_are_measured_for_min_measure_seconds(cpu_env: Env, tmp_path
     assert res.outcome == "ok", res.stderr_tail
     assert res.measure_s >= 1.0 and res.steps > 6
     assert len(res.chunks) < 6 + res.steps // 6  # longer chunks past the nominal window
+
+
+def test_a_raising_progress_callback_does_not_leave_the_trial_running(cpu_env: Env,
+                                                                      tmp_path: Path) -> None:
+    """A fault in the driver's own callback (a pruning bug, a storage error) reaches the
+    caller, and the window it was watching dies with it: an orphaned trial would hold its
+    worker's exit (and its RUNNING trial) open while other workers wait on it."""
+    since = time.time() - 1
+
+    def broken(watch: Any) -> str | None:
+        raise RuntimeError("bug in the driver")
+
+    with pytest.raises(RuntimeError, match="bug in the driver"):
+        run_window(request(cpu_env, "workloads.mlp.MLPWorkload", {"measure_seconds": 30.0,
+                                                                  "min_measure_seconds": 30.0}),
+                   tmp_path, on_progress=broken)
+    assert no_orphans(since) == []
