@@ -84,12 +84,25 @@ def _probe_here(requested: str) -> dict[str, Any]:
 
     return {
         "device": "cpu",
-        "device_name": platform.processor() or platform.machine() or "cpu",
+        "device_name": _cpu_model() or platform.processor() or platform.machine() or "cpu",
         "total_memory_gb": psutil.virtual_memory().total / 2**30,
         "cuda_capability": None,
         "bf16": _cpu_has_native_bf16(),
         **common,
     }
+
+
+def _cpu_model() -> str | None:
+    """The processor's model name (/proc/cpuinfo): CPU figures differ by vendor and
+    generation (AVX-512, AMX), so a study's device must say which one measured them."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
 
 
 def _cpu_has_native_bf16() -> bool:

@@ -83,6 +83,11 @@ def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     assert set(doc) >= {"workload", "device", "knobs", "metrics", "baseline", "speedup", "study"}
     assert doc["metrics"]["samples_per_sec"] > 0
     assert doc["study"]["trials"] == 3
+    from autotune.env import _cpu_model
+
+    assert doc["device"]["name"] == (_cpu_model() or doc["device"]["name"])  # which processor
+    for name in ("best.yaml", "trials.csv"):  # the team can read them, as any file it writes
+        assert (out / name).stat().st_mode & 0o044 == 0o044 & ~_umask(), name
     best = autotune.load_best(out / "best.yaml")
     assert best.knobs == doc["knobs"]
     rows = list(csv.DictReader((out / "trials.csv").open()))
@@ -94,6 +99,12 @@ def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     run = autotune.Training(MLPWorkload(n_samples=256), best.knobs, "cpu")
     inputs, targets = next(iter(run.loader))
     assert run.step(*run.to_device(inputs, targets)).isfinite()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _study(tmp_path: Path, name: str) -> optuna.Study:
