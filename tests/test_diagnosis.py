@@ -110,7 +110,9 @@ def test_page_faulting_step_gets_host_allocator_retain_which_removes_the_faults(
     with the knob applied (in a real trial process: mallopt is process-wide) the faults go."""
     wl = BigActivationWorkload()
     knobs = baseline_knobs(wl)
-    window = {**WINDOW, "profile": False}
+    # With retain the heap still grows now and then in the first steps (one growth = one
+    # activation's pages): a longer warm-up leaves fewer of those one-offs in the window.
+    window = {**WINDOW, "profile": False, "warmup_steps": 4}
     faults = {}
     for value in ("default", "retain"):
         req = TrialRequest(workload=spec(BigActivationWorkload), device="cpu", window=window,
@@ -125,9 +127,10 @@ def test_page_faulting_step_gets_host_allocator_retain_which_removes_the_faults(
             assert {"knob": "host_allocator", "value": "retain"}.items() <= next(
                 f for f in d["fixes"] if f["knob"] == "host_allocator").items()
     assert faults["default"] >= 16 * 1024  # one 64 MiB activation in 4 KiB pages, at least
-    # Default: every step faults the activation in again. Retain: at most a one-off heap growth
-    # inside the window (measured here: 1/8 of the default's faults over 8 steps, then none).
-    assert faults["retain"] < faults["default"] / 4, faults
+    # Default: every step faults the activation in again. Retain: only one-off heap growths
+    # inside the window (measured on 2026-11-23 over 8 steps: 0, 1 or 2 growths, i.e. 0, 1/8
+    # or 1/4 of the default's faults), never one per step.
+    assert faults["retain"] < faults["default"] / 2, faults
 
 
 def test_stored_real_traces_diagnose_alone() -> None:
