@@ -77,7 +77,7 @@ def _probe_here(requested: str) -> dict[str, Any]:
             "device_name": props.name,
             "total_memory_gb": props.total_memory / 2**30,
             "cuda_capability": [props.major, props.minor],
-            "bf16": bool(torch.cuda.is_bf16_supported()),
+            "bf16": _cuda_has_native_bf16(torch),
             **common,
         }
     import platform
@@ -90,6 +90,15 @@ def _probe_here(requested: str) -> dict[str, Any]:
         "bf16": _cpu_has_native_bf16(),
         **common,
     }
+
+
+def _cuda_has_native_bf16(torch: Any) -> bool:
+    """bf16 in hardware (Ampere+), not emulated: by default is_bf16_supported() also says yes
+    on a V100 or T4, where bf16 runs slower than fp16."""
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch without the argument: capability 8.0+ is native bf16
+        return torch.cuda.get_device_capability(0) >= (8, 0)
 
 
 def _cpu_model() -> str | None:

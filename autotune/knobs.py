@@ -119,6 +119,14 @@ def _tf32(env: Env, wl: Workload) -> Domain:
     return Domain([False, True])
 
 
+def _optimizer_impl(env: Env, wl: Workload) -> Domain:
+    if env.device == "cuda":
+        # torch's optimizers pick foreach by default when every parameter is on a GPU: a
+        # "foreach" trial would re-measure the "default" one.
+        return Domain(["default", "fused"], "foreach is torch's default on CUDA")
+    return Domain(["default", "foreach", "fused"])
+
+
 def _host_allocator(env: Env, wl: Workload) -> Domain:
     if platform.libc_ver()[0] != "glibc":
         return Domain(["default"], "needs glibc's mallopt (Linux)")
@@ -141,7 +149,13 @@ def _graphs_inactive(p: Mapping[str, Any]) -> str | None:
 
 
 def _graphed_step(p: Mapping[str, Any]) -> str | None:
-    return "a captured step keeps its gradients in place" if p.get("cuda_graphs") else None
+    if p.get("cuda_graphs"):
+        return "a captured step keeps its gradients in place"
+    if p.get("compile") in ("reduce-overhead", "max-autotune"):
+        # Both modes replay cudagraph trees: gradients kept across steps (zeroed in place)
+        # live in the graph pool, which the next replay overwrites.
+        return "compile's CUDA Graphs need gradients freed between steps"
+    return None
 
 
 KNOBS: list[Knob] = [
@@ -153,7 +167,8 @@ KNOBS: list[Knob] = [
          lambda env, wl: Domain([False, True]), inactive=_no_workers, off=False),
     Knob("pin_memory", "Page-locked host batches: faster, asynchronous host-to-device copies.",
          _cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False),
-    Knob("non_blocking", "Asynchronous host-to-device copies (overlap with compute when pinned).",
+    Knob("non_blocking", "Asynchronous host-to-device copies: with pinned memory the host does "
+         "not wait for the copy and goes on launching the step and loading the next batch.",
          _cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False),
     Knob("batch_size", "Samples per step. Changes training dynamics: pin it if that matters.",
          _batch_size),
@@ -168,8 +183,9 @@ KNOBS: list[Knob] = [
     Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing.",
          lambda env, wl: Domain([True, False]), inactive=_graphed_step, off=True),
     Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
-         lambda env, wl: Domain(["default", "foreach", "fused"]), off="default"),
-    Knob("tf32", "Allow TF32 for float32 matmuls and convolutions.", _tf32, off=False),
+         _optimizer_impl, off="default"),
+    Knob("tf32", "Allow TF32 for float32 matmuls (cuDNN convolutions use TF32 by PyTorch's "
+         "default either way).", _tf32, off=False),
     Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
          _cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
     Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS) or "

@@ -116,10 +116,13 @@ def capture(run: Any, batches: Iterator[Any], steps: int, trace_path: str) -> di
             profile_memory=True,
             record_shapes=False,
         ) as prof:
-            for _ in range(1 + steps):  # one warm-up step, then the active ones
+            for i in range(1 + steps):  # one warm-up step, then the active ones
                 with record_function("data"):
                     inputs, targets = next(batches)
                 run.step(*run.to_device(inputs, targets))
+                if i == 0 and torch.device(run.device).type == "cuda":
+                    # The warm-up step's kernels must not spill into the recorded steps.
+                    torch.cuda.synchronize(run.device)
                 prof.step()
         if not written:  # the schedule's cycle did not complete: export what there is
             prof.export_chrome_trace(str(path))
