@@ -30,6 +30,9 @@ class WindowConfig:
     timeout_s: float = 300.0
     # A child that reports no progress for this long is declared hung before `timeout_s`.
     stall_s: float = 120.0
+    # A trial with torch.compile on gets this much longer, on both limits, for its build and
+    # first step (a cold compile, max-autotune above all, can take minutes).
+    compile_timeout_s: float = 600.0
     # Short torch.profiler capture after the measured window (never inside it).
     profile: bool = True
     profile_steps: int = 3

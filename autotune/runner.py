@@ -115,12 +115,13 @@ def run_window(
     }
     request_path.write_text(json.dumps(payload, indent=1))
     timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
+    compile_s = compile_allowance(req)
 
     start = time.monotonic()
     proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
     try:
         ended_by, watch = _watch(proc, progress_path, on_progress, stop_requested,
-                                 timeout_s, stall_s, poll_s)
+                                 timeout_s + compile_s, stall_s, compile_s, poll_s)
     finally:
         # Ended, stopped, finished, or the caller's callback raised: kill the group whatever
         # happened, which also reaps anything the child left behind (a grandchild, a
@@ -130,12 +131,24 @@ def run_window(
     return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
 
 
+def compile_allowance(req: TrialRequest) -> float:
+    """Extra seconds a compiling trial may spend silent before its first step: a cold
+    torch.compile (max-autotune above all) can take minutes to build and autotune kernels."""
+    if req.knobs.get("compile", "off") == "off":
+        return 0.0
+    return float(req.window.get("compile_timeout_s", 0.0))
+
+
 def _watch(proc: TrialProcess, progress_path: Path,
            on_progress: Callable[[Watch], str | None] | None,
            stop_requested: Callable[[], str | None],
-           timeout_s: float, stall_s: float, poll_s: float) -> tuple[str | None, Watch]:
+           timeout_s: float, stall_s: float, compile_s: float,
+           poll_s: float) -> tuple[str | None, Watch]:
     """Poll the child until it exits or must be ended; return why it was ended (None: it
-    exited by itself) and what was last seen of it. Raises Interrupted on a stop request."""
+    exited by itself) and what was last seen of it. Raises Interrupted on a stop request.
+
+    Silence is a hang after ``stall_s``, except while the child builds and runs its first
+    step (stages "start" and "compile"), where a compiling trial gets ``compile_s`` more."""
     start = time.monotonic()
     watch, last_change, seen = Watch(), start, None
     while proc.poll() is None:
@@ -155,8 +168,9 @@ def _watch(proc: TrialProcess, progress_path: Path,
                     return f"pruned: {reason}", watch
         if now - start > timeout_s:
             return f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})", watch
-        if now - last_change > stall_s:
-            return f"stalled: no progress for {stall_s:.0f}s (at {watch.stage} step {watch.step})", watch
+        limit = stall_s + (compile_s if watch.stage in ("start", "compile") else 0.0)
+        if now - last_change > limit:
+            return f"stalled: no progress for {limit:.0f}s (at {watch.stage} step {watch.step})", watch
     return None, watch
 
 

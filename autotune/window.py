@@ -109,6 +109,10 @@ class Clock:
     def ms(self, a: Any, b: Any) -> float:
         return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
+    def done(self, mark: Any) -> bool:
+        """Has the device reached this mark? Never waits (cudaEventQuery)."""
+        return bool(mark.query()) if self.cuda else True
+
     def sync(self, device: torch.device) -> None:
         if self.cuda:
             torch.cuda.synchronize(device)
@@ -164,6 +168,8 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
         progress.beat("ceiling", 0, force=True)
 
     # Warm-up: first step alone (compile, cuDNN autotune, worker start-up), then the rest.
+    # The "compile" stage tells the watchdog that a long silence now is a compiler at work.
+    progress.beat("compile", 0, force=True)
     t0 = time.perf_counter()
     loss = run.step(*run.to_device(*next(batches)))
     clock.sync(device)
@@ -177,7 +183,8 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     _check_finite(loss, "warm-up")
 
     # Measured window. Host clock for the wait on the loader (a host-side stall); device marks
-    # for copy, forward+backward and optimizer; edges synchronized so all queued work counts.
+    # for copy, forward+backward and optimizer; only the window's edges are synchronized, so
+    # the device keeps its queue (and copies their overlap) all through it.
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
     min_seconds = float(win.get("min_measure_seconds", 0.0))
     # Chunks are what the pruner sees: the first one decides whether a trial is far below
@@ -187,13 +194,15 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    data_cpu_s, workers_cpu0 = 0.0, workers_cpu_s()
     start = time.perf_counter()
-    chunk_start, chunk_steps = start, 0
+    edges = [(clock.mark(), 0)]  # chunk edges on the device's timeline: (mark, steps so far)
     while True:  # ends at a chunk edge: enough steps for long enough, or out of time
-        w0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.thread_time()
         with phase("data"):
             inputs, targets = next(batches)
         data_wait_ms.append((time.perf_counter() - w0) * 1e3)
+        data_cpu_s += time.thread_time() - c0  # loading in this process (num_workers=0)
         m0 = clock.mark()
         inputs, targets = run.to_device(inputs, targets)
         m1 = clock.mark()
@@ -206,14 +215,12 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
             run.optimizer_step()
             m3 = clock.mark()
         marks.append((m0, m1, m2, m3))
-        chunk_steps += 1
-        progress.beat("measure", len(marks))
-        if chunk_steps == chunk:  # chunk edge: synchronize, report throughput for the pruner
-            clock.sync(device)
+        at_edge = len(marks) - edges[-1][1] == chunk
+        if at_edge:
+            edges.append((m3, len(marks)))
+        progress.beat("measure", len(marks), force=_report_chunks(clock, edges, progress, batch_size))
+        if at_edge:
             now = time.perf_counter()
-            progress.chunks.append(chunk_steps * batch_size / (now - chunk_start))
-            progress.beat("measure", len(marks), force=True)
-            chunk_start, chunk_steps = now, 0
             if len(marks) >= min_steps and now - start > win["measure_seconds"]:
                 break
             if len(marks) >= max_steps:
@@ -222,7 +229,11 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
                 chunk = max_steps  # past the nominal window: fewer, longer chunks
     clock.sync(device)
     elapsed = time.perf_counter() - start
+    _report_chunks(clock, edges, progress, batch_size)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    workers = int(req["knobs"]["num_workers"])
+    loader_cpu = _loader_cpu_share(workers, data_cpu_s, sum(data_wait_ms) / 1e3,
+                                   workers_cpu_s() - workers_cpu0, elapsed)
     result.final_loss = _check_finite(loss, "the measured window")
 
     n = len(marks)
@@ -249,6 +260,10 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
         # Pages the training process faulted in per step (freshly mapped memory, zeroed by
         # the kernel): the symptom of an allocator that unmaps what the step frees.
         "page_faults_per_step": faults / n,
+        # The share of the loader's time its processes spent on a CPU: near 1, loading is
+        # computation (decode, augment) and workers beyond the cores cannot help; near 0, it
+        # waits (storage, network, a sleep) and more workers than cores can.
+        "loader_cpu_share": loader_cpu,
     }
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
 
@@ -264,6 +279,49 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     if compile_watch.hits:
         result.outcome = "compile_fallback"
         result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
+
+
+def workers_cpu_s() -> float:
+    """CPU seconds used so far by this process's children (its DataLoader workers): the
+    kernel's total for those already exited and reaped (workers respawned at an epoch start),
+    /proc for the live ones. Differences of two readings are the workers' CPU in between."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = usage.ru_utime + usage.ru_stime
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return total
+    for child in children:
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # exited between the listing and the read
+            pass
+    return total
+
+
+def _loader_cpu_share(workers: int, in_process_cpu_s: float, wait_s: float,
+                      workers_cpu: float, elapsed_s: float) -> float | None:
+    """CPU time of the loading over its wall time: the training process's own while it waited
+    for a batch (num_workers=0), or the workers' over the whole window (num_workers > 0; it
+    means something while the step waits on them, i.e. when they never get ahead)."""
+    if workers == 0:
+        return min(1.0, in_process_cpu_s / wait_s) if wait_s > 0 else None
+    return min(1.0, workers_cpu / (workers * elapsed_s)) if elapsed_s > 0 else None
+
+
+def _report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
+                   batch_size: int) -> bool:
+    """Add the throughput of every chunk the device has finished to the heartbeat (what the
+    pruner reads); return whether there was one. Never waits for the device."""
+    new = False
+    while len(progress.chunks) < len(edges) - 1:
+        (a, steps_a), (b, steps_b) = edges[len(progress.chunks)], edges[len(progress.chunks) + 1]
+        if not clock.done(b):
+            break
+        progress.chunks.append((steps_b - steps_a) * batch_size / (clock.ms(a, b) / 1e3))
+        new = True
+    return new
 
 
 def loader_ceiling(batches: Any, batch_size: int, win: dict[str, Any],
@@ -293,10 +351,8 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
     clock.sync(run.device)
     n, start = 0, time.perf_counter()
     while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
-        run.step(inputs, targets)
+        run.step(inputs, targets)  # no sync inside: measure_steps bounds the queued work
         n += 1
-        if n % 4 == 0:
-            clock.sync(run.device)
     clock.sync(run.device)
     return n * batch_size / (time.perf_counter() - start)
 
@@ -329,6 +385,17 @@ def is_oom(exc: BaseException) -> bool:
     return any(m in text for m in OOM_MARKERS)
 
 
+def _cuda_peak_gb(device: torch.device) -> float:
+    """The allocator's peak reservation; 0 if CUDA never started (or failed to): asking would
+    start it now, or raise again, and lose the result that says why the trial ended."""
+    try:
+        if torch.cuda.is_initialized():
+            return torch.cuda.max_memory_reserved(device) / 2**30
+    except Exception:  # noqa: BLE001 - a broken context: the outcome already says so
+        pass
+    return 0.0
+
+
 def main(request_path: str, result_path: str) -> int:
     req = json.loads(Path(request_path).read_text())
     result = WindowResult()
@@ -346,7 +413,7 @@ def main(request_path: str, result_path: str) -> int:
             result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             traceback.print_exc()
     if device.type == "cuda":
-        result.peak_memory_gb = torch.cuda.max_memory_reserved(device) / 2**30
+        result.peak_memory_gb = _cuda_peak_gb(device)
     else:
         result.peak_memory_gb = max(progress.peak_rss, peak_rss_bytes()) / 2**30
     tmp = Path(result_path + ".tmp")

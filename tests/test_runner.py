@@ -203,3 +203,15 @@ def test_a_raising_progress_callback_does_not_leave_the_trial_running(cpu_env: E
                                                                   "min_measure_seconds": 30.0}),
                    tmp_path, on_progress=broken)
     assert no_orphans(since) == []
+
+
+def test_a_compiling_trial_is_not_taken_for_a_hung_one(cpu_env: Env, tmp_path: Path) -> None:
+    """A cold torch.compile is silent for longer than stall_s (max-autotune: minutes); the
+    compile allowance covers the build and first step, so the trial is measured, not killed."""
+    req = request(cpu_env, "workloads.mlp.MLPWorkload",
+                  {"stall_s": 2.0, "compile_timeout_s": 300.0, "timeout_s": 300.0},
+                  knobs={"compile": "default"})
+    req.env = {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}  # a cold compile, every run
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", (res.outcome, res.error)
+    assert res.compile_s > 2.0  # the silence the allowance covered was longer than stall_s
