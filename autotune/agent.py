@@ -23,10 +23,15 @@ log = logging.getLogger("autotune")
 SAMPLER_EVERY = 3
 
 
-def _within(space: Space, knob: str, value: Any, current: Any) -> Any:
+def _within(space: Space, fix: dict[str, Any], current: Any) -> Any:
     """An integer fix beyond the domain (8 workers on 2 cores) becomes the domain's nearest
-    value in the same direction, if that still changes the knob."""
-    values = space.domains[knob].values
+    value in the same direction, if that still changes the knob. A fix the measurement says
+    may go past the domain (``beyond_domain``: a loader waiting on I/O) is capped at the end
+    of what ``Space.beyond`` allows instead."""
+    knob, value = fix["knob"], fix["value"]
+    values = list(space.domains[knob].values)
+    if fix.get("beyond_domain"):
+        values += list(space.beyond(knob))
     if value in values or not isinstance(value, int) or isinstance(value, bool) \
             or not isinstance(current, int) or not all(isinstance(v, int) for v in values):
         return value
@@ -65,7 +70,7 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
     diag = best.user_attrs["diagnosis"]
     base = best.user_attrs["knobs"]
     for asked in diag.get("fixes", []):
-        value = _within(space, asked["knob"], asked["value"], base.get(asked["knob"]))
+        value = _within(space, asked, base.get(asked["knob"]))
         fix = {**asked, "value": value}
         knobs = candidate(space, base, fix)
         if knobs is None or tried(study, knobs):

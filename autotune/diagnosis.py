@@ -21,9 +21,12 @@ The rules encode the symptom -> cause -> fix tables of the field notes (seeds 00
 ================================  ======================  =====================================
 symptom                           bottleneck              fixes
 ================================  ======================  =====================================
-host waits on the loader for      input_pipeline          num_workers up (x2, at least 1),
->= DATA_WAIT_SHARE of the step                            persistent_workers, prefetch_factor
-and the GPU is not saturated                              up, pin_memory (CUDA), uint8 transfer
+host waits on the loader for      input_pipeline          num_workers up (as many as keep pace;
+>= DATA_WAIT_SHARE of the step                            beyond the cores when the loader is
+and the GPU is not saturated                              on a CPU < IO_BOUND_CPU_SHARE of the
+                                                          time: it waits on I/O),
+                                                          persistent_workers, prefetch_factor
+                                                          up, pin_memory (CUDA), uint8 transfer
 copies take >= H2D_SHARE          host_to_device          pin_memory, non_blocking,
                                                           transfer_dtype=uint8
 >= SYNCS_PER_STEP host-device     sync                    user code (.item(), .cpu(), print of
@@ -59,6 +62,10 @@ from typing import Any
 #: Host waits on the DataLoader for this share of the step: input-bound. Seed 003: the loader
 #: wait (t2-t1) "should be much smaller" than the training time (t3-t2).
 DATA_WAIT_SHARE = 0.20
+#: The loader's processes spent less than this share of their time on a CPU: they wait on
+#: I/O (storage, network, a remote service), and more workers than cores can still help.
+#: Seed 002: "GPU idle, CPU idle" is a wait, not a computation.
+IO_BOUND_CPU_SHARE = 0.5
 #: On a compute-bound step, a loader wait this large is still worth one more worker.
 DATA_WAIT_NOTABLE = 0.05
 #: Minor page faults per step in the training process (4 KiB each: 1,000 is 4 MiB of memory
@@ -140,6 +147,7 @@ def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> di
         "h2d_share": h2d,
         "compute_share": _num(timers.get("compute")),
         "page_faults_per_step": _num(timers.get("page_faults_per_step")),
+        "loader_cpu_share": _num(timers.get("loader_cpu_share")),
         "optimizer_share": _num(timers.get("optimizer")),
         "gpu_busy_pct": _num(trace.get("gpu_busy_pct")),
         "kernels_per_step": _num(trace.get("kernels_per_step")),
@@ -164,9 +172,12 @@ class _Fixes:
     def __init__(self, knobs: Mapping[str, Any]):
         self.knobs, self.items = knobs, []
 
-    def add(self, knob: str, value: Any, why: str, with_: Mapping[str, Any] | None = None) -> None:
+    def add(self, knob: str, value: Any, why: str, with_: Mapping[str, Any] | None = None,
+            beyond_domain: bool = False) -> None:
         """``with_``: knobs that belong to this fix (e.g. channels_last with bf16: oneDNN and
-        cuDNN reach their low-precision kernels in NHWC), applied together by the agent."""
+        cuDNN reach their low-precision kernels in NHWC), applied together by the agent.
+        ``beyond_domain``: the measurement justifies a value past the knob's default domain
+        (more workers than cores for a loader that waits on I/O)."""
         if knob in self.knobs and self.knobs[knob] == value and type(self.knobs[knob]) is type(value):
             return
         if any(f["knob"] == knob and not f.get("with") for f in self.items):
@@ -175,6 +186,8 @@ class _Fixes:
         extra = {k: v for k, v in (with_ or {}).items() if self.knobs.get(k) != v}
         if extra:
             fix["with"] = extra
+        if beyond_domain:
+            fix["beyond_domain"] = True
         self.items.append(fix)
 
 
@@ -215,12 +228,29 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
+def _io_bound(ev: dict[str, Any]) -> bool:
+    share = ev["loader_cpu_share"]
+    return share is not None and share < IO_BOUND_CPU_SHARE
+
+
+def _loader_kind(ev: dict[str, Any]) -> str:
+    share = ev["loader_cpu_share"]
+    if share is None:
+        return ""
+    what = "waits on I/O" if _io_bound(ev) else "computes"
+    return f" (the loader {what}: its processes were on a CPU {_pct(share)} of the time)"
+
+
 def _input_fixes(f: _Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, Any]) -> None:
     w = _workers_needed(knobs, ev["data_wait_share"])
+    io = _io_bound(ev)
+    waits = (f"; its processes were on a CPU only {_pct(ev['loader_cpu_share'])} of the time, "
+             "waiting on I/O, so workers beyond the core count still add throughput") if io else ""
     # New workers come with persistent_workers: without it every epoch start respawns them.
     f.add("num_workers", w, f"the step waits on the loader {_pct(ev['data_wait_share'])} of the "
           f"time: {w} worker process(es) load batches as fast as the step uses them, in "
-          "parallel with it, kept alive across epochs", with_={"persistent_workers": True})
+          f"parallel with it, kept alive across epochs{waits}",
+          with_={"persistent_workers": True}, beyond_domain=io)
     f.add("persistent_workers", True, "keep workers alive across epochs instead of respawning "
           "them (and re-pickling the dataset) at every epoch start")
     pf = _more_prefetch(knobs)
@@ -316,7 +346,7 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
         _input_fixes(f, knobs, True, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE} and {busy_txt}",
                 f"Input-bound: the step waits on the DataLoader {_pct(dw)} of the time while the "
-                f"GPU idles ({busy_txt}); feed it faster with {_first(f)}.")
+                f"GPU idles ({busy_txt}){_loader_kind(ev)}; feed it faster with {_first(f)}.")
 
     if h2d is not None and h2d >= H2D_SHARE and not_saturated:
         _copy_fixes(f, ev)
@@ -400,8 +430,8 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
     if dw is not None and dw >= DATA_WAIT_SHARE:
         _input_fixes(f, knobs, False, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE}",
-                f"Input-bound: the step waits on the DataLoader {_pct(dw)} of the time; load "
-                f"batches in parallel with {_first(f)}.")
+                f"Input-bound: the step waits on the DataLoader {_pct(dw)} of the time"
+                f"{_loader_kind(ev)}; load batches in parallel with {_first(f)}.")
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
         return _memory(ev, knobs, f, False)

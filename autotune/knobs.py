@@ -8,6 +8,7 @@ used by both the trial window and a production run.
 from __future__ import annotations
 
 import platform
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,9 @@ import optuna
 
 from autotune.env import Env
 from autotune.workload import Workload
+
+#: A loader that waits on I/O may be given up to this many workers per usable core.
+IO_WORKERS_PER_CORE = 8
 
 
 class KnobError(ValueError):
@@ -201,6 +205,8 @@ class Space:
 
     domains: dict[str, Domain]
     baseline: dict[str, Any]
+    #: Knobs the user pinned or narrowed (``knobs.<name>=``): proposals stay inside those.
+    overridden: frozenset[str] = frozenset()
 
     @property
     def fixed(self) -> dict[str, tuple[Any, str]]:
@@ -214,6 +220,11 @@ class Space:
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Define-by-run: a knob is only suggested where it applies, so TPE never sees
         meaningless combinations (prefetch_factor without workers, graphs with fp16)."""
+        with warnings.catch_warnings():  # an enqueued value past the range (see ``beyond``)
+            warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
+            return self._suggest(trial)
+
+    def _suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for knob in KNOBS:
             dom = self.domains[knob.name]
@@ -241,14 +252,27 @@ class Space:
         return values
 
     def searched(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
-        """The Optuna params for a full knob assignment (for enqueue_trial)."""
+        """The Optuna params for a full knob assignment (for enqueue_trial). A value past an
+        ordinal domain's end is kept where the knob allows it (see ``beyond``)."""
         out: dict[str, Any] = {}
         for knob in KNOBS:
-            if knob.inactive(knobs) is None and len(self.domains[knob.name].values) > 1:
+            dom = self.domains[knob.name]
+            if knob.inactive(knobs) is None and len(dom.values) > 1:
                 value = knobs[knob.name]
-                if value in self.domains[knob.name].values:
+                if value in dom.values or value in self.beyond(knob.name):
                     out[knob.name] = value
         return out
+
+    def beyond(self, name: str) -> range:
+        """Values past the end of a searched integer range that a proposal may still use:
+        more DataLoader workers than cores (up to IO_WORKERS_PER_CORE per core) for a loader
+        measured waiting on I/O. Optuna runs such an enqueued value as given (with a warning,
+        silenced in ``suggest``); the sampler itself keeps to the range."""
+        values = self.domains[name].values
+        if name != "num_workers" or name in self.overridden or not _is_int_range(values):
+            return range(0)
+        top = values[-1]
+        return range(top + 1, IO_WORKERS_PER_CORE * max(1, top) + 1)
 
 
 def fix_text(fix: Mapping[str, Any]) -> str:
@@ -283,7 +307,7 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
             dom = Domain(asked, "pinned by knobs override" if len(asked) == 1 else "narrowed by knobs override")
         domains[knob.name] = dom
     baseline = _baseline(domains, wl)
-    return Space(domains, baseline)
+    return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None))
 
 
 def _valid(knob: Knob, dom: Domain, value: Any) -> bool:

@@ -21,6 +21,7 @@ from autotune.result import WindowResult
 from autotune.runner import TrialRequest, run_window
 from tests.workloads_diag import (
     BigActivationWorkload,
+    BusyLoaderWorkload,
     ComputeWorkload,
     SleepyLoaderWorkload,
     SyncWorkload,
@@ -72,7 +73,31 @@ def test_sleeping_loader_is_diagnosed_input_pipeline(sleepy_window: Any) -> None
     assert d["fixes"][0]["value"] >= wait / (1 - wait) > 1
     assert "pin_memory" not in _knobs_of(d["fixes"])  # CPU: no pinned-memory advice
     assert "DataLoader" in d["summary"]
+    # The loader sleeps: it waits, it does not compute, so workers past the cores still help.
+    assert d["evidence"]["loader_cpu_share"] < dg.IO_BOUND_CPU_SHARE
+    assert d["fixes"][0].get("beyond_domain") is True and "waits on I/O" in d["summary"]
     json.dumps(d)
+
+
+@pytest.mark.parametrize("workload,workers,waits", [
+    (SleepyLoaderWorkload, 0, True), (SleepyLoaderWorkload, 1, True),
+    (BusyLoaderWorkload, 0, False), (BusyLoaderWorkload, 1, False)])
+def test_a_loader_that_waits_is_told_from_one_that_computes(tmp_path: Path, workload: Any,
+                                                            workers: int, waits: bool) -> None:
+    """Both loaders take 10 ms per item; one sleeps (storage, network), one keeps a CPU busy
+    (decode, augmentation). Only the first is offered more workers than cores. Measured in
+    the training process (num_workers=0) and in the worker processes (num_workers=1)."""
+    knobs = {**baseline_knobs(workload()), "num_workers": workers,
+             "prefetch_factor": 2 if workers else None}
+    req = TrialRequest(workload=spec(workload), knobs=knobs, device="cpu",
+                       window={**WINDOW, "profile": False})
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
+    d = diagnose(dataclasses.asdict(res), knobs, "cpu", _host_memory_gb())
+    assert d["bottleneck"] == "input_pipeline", d
+    share = d["evidence"]["loader_cpu_share"]
+    assert (share < dg.IO_BOUND_CPU_SHARE) is waits, share
+    assert bool(d["fixes"][0].get("beyond_domain")) is waits
 
 
 def test_sleeping_loader_trace_alone_says_input_pipeline(sleepy_window: Any) -> None:

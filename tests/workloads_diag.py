@@ -1,7 +1,9 @@
 """Tiny workloads with a known bottleneck, for the profiler and diagnosis tests.
 
-- ``SleepyLoaderWorkload``: every ``__getitem__`` sleeps (a slow decode/read), the model is
-  tiny: input-bound.
+- ``SleepyLoaderWorkload``: every ``__getitem__`` sleeps (a slow read: storage, network), the
+  model is tiny: input-bound, the loader waits on I/O.
+- ``BusyLoaderWorkload``: the same, but each item keeps a CPU busy (a slow decode): input-bound,
+  the loader computes.
 - ``ComputeWorkload``: a small in-memory dataset and a wide MLP: compute-bound.
 - ``BigActivationWorkload``: a 64 MiB activation per step, cheap arithmetic: page faults.
 - ``SyncWorkload``: the loss reads many small tensors with ``.item()`` (CUDA: a host-device
@@ -42,6 +44,17 @@ class SleepyDataset(Dataset):
         return self.x[i], self.y[i]
 
 
+class BusyDataset(SleepyDataset):
+    """Like SleepyDataset, but each item keeps a CPU busy for its time (a decode, an
+    augmentation) instead of waiting."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        end = time.thread_time() + self.sleep_s
+        while time.thread_time() < end:
+            pass
+        return self.x[i], self.y[i]
+
+
 class _Classifier(Workload):
     features, hidden, classes = 32, 32, 4
 
@@ -73,6 +86,15 @@ class SleepyLoaderWorkload(_Classifier):
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         return SleepyDataset(self.n, self.features, self.classes, self.sleep_s)
+
+
+class BusyLoaderWorkload(SleepyLoaderWorkload):
+    """Input-bound like SleepyLoaderWorkload, but the loader computes (10 ms of CPU per item)."""
+
+    name = "busy-loader"
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return BusyDataset(self.n, self.features, self.classes, self.sleep_s)
 
 
 class ComputeWorkload(_Classifier):
