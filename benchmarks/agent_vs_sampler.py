@@ -26,7 +26,8 @@ WINDOW = ["window.warmup_steps=2", "window.measure_steps=12", "window.measure_se
           "window.min_measure_steps=4", "window.profile=true", "window.profile_steps=2"]
 
 
-def run_study(agent: bool, seed: int, trials: int, workdir: Path) -> list[float | None]:
+def run_study(agent: bool, seed: int, trials: int, workdir: Path) -> list[tuple[float | None, int]]:
+    """Each trial's samples/sec (None unless it completed cleanly) and its worker count."""
     name = f"agent-{agent}-seed{seed}"
     args = [f"workload._target_={WORKLOAD}", "device=cpu", f"study.name={name}",
             f"study.n_trials={trials}", f"study.agent={str(agent).lower()}", f"seed={seed}",
@@ -36,8 +37,9 @@ def run_study(agent: bool, seed: int, trials: int, workdir: Path) -> list[float 
                    cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL)
     study = optuna.load_study(study_name=name,
                               storage=f"sqlite:///{workdir}/studies/{name}/study.db")
-    return [t.value if t.state.name == "COMPLETE" and t.user_attrs.get("outcome") == "ok"
-            else None for t in study.get_trials()]
+    return [(t.value if t.state.name == "COMPLETE" and t.user_attrs.get("outcome") == "ok"
+             else None, int((t.user_attrs.get("knobs") or {}).get("num_workers", 0)))
+            for t in study.get_trials()]
 
 
 def trials_to_reach(values: list[float | None], target: float) -> int | None:
@@ -47,6 +49,11 @@ def trials_to_reach(values: list[float | None], target: float) -> int | None:
         if best >= target:
             return i
     return None
+
+
+def best_of(trials: list[tuple[float | None, int]]) -> tuple[float, int]:
+    """The best samples/sec and the worker count it ran with."""
+    return max(((v or 0.0, w) for v, w in trials), default=(0.0, 0))
 
 
 def main() -> None:
@@ -65,9 +72,11 @@ def main() -> None:
         for seed in a.seeds:
             on = run_study(True, seed, a.trials, Path(tmp))
             off = run_study(False, seed, a.trials, Path(tmp))
-            best = max(v or 0.0 for v in on + off)
-            rows.append((seed, best, trials_to_reach(on, 0.95 * best), trials_to_reach(off, 0.95 * best),
-                         max(v or 0.0 for v in on), max(v or 0.0 for v in off)))
+            (b_on, w_on), (b_off, w_off) = best_of(on), best_of(off)
+            best = max(b_on, b_off)
+            rows.append((seed, best, trials_to_reach([v for v, _ in on], 0.95 * best),
+                         trials_to_reach([v for v, _ in off], 0.95 * best),
+                         f"{b_on:,.1f} ({w_on})", f"{b_off:,.1f} ({w_off})"))
             print(rows[-1], flush=True)
     fmt = lambda n: "not reached" if n is None else str(n)  # noqa: E731
     lines = [
@@ -79,9 +88,9 @@ def main() -> None:
         f"{' '.join(map(str, a.seeds))}` (workload `{WORKLOAD}`: every item sleeps 10 ms; "
         "trials counted until the best so far is within 5% of the best either run found).",
         "",
-        "| seed | best samples/s (either) | trials, agent on | trials, agent off | best, agent on | best, agent off |",
+        "| seed | best samples/s (either) | trials, agent on | trials, agent off | best, agent on (workers) | best, agent off (workers) |",
         "|---|---|---|---|---|---|",
-        *[f"| {s} | {b:,.1f} | {fmt(n_on)} | {fmt(n_off)} | {b_on:,.1f} | {b_off:,.1f} |"
+        *[f"| {s} | {b:,.1f} | {fmt(n_on)} | {fmt(n_off)} | {b_on} | {b_off} |"
           for s, b, n_on, n_off, b_on, b_off in rows],
         "",
     ]
