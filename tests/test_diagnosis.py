@@ -169,6 +169,24 @@ def test_stored_real_traces_diagnose_alone() -> None:
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def test_item_calls_in_the_step_split_the_timers_right_on_cpu(tmp_path: Path) -> None:
+    """The CPU half of the sync test below: the step's .item() reads are in its loss, so they
+    land in the forward+backward share, not in the loader's or the copy's, and the profiler
+    counts every read (on CUDA each one is a device-to-host sync)."""
+    knobs = baseline_knobs(SyncWorkload())
+    # A second of ~1 ms steps, as a study measures them (min_measure_seconds): in a handful of
+    # steps the heartbeat's file writes between them would be a visible share of the window.
+    req = TrialRequest(workload=spec(SyncWorkload), knobs=knobs, device="cpu",
+                       window={**WINDOW, "min_measure_seconds": 1.0}, trace=True)
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
+    t = res.timers
+    assert t["compute"] > 0.5 and t["data_wait"] < 0.2 and t["h2d"] < 0.1, t
+    assert 0.9 < t["data_wait"] + t["h2d"] + t["compute"] + t["optimizer"] <= 1.0 + 1e-6, t
+    assert res.trace["syncs_per_step"] >= SyncWorkload().reads, res.trace
+    assert diagnose(dataclasses.asdict(res), knobs, "cpu", 16.0)["bottleneck"] == "cpu_compute"
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_item_calls_in_the_step_are_diagnosed_sync(tmp_path: Path) -> None:
