@@ -5,7 +5,8 @@ Two kinds of evidence, cheapest first:
   cannot train faster than either, so one whose ceiling is below the best trial's throughput
   is pruned. Ceilings are cached in the study per setting that affects them, so a later trial
   with a known-too-slow loader is pruned before its subprocess even starts;
-- the first measured chunk (an Optuna pruner on intermediate values): far below the best.
+- the window's throughput so far, reported at each chunk edge (an Optuna pruner on
+  intermediate values): far below the best.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "amp", "compile", "cuda_graphs"
 CEILING_MARGIN = 0.9
 # A ceiling still being measured is judged after this many batches (timed after the first).
 PARTIAL_MIN_BATCHES = 3
-# "Far below the best": the share of the best under which a measured chunk, or a ceiling still
+# "Far below the best": the share of the best under which the throughput so far, or a ceiling still
 # being measured, stops the trial (noise on a shared machine is 10-25%, not 2x).
 FAR_BELOW = 0.5
 
@@ -91,7 +92,8 @@ def partial_verdict(partial: Mapping[str, Any], best: float | None,
 
 
 class BestFractionPruner(optuna.pruners.BasePruner):
-    """Prune when the latest measured chunk is below ``fraction`` of the best feasible trial.
+    """Prune when the window's throughput so far (the latest intermediate value) is below
+    ``fraction`` of the best feasible trial.
 
     Unlike Optuna's median/percentile pruners this compares with the *best*: a configuration
     at 40% of the best throughput will not finish ahead of it, whatever the median does."""

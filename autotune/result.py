@@ -28,7 +28,7 @@ class WindowResult:
     # Share of the measured step spent in each phase (see window.py for how each is timed).
     timers: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
-    chunks: list[float] = field(default_factory=list)  # samples/sec per measured chunk
+    chunks: list[float] = field(default_factory=list)  # samples/sec so far, at each chunk edge
     # Seed 003's mock components, samples/sec: "loader" (input pipeline alone), "compute" (the
     # step alone on one cached device batch). Only those the driver asked for (not cached).
     ceilings: dict[str, float] = field(default_factory=dict)

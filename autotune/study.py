@@ -311,8 +311,9 @@ class Driver:
                         "driver_lost", trial.number)
 
     def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
-        """While the window runs: prune on a measured ceiling below the best, or on a measured
-        chunk far below it (the study's pruner on intermediate values)."""
+        """While the window runs: prune on a measured ceiling below the best, or on the
+        window's throughput so far (reported at each chunk edge) far below it (the study's
+        pruner on intermediate values)."""
         if not self.setup.prune:
             return None
         reported = [0]
@@ -337,8 +338,9 @@ class Driver:
                     # The pruner read the study itself: another worker may have finished the
                     # first feasible trial since ``best`` was read above.
                     best = best_value(self.study)
-                    return (f"measured chunk {reported[0]}: {watch.chunks[reported[0] - 1]:,.1f} "
-                            f"samples/s, under half the best trial's {best or 0:,.1f}")
+                    return (f"{watch.chunks[reported[0] - 1]:,.1f} samples/s over the first "
+                            f"{reported[0]} chunk(s) of its window, under half the best "
+                            f"trial's {best or 0:,.1f}")
             return None
 
         return check

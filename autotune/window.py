@@ -187,7 +187,7 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
     # the device keeps its queue (and copies their overlap) all through it.
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
     min_seconds = float(win.get("min_measure_seconds", 0.0))
-    # Chunks are what the pruner sees: the first one decides whether a trial is far below
+    # Chunk edges are where the pruner looks: the first one decides whether a trial is far below
     # the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5
     # on CUDA); never a single step, which one stall on a shared machine can halve, and never
     # shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
@@ -317,14 +317,18 @@ def _loader_cpu_share(workers: int, in_process_cpu_s: float, wait_s: float,
 
 def _report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
                    batch_size: int) -> bool:
-    """Add the throughput of every chunk the device has finished to the heartbeat (what the
-    pruner reads); return whether there was one. Never waits for the device."""
+    """For every chunk edge the device has reached, add the window's throughput so far (from
+    its start to that edge) to the heartbeat: what the pruner reads. Return whether there was
+    one. Never waits for the device. Cumulative, so that one slow chunk late in a good
+    trial (another process took the cores for a moment) does not condemn it, while a trial
+    that is slow from the start is caught at its first edge."""
     new = False
+    start = edges[0][0]
     while len(progress.chunks) < len(edges) - 1:
-        (a, steps_a), (b, steps_b) = edges[len(progress.chunks)], edges[len(progress.chunks) + 1]
-        if not clock.done(b):
+        edge, steps = edges[len(progress.chunks) + 1]
+        if not clock.done(edge):
             break
-        progress.chunks.append((steps_b - steps_a) * batch_size / (clock.ms(a, b) / 1e3))
+        progress.chunks.append(steps * batch_size / (clock.ms(start, edge) / 1e3))
         new = True
     return new
 

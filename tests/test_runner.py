@@ -218,3 +218,19 @@ def test_a_compiling_trial_is_not_taken_for_a_hung_one(cpu_env: Env, tmp_path: P
     res = run_window(req, tmp_path)
     assert res.outcome == "ok", (res.outcome, res.error)
     assert res.compile_s > 2.0  # the silence the allowance covered was longer than stall_s
+
+
+def test_the_pruner_reads_the_throughput_so_far(cpu_env: Env, tmp_path: Path) -> None:
+    """What the pruner reads at each chunk edge is the window's throughput from its start:
+    one stalled stretch in a healthy trial lowers it a little for the rest of the window,
+    instead of showing one chunk at a fraction of the trial's speed. The last edge is the
+    window's own figure."""
+    req = request(cpu_env, FAULTY + "OneHiccup",
+                  {"measure_steps": 6, "min_measure_seconds": 1.5, "measure_seconds": 30.0})
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", res.stderr_tail
+    assert res.measure_s > 1.5 and len(res.chunks) >= 4
+    assert res.chunks[-1] == pytest.approx(res.samples_per_sec, rel=0.05)
+    # The 0.4 s stall ~0.8 s in: a 0.2 s chunk around it ran at a third of the trial's speed,
+    # which would read "under half" against this very trial as the best. So far, it does not.
+    assert min(res.chunks) > 0.5 * res.samples_per_sec, (res.chunks, res.samples_per_sec)

@@ -146,6 +146,24 @@ class SlowStep(MLPWorkload):
         return super().loss(outputs, targets)
 
 
+class OneHiccup(MLPWorkload):
+    """Healthy steps, but once, ``after_s`` into training, a step stalls for ``stall_ms``
+    (another process took the cores for a moment): a good trial the pruner must not condemn
+    on that one stretch."""
+
+    def __init__(self, after_s: float = 0.8, stall_ms: float = 400.0, **kw: Any):
+        super().__init__(**kw)
+        self.after_s, self.stall_ms, self.first = after_s, stall_ms, None
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        now = time.monotonic()
+        self.first = self.first or now
+        if self.after_s is not None and now - self.first >= self.after_s:
+            self.after_s = None
+            time.sleep(self.stall_ms / 1e3)
+        return super().loss(outputs, targets)
+
+
 def pid_file_env() -> str:
     return os.environ.get("AUTOTUNE_TEST_PIDFILE", "")
 
