@@ -116,13 +116,15 @@ def _as_dict(result: Any) -> dict[str, Any]:
     return {}
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> dict[str, Any]:
     """The named numbers every verdict is read from (None where not measured).
 
     Shares are 0-1 of the measured step; *_pct are 0-100."""
-    timers = result.get("timers") if isinstance(result.get("timers"), Mapping) else {}
-    trace = result.get("trace") if isinstance(result.get("trace"), Mapping) else {}
-    step_ms = result.get("step_ms") if isinstance(result.get("step_ms"), Mapping) else {}
+    timers, trace, step_ms = (_mapping(result.get(k)) for k in ("timers", "trace", "step_ms"))
     wall = _num(trace.get("wall_ms_per_step"))
 
     def trace_share(key: str) -> float | None:
@@ -170,7 +172,8 @@ class _Fixes:
     """An ordered list of knob fixes that skips values the trial already has."""
 
     def __init__(self, knobs: Mapping[str, Any]):
-        self.knobs, self.items = knobs, []
+        self.knobs = knobs
+        self.items: list[dict[str, Any]] = []
 
     def add(self, knob: str, value: Any, why: str, with_: Mapping[str, Any] | None = None,
             beyond_domain: bool = False) -> None:

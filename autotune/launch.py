@@ -115,6 +115,7 @@ class TrialProcess:
         self._proc = context().Process(target=_trial_entry,
                                        args=(request, result, log, env, os.getpid()), daemon=False)
         self._proc.start()
+        assert self._proc.pid is not None  # set by start()
         self.pid: int = self._proc.pid  # also its session and process-group id
 
     def poll(self) -> int | None:

@@ -167,7 +167,7 @@ def _events(trace: Any) -> tuple[list[_Ev], list[dict[str, Any]]]:
         if not isinstance(e, dict):
             continue
         name = e.get("name")
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
         if e.get("ph") == "i" and name == "[memory]":
             memory.append(args)
             continue
@@ -181,16 +181,17 @@ def _events(trace: Any) -> tuple[list[_Ev], list[dict[str, Any]]]:
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> float:
-    total, cur_s, cur_e = 0.0, None, None
+    total = 0.0
+    current: tuple[float, float] | None = None
     for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+        if current is None or s > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = (s, e)
         else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+            current = (current[0], max(current[1], e))
+    if current is not None:
+        total += current[1] - current[0]
     return total
 
 
@@ -200,8 +201,8 @@ class _Spans:
 
     def __init__(self, evs: Iterable[_Ev]):
         per: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-        for e in evs:
-            per[e.tid].append((e.ts, e.end))
+        for ev in evs:
+            per[ev.tid].append((ev.ts, ev.end))
         self.tids: dict[Any, tuple[list[float], list[float]]] = {}
         for tid, spans in per.items():
             spans.sort()

@@ -26,7 +26,7 @@ class WindowResult:
     warmup_s: float = 0.0
     final_loss: float | None = None
     # Share of the measured step spent in each phase (see window.py for how each is timed).
-    timers: dict[str, float] = field(default_factory=dict)
+    timers: dict[str, float | None] = field(default_factory=dict)  # None: not measured
     trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
     chunks: list[float] = field(default_factory=list)  # samples/sec so far, at each chunk edge
     # Seed 003's mock components, samples/sec: "loader" (input pipeline alone), "compute" (the

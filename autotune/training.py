@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import nvtx
@@ -119,7 +119,7 @@ class Training:
         self.scaler = torch.amp.GradScaler(self.device.type) if amp == "fp16" else None
 
         mode = self.knobs["compile"]
-        self.forward_module: torch.nn.Module = (
+        self.forward_module: Callable[..., Any] = (  # the model, or its compiled wrapper
             model if mode == "off" else torch.compile(model, mode=None if mode == "default" else mode)
         )
         self.graph: _GraphedStep | None = None
