@@ -52,8 +52,13 @@ def candidate(space: Space, base: dict[str, Any], fix: dict[str, Any]) -> dict[s
     return full
 
 
-def tried(study: optuna.Study, knobs: dict[str, Any]) -> bool:
-    return any(t.user_attrs.get("knobs") == knobs for t in study.get_trials(deepcopy=False))
+def tried(study: optuna.Study, knobs: dict[str, Any], space: Space | None = None) -> bool:
+    """Whether a trial already ran these knobs. With ``space``, a trial stored before a knob
+    existed counts with the value it ran under (``Space.absent``)."""
+    absent = space.absent if space is not None else {}
+    return any({**{k: v for k, v in absent.items() if k not in stored}, **stored} == knobs
+               for t in study.get_trials(deepcopy=False)
+               if (stored := t.user_attrs.get("knobs")) is not None)
 
 
 def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | None:
@@ -73,7 +78,7 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
         value = _within(space, asked, base.get(asked["knob"]))
         fix = {**asked, "value": value}
         knobs = candidate(space, base, fix)
-        if knobs is None or tried(study, knobs):
+        if knobs is None or tried(study, knobs, space):
             continue
         capped = "" if value == asked["value"] else (
             f"; {asked['knob']}={asked['value']} capped at {value}, the largest valid here")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.compare import CompareError
 from autotune.config import Config
 from autotune.env import DeviceError, Env, probe
-from autotune.knobs import KnobError, build_space
+from autotune.knobs import KnobError, build_space, keep_global_batch
 from autotune.storage import StorageError, is_sqlite, open_storage, redact, resolve_url
 from autotune.study import StudySetup
 from autotune.workload import WorkloadError, build_workload, workload_name
@@ -75,6 +77,10 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         n_trials = CPU_TRIALS
     knob_overrides = {k: v for k, v in dataclasses.asdict(cfg.knobs).items() if v is not None}
     space = build_space(env, workload, knob_overrides)
+    global_batch = None
+    if cfg.study.keep_global_batch:
+        global_batch = int(workload.defaults.get("batch_size", space.baseline["batch_size"]))
+        space = keep_global_batch(space, global_batch)
 
     label = workload_name(spec)
     name = cfg.study.name or f"{label}-{env.device}"
@@ -88,6 +94,10 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
             "postgresql://user:password@host/db, or use journal:PATH for several workers on one "
             "machine."
         )
+    if cfg.study.run_steps is not None and cfg.study.run_steps < 1:
+        raise UsageError(f"study.run_steps={cfg.study.run_steps} must be a positive number of "
+                         "training steps (the length of your run), or null to optimize the "
+                         "steady-state throughput.")
     if cfg.memory.limit_gb is not None and cfg.memory.limit_gb <= 0:
         raise UsageError(f"memory.limit_gb={cfg.memory.limit_gb} must be positive.")
     if not 0 < cfg.memory.limit_fraction <= 1:
@@ -98,9 +108,39 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         workload_label=workload.describe(), window=window, memory_limit_gb=limit, seed=cfg.seed,
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
         timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
-        confirm_top=max(1, cfg.study.confirm_top),
+        confirm_top=max(1, cfg.study.confirm_top), run_steps=cfg.study.run_steps,
+        global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
+        numerics_tolerance=_tolerance(cfg),
     )
+    _nightly(setup, cfg)
     return setup, workers, n_trials
+
+
+def _tolerance(cfg: Config) -> dict[str, float]:
+    from autotune.numerics import check_tolerance
+
+    try:
+        check_tolerance(dict(cfg.study.numerics_tolerance))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return dict(cfg.study.numerics_tolerance)
+
+
+def _nightly(setup: StudySetup, cfg: Config) -> None:
+    """study.compare_to / study.start_from: where the earlier study lives; its best knobs."""
+    from autotune.compare import load_other, start_knobs
+    from autotune.storage import ENV_VAR
+
+    s = cfg.study
+    for name in filter(None, (s.compare_to, s.start_from)):
+        url = (s.compare_storage or s.storage or os.environ.get(ENV_VAR)
+               or f"sqlite:///{Path(s.out_dir) / name / 'study.db'}")
+        load_other(name, url)  # fails now, before any trial, if it cannot be read
+        if name == s.compare_to:
+            setup.compare_to, setup.compare_storage = name, url
+        if name == s.start_from:
+            setup.start_knobs = start_knobs(name, url)
+    setup.regression_pct = s.regression_pct
 
 
 def run(cfg: Config, overrides: list[str]) -> int:
@@ -109,13 +149,18 @@ def run(cfg: Config, overrides: list[str]) -> int:
     try:
         setup, workers, n_trials = build_setup(cfg, overrides)
         storage = open_storage(setup.storage)
-    except (WorkloadError, KnobError, DeviceError, StorageError, UsageError) as exc:
+    except (WorkloadError, KnobError, DeviceError, StorageError, UsageError, CompareError) as exc:
         fail(str(exc))
         return 2
     _print_header(setup, workers, n_trials)
     from autotune.parallel import run_study
 
-    return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
+    try:
+        return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
+    except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
+        from autotune.crash import explain
+
+        return explain(exc, setup.out_dir, str(setup.storage))
 
 
 def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
@@ -136,4 +181,6 @@ def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
     for name, (value, why) in s.space.fixed.items():
         print(f"  fixed {name}={value}: {why}")
+    for name, (values, why) in s.space.narrowed.items():
+        print(f"  {name} searched over {values} only: {why}")
     sys.stdout.flush()

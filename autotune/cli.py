@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import hydra
@@ -25,6 +24,14 @@ log = logging.getLogger("autotune")
 def fail(message: str, code: int = 2) -> None:
     print(f"autotune: error: {' '.join(message.split())}", file=sys.stderr)
     sys.exit(code)
+
+
+def force_workload_args(args: list[str]) -> list[str]:
+    """``+workload.<arg>=`` becomes ``++workload.<arg>=`` (add or override). The README's form
+    adds an argument for a user factory, but Hydra refuses ``+`` for a key the default workload
+    (resnet18) already has, e.g. ``image_size``; which keys reach a user factory is decided by
+    what was typed (app.build_setup), not by the default workload's node."""
+    return ["+" + a if a.startswith("+workload.") else a for a in args]
 
 
 def check_overrides(args: list[str]) -> None:
@@ -62,19 +69,13 @@ def _app(cfg: DictConfig) -> None:
         task_overrides = []
     try:
         code = run(config, task_overrides)
-    except Exception:  # noqa: BLE001 - Hydra would print the overrides, storage password included
-        secret = _password(config.study.storage or os.environ.get("AUTOTUNE_STORAGE"))
-        text = traceback.format_exc()
-        print(text.replace(secret, "***") if secret else text, file=sys.stderr)
-        code = 1
+    except Exception as exc:  # noqa: BLE001 - Hydra would print the overrides, password included
+        from autotune.crash import explain
+
+        out = Path(config.study.out_dir) / config.study.name if config.study.name else None
+        code = explain(exc, out, config.study.storage or os.environ.get("AUTOTUNE_STORAGE"))
     if code:
         sys.exit(code)
-
-
-def _password(url: str | None) -> str | None:
-    from autotune.storage import password_of
-
-    return password_of(url) if url else None
 
 
 def main() -> None:
@@ -83,6 +84,7 @@ def main() -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    sys.argv[1:] = force_workload_args(sys.argv[1:])
     check_overrides(sys.argv[1:])
     register_configs()
     _app()

@@ -7,9 +7,11 @@ before any trial runs. The YAML in ``conf/`` only picks values; the schema lives
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 
 @dataclass
@@ -56,8 +58,34 @@ class StudyConfig:
     # those medians. 0 = report the search figures.
     confirm_runs: int = 2
     confirm_top: int = 3
+    # The length of the user's run in training steps, if known: the objective becomes the
+    # whole run's samples/s, compile time included (compile + run_steps x batch / throughput),
+    # so a compile mode wins only where the run repays its compile. null: steady-state speed.
+    run_steps: int | None = None
     # Where best.yaml, trials.csv and traces go: <out_dir>/<name>/
     out_dir: str = "studies"
+    # Nightly comparison (autotune/compare.py): an earlier study to put side by side in the
+    # report; exit code 3 when the best samples/sec fell by more than regression_pct percent or
+    # the environment changed. compare_storage: its storage URL when it is not this study's
+    # (default: this study's storage, or studies/<compare_to>/study.db with the default SQLite).
+    compare_to: str | None = None
+    compare_storage: str | None = None
+    regression_pct: float = 10.0
+    # Keep the global batch: the workload's batch_size is the global batch G; knobs.batch_size
+    # becomes the micro-batch (G, G/2, ... G/8) and G / batch_size gradient-accumulation steps
+    # keep every trial's optimizer step at G samples (best.yaml: global_batch, grad_accum).
+    # false: batch_size is searched freely (it changes training dynamics).
+    keep_global_batch: bool = False
+    # Numerics check before export (autotune/numerics.py): each finalist's first numerics_steps
+    # optimizer steps against the baseline's numerics from the same seed and data order; one
+    # whose relative loss deviation exceeds its knob family's tolerance is not exported.
+    # numerics_steps=0 turns the check off.
+    numerics_steps: int = 10
+    # Keys: default, amp, compile, cuda_graphs, device_transform, tf32 (defaults in numerics.py).
+    numerics_tolerance: dict[str, float] = field(default_factory=dict)
+    # Enqueue this earlier study's best configuration right after the baseline (same storage
+    # rule as compare_to).
+    start_from: str | None = None
 
 
 @dataclass
@@ -78,6 +106,7 @@ class KnobsConfig:
     persistent_workers: Any = None
     batch_size: Any = None
     transfer_dtype: Any = None
+    transform_split: Any = None
     non_blocking: Any = None
     amp: Any = None
     compile: Any = None
@@ -104,6 +133,28 @@ class Config:
     knobs: KnobsConfig = field(default_factory=KnobsConfig)
 
 
+def _workloads_line() -> str:
+    conf = Path(__file__).resolve().parent.parent / "conf" / "workload"
+    names = sorted(p.stem for p in conf.glob("*.yaml"))
+    return "one of " + ", ".join(names) + " (conf/workload/), or workload._target_=pkg.mod.Factory"
+
+
+def _knobs_block() -> str:
+    """One line per knob of the registry (what --help lists), wrapped at 100 columns."""
+    import textwrap
+
+    from autotune.knobs import KNOBS
+
+    lines = []
+    for k in KNOBS:
+        lines += textwrap.wrap(k.doc, 100, initial_indent=f"  {k.name:20s} ",
+                               subsequent_indent=" " * 23)
+    return "\n".join(lines)
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="autotune_schema", node=Config)
+    # `autotune --help` (conf/hydra/help/autotune.yaml) lists these from their sources.
+    OmegaConf.register_new_resolver("autotune_workloads", _workloads_line, replace=True)
+    OmegaConf.register_new_resolver("autotune_knobs", _knobs_block, replace=True)

@@ -28,7 +28,7 @@ log = logging.getLogger("autotune")
 def _request(setup: StudySetup, knobs: dict[str, Any]) -> TrialRequest:
     return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                         window=setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
-                        env=setup.worker_env)
+                        env=setup.trial_env, grad_accum=setup.grad_accum(knobs))
 
 
 def finalists(study: optuna.Study, top: int) -> list[FrozenTrial]:
@@ -65,7 +65,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
                              setup.out_dir / "confirm" / f"{i}-{trial.number}",
                              stop_requested=lambda: stop.reason if stop else None)
             if res.ok:
-                figures[trial.number].append(res.samples_per_sec)
+                figures[trial.number].append(setup.objective(res, trial.user_attrs["knobs"]))
             else:
                 failures.append(f"{name} run {i}: {res.outcome}: {res.error}")
     medians = {n: statistics.median(v) for n, v in figures.items()

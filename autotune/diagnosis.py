@@ -26,9 +26,10 @@ host waits on the loader for      input_pipeline          num_workers up (as man
 and the GPU is not saturated                              on a CPU < IO_BOUND_CPU_SHARE of the
                                                           time: it waits on I/O),
                                                           persistent_workers, prefetch_factor
-                                                          up, pin_memory (CUDA), uint8 transfer
+                                                          up, pin_memory (CUDA), uint8 transfer,
+                                                          transform_split=0 (device stages)
 copies take >= H2D_SHARE          host_to_device          pin_memory, non_blocking,
-                                                          transfer_dtype=uint8
+                                                          transfer_dtype=uint8, transform_split=0
 >= SYNCS_PER_STEP host-device     sync                    user code (.item(), .cpu(), print of
 syncs outside the input copy,                             a tensor): none by knob; amp bf16
 GPU not saturated                                         instead of fp16 (GradScaler syncs),
@@ -66,6 +67,14 @@ DATA_WAIT_SHARE = 0.20
 #: I/O (storage, network, a remote service), and more workers than cores can still help.
 #: Seed 002: "GPU idle, CPU idle" is a wait, not a computation.
 IO_BOUND_CPU_SHARE = 0.5
+#: The share of the loader wait spent starting epochs (non-persistent workers shut down and
+#: start again) above which the wait is worker start-up, neither I/O nor loading work: the gpt
+#: run's 9-worker loader read as "waiting on I/O" at 7% worker CPU while its workers were
+#: restarted every 32 steps.
+EPOCH_START_SHARE_OF_WAIT = 0.5
+#: The optimizer's share of the step above which its per-parameter work is worth a fused
+#: implementation (one kernel, or one vectorized loop, for all parameters).
+OPTIMIZER_SHARE = 0.25
 #: On a compute-bound step, a loader wait this large is still worth one more worker.
 DATA_WAIT_NOTABLE = 0.05
 #: Minor page faults per step in the training process (4 KiB each: 1,000 is 4 MiB of memory
@@ -151,6 +160,8 @@ def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> di
         "page_faults_per_step": _num(timers.get("page_faults_per_step")),
         "loader_cpu_share": _num(timers.get("loader_cpu_share")),
         "optimizer_share": _num(timers.get("optimizer")),
+        "epoch_starts": _num(timers.get("epoch_starts")),
+        "epoch_start_share": _num(timers.get("epoch_start_share")),
         "gpu_busy_pct": _num(trace.get("gpu_busy_pct")),
         "kernels_per_step": _num(trace.get("kernels_per_step")),
         "launches_per_step": _num(trace.get("launches_per_step")),
@@ -231,13 +242,24 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
+def _restarts(ev: dict[str, Any], knobs: Mapping[str, Any]) -> bool:
+    """Is most of the loader wait the workers' start-up at each epoch (not persistent)?"""
+    share, wait = ev.get("epoch_start_share"), ev["data_wait_share"]
+    return (_int(knobs, "num_workers", 0) > 0 and not knobs.get("persistent_workers")
+            and bool(ev.get("epoch_starts")) and share is not None and bool(wait)
+            and share >= EPOCH_START_SHARE_OF_WAIT * wait)
+
+
 def _io_bound(ev: dict[str, Any]) -> bool:
     share = ev["loader_cpu_share"]
     return share is not None and share < IO_BOUND_CPU_SHARE
 
 
-def _loader_kind(ev: dict[str, Any]) -> str:
+def _loader_kind(ev: dict[str, Any], knobs: Mapping[str, Any] | None = None) -> str:
     share = ev["loader_cpu_share"]
+    if knobs is not None and _restarts(ev, knobs):
+        return (f" (its workers are started anew at every epoch: {ev['epoch_starts']:.0f} "
+                f"epoch start(s) in the window took {_pct(ev['epoch_start_share'])} of it)")
     if share is None:
         return ""
     what = "waits on I/O" if _io_bound(ev) else "computes"
@@ -245,8 +267,13 @@ def _loader_kind(ev: dict[str, Any]) -> str:
 
 
 def _input_fixes(f: _Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, Any]) -> None:
+    if _restarts(ev, knobs):  # start-up is neither I/O nor loading: keep the workers
+        f.add("persistent_workers", True, f"{ev['epoch_starts']:.0f} epoch start(s) in the "
+              f"window took {_pct(ev['epoch_start_share'])} of it: without persistent workers "
+              "every epoch shuts the workers down and starts (and re-pickles the dataset to) "
+              "new ones")
     w = _workers_needed(knobs, ev["data_wait_share"])
-    io = _io_bound(ev)
+    io = _io_bound(ev) and not _restarts(ev, knobs)
     waits = (f"; its processes were on a CPU only {_pct(ev['loader_cpu_share'])} of the time, "
              "waiting on I/O, so workers beyond the core count still add throughput") if io else ""
     # New workers come with persistent_workers: without it every epoch start respawns them.
@@ -254,6 +281,8 @@ def _input_fixes(f: _Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, 
           f"time: {w} worker process(es) load batches as fast as the step uses them, in "
           f"parallel with it, kept alive across epochs{waits}",
           with_={"persistent_workers": True}, beyond_domain=io)
+    _device_stages_fix(f, "the loader runs every input stage on each sample; on the "
+                       "device they run once per batch, after the copy")
     f.add("persistent_workers", True, "keep workers alive across epochs instead of respawning "
           "them (and re-pickling the dataset) at every epoch start")
     pf = _more_prefetch(knobs)
@@ -272,10 +301,20 @@ def _copy_fixes(f: _Fixes, ev: dict[str, Any]) -> None:
           "batch's transfer with compute")
     f.add("transfer_dtype", "uint8", "copy uint8 and convert/normalize on the GPU: 4x fewer "
           "bytes over the bus")
+    _device_stages_fix(f, "copy the input before its resize and float conversion: "
+                       "fewer bytes over the bus")
+
+
+def _device_stages_fix(f: _Fixes, why: str) -> None:
+    """transform_split=0: every input stage that has a batched version runs on the device
+    (the agent keeps the host-only stages on the host: the nearest valid split)."""
+    if _int(f.knobs, "transform_split", 0) > 0:
+        f.add("transform_split", 0, why)
 
 
 def _compute_fixes(f: _Fixes, knobs: Mapping[str, Any], ev: dict[str, Any],
                    image_inputs: bool | None) -> None:
+    _optimizer_fixes(f, ev)
     lp = ev["low_precision_share"]
     lp_txt = f" (only {_pct(lp)} of kernel time is fp16/bf16/tensor-core)" if lp is not None else ""
     if knobs.get("amp", "off") == "off":
@@ -349,7 +388,7 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
         _input_fixes(f, knobs, True, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE} and {busy_txt}",
                 f"Input-bound: the step waits on the DataLoader {_pct(dw)} of the time while the "
-                f"GPU idles ({busy_txt}){_loader_kind(ev)}; feed it faster with {_first(f)}.")
+                f"GPU idles ({busy_txt}){_loader_kind(ev, knobs)}; feed it faster with {_first(f)}.")
 
     if h2d is not None and h2d >= H2D_SHARE and not_saturated:
         _copy_fixes(f, ev)
@@ -411,7 +450,19 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
             f"copies {_pct(h2d)}); try {_first(f)}.")
 
 
+def _optimizer_fixes(f: _Fixes, ev: dict[str, Any]) -> None:
+    """Per-parameter optimizer work (AdamW on a transformer: a few ops per parameter tensor)
+    is fixed by the optimizer's implementation, not by the training code or the batch."""
+    share = ev["optimizer_share"]
+    if share is not None and share >= OPTIMIZER_SHARE:
+        f.add("optimizer_impl", "fused", f"the optimizer takes {_pct(share)} of the step, "
+              "mostly per-parameter work: the fused implementation updates all parameters in "
+              "one kernel")
+        f.add("compile", "default", "torch.compile fuses the optimizer's per-parameter ops too")
+
+
 def _launch_fixes(f: _Fixes, knobs: Mapping[str, Any], ev: dict[str, Any]) -> None:
+    _optimizer_fixes(f, ev)
     graphs_ok = knobs.get("compile", "off") == "off" and knobs.get("amp") != "fp16"
     if graphs_ok:
         f.add("cuda_graphs", True, "replay the whole captured step with one launch instead of "
@@ -434,7 +485,7 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
         _input_fixes(f, knobs, False, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE}",
                 f"Input-bound: the step waits on the DataLoader {_pct(dw)} of the time"
-                f"{_loader_kind(ev)}; load batches in parallel with {_first(f)}.")
+                f"{_loader_kind(ev, knobs)}; load batches in parallel with {_first(f)}.")
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
         return _memory(ev, knobs, f, False)
@@ -452,6 +503,7 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: _Fixes,
         f.add("host_allocator", "retain", f"{faults:,.0f} page faults per step: the allocator "
               "unmaps the step's freed tensors and the kernel maps and zeroes them again next "
               "step; retaining freed memory removes that work")
+    _optimizer_fixes(f, ev)
     if _batch_room(ev):
         b = _int(knobs, "batch_size", 0)
         if b:

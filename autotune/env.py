@@ -31,6 +31,8 @@ class Env:
     torch_version: str
     cuda_version: str | None
     gpu_count: int
+    #: The host's processor (loaders run on it, on CUDA too); None in studies made before it.
+    cpu_model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -69,6 +71,7 @@ def _probe_here(requested: str) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
         "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "cpu_model": _cpu_model(),
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)

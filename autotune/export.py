@@ -20,6 +20,9 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.compile_cost import compile_summary
+from autotune.environment_check import warn_if_environment_changed
+from autotune.hydra_export import hydra_group_text, overrides_text
 from autotune.knobs import KNOBS, fix_text
 from autotune.storage import redact
 
@@ -65,6 +68,9 @@ def metrics(t: FrozenTrial, confirmed: float | None = None,
         "step_time_p90_ms": _num((a.get("step_ms") or {}).get("p90")),
         "peak_memory_gb": _num(a.get("peak_memory_gb")),
         "compile_s": _num(a.get("compile_s")),
+        # The loop's wait for its next batch, a share of the step: the production meter
+        # tells a loader slower than measured from a slower step with it.
+        "data_wait_share": _num((a.get("timers") or {}).get("data_wait")),
     }
 
 
@@ -73,10 +79,15 @@ def _num(v: Any) -> float | None:
 
 
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """COMPLETE trials that ran cleanly within the memory limit, fastest first (search figures)."""
+    """COMPLETE trials that ran cleanly within the memory limit, fastest first (search figures);
+    never one the numerics check refused."""
+    from autotune.numerics import refused
+
+    out = refused(study)
     feasible = [
         t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("outcome") == "ok" and all(v <= 0 for v in t.constraints.values())
+        and t.number not in out
     ]
     return sorted(feasible, key=lambda t: t.value or 0.0, reverse=True)
 
@@ -141,8 +152,17 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
             "memory_gb": _num(dev.get("total_memory_gb")),
             "torch": dev.get("torch_version"),
             "cuda": dev.get("cuda_version"),
+            "cpu": dev.get("cpu_model"),
         },
         "knobs": dict(best.user_attrs["knobs"]),
+        # How many input stages the workload declares (transform_split = that: all on the
+        # host): the runtime warns where a split on the device is not applied by the user's loader.
+        **({"input_stages": attrs["input_stages"]} if "input_stages" in attrs else {}),
+        # study.keep_global_batch: knobs.batch_size is the micro-batch; the optimizer steps
+        # once per global_batch samples, after grad_accum micro-batches.
+        **({"global_batch": attrs["global_batch"],
+            "grad_accum": attrs["global_batch"] // int(best.user_attrs["knobs"]["batch_size"])}
+           if attrs.get("global_batch") else {}),
         "metrics": metrics(best, conf.get("best_samples_per_sec"), conf.get("best_runs")),
         "baseline": (metrics(base, conf.get("baseline_samples_per_sec"), conf.get("baseline_runs"))
                      if base else None),
@@ -159,7 +179,9 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "best_trial": best.number,
         "confirmation": ({"finalists": conf.get("finalists"), "runs": conf.get("runs")}
                          if conf else None),
+        "numerics": _numerics(attrs.get("numerics")),
         "memory_limit_gb": _num(attrs.get("memory_limit_gb")),
+        "compile": _compile_section(study, conf),
         "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
         "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
                   "pruning": pruning_savings(study), "agent_trials": sum(
@@ -167,6 +189,24 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
                       if t.user_attrs.get("source") == "agent")},
     }
     return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
+
+
+def _compile_section(study: optuna.Study, conf: dict[str, Any]) -> dict[str, Any] | None:
+    """Compile cost (cold/warm) and each compiled finalist's break-even: see compile_cost.py.
+    The finalists are the confirmation's, else the three fastest trials."""
+    trials = study.get_trials(deepcopy=False)
+    numbers = conf.get("finalists") or [t.number for t in ranked_trials(study)[:3]]
+    finals = [trials[n] for n in numbers if n < len(trials)]
+    return compile_summary(trials, finals, study.user_attrs.get("run_steps"))
+
+
+def _numerics(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The numerics check per checked trial, without the loss curves (in the study)."""
+    if not record:
+        return None
+    return {"steps": record.get("steps"), "trials": {
+        n: {k: v for k, v in e.items() if k not in ("losses", "reference_losses")}
+        for n, e in (record.get("trials") or {}).items()}}
 
 
 def _verdict(t: FrozenTrial) -> dict[str, Any] | None:
@@ -217,6 +257,7 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "fixes": "; ".join(fix_text(f) for f in (a.get("diagnosis") or {}).get("fixes", [])),
             "fraction_of_ceiling": _num(a.get("fraction_of_ceiling")) or "",
             **{f"ceiling.{k}": round(v, 2) for k, v in (a.get("ceilings") or {}).items()},
+            "ceiling_violation": a.get("ceiling_violation", ""),
             "wall_s": _num(a.get("wall_s")) or "",
         }
         for name, share in (a.get("timers") or {}).items():
@@ -243,6 +284,11 @@ def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path 
                    out_dir / "best_trace.json")
     path = out_dir / "best.yaml"
     atomic_write(path, yaml.safe_dump(doc, sort_keys=False))
+    atomic_write(out_dir / "hydra" / "autotune" / "best.yaml", hydra_group_text(doc, out_dir))
+    atomic_write(out_dir / "overrides.txt", overrides_text(doc))
+    from autotune.adapters import write_framework_exports
+
+    write_framework_exports(study.user_attrs.get("workload_target"), doc, out_dir)
     return path
 
 
@@ -270,13 +316,30 @@ class BestConfig:
     document: dict[str, Any]
 
 
-def load_best(path: str | os.PathLike[str]) -> BestConfig:
-    """Read best.yaml. ``Training(workload, best.knobs, device)`` then applies exactly the
-    measured configuration, through the same code the trial window used."""
-    doc = yaml.safe_load(Path(path).read_text())
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path} is not an autotune best.yaml (schema {SCHEMA})")
+def load_best(path: str | os.PathLike[str], check_environment: bool = True) -> BestConfig:
+    """Read best.yaml. ``Training(workload, best.knobs, device)`` or ``autotune.Runtime(best)``
+    then applies exactly the measured configuration, through the same code the trial window
+    used. With ``check_environment`` it warns (one ``EnvironmentChanged`` warning naming each
+    difference) where this machine's device or library versions are not the measured ones."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML ({exc}); expected an autotune best.yaml") from exc
+    best = best_from_document(doc, str(path))
+    if check_environment:
+        warn_if_environment_changed(best.document, str(path))
+    return best
+
+
+def best_from_document(doc: Any, source: str) -> BestConfig:
+    """A best.yaml document (or the same mapping from a Hydra config) checked and wrapped.
+    Schema 1 files from before any later addition load unchanged."""
+    if not isinstance(doc, dict) or doc.get("schema", SCHEMA) != SCHEMA or not isinstance(
+            doc.get("knobs"), dict):
+        raise ValueError(
+            f"{source} is not an autotune best.yaml (schema {SCHEMA}): expected a mapping with "
+            f"'schema: {SCHEMA}' and a 'knobs' mapping, as studies/<name>/best.yaml has")
     missing = [k.name for k in KNOBS if k.name not in doc["knobs"]]
     if missing:
-        raise ValueError(f"{path}: knobs missing: {', '.join(missing)}")
-    return BestConfig(doc["knobs"], doc.get("workload"), doc.get("metrics", {}), doc)
+        raise ValueError(f"{source}: knobs missing: {', '.join(missing)}")
+    return BestConfig(dict(doc["knobs"]), doc.get("workload"), doc.get("metrics") or {}, doc)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import platform
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
 from autotune.env import Env
+from autotune.stages import split_points
 from autotune.workload import Workload
 
 #: A loader that waits on I/O may be given up to this many workers per usable core.
@@ -44,6 +45,8 @@ class Knob:
     off: Any = None
     # Ordered integers are searched with suggest_int so TPE models their order.
     ordinal: bool = False
+    # Trial 0's value when the workload's defaults do not name the knob (default: ``off``).
+    baseline: Callable[[Workload], Any] | None = None
 
 
 def _cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:
@@ -74,9 +77,27 @@ def _batch_size(env: Env, wl: Workload) -> Domain:
 
 
 def _transfer_dtype(env: Env, wl: Workload) -> Domain:
+    if wl.stages():
+        return Domain(["float32"], "the workload declares input stages: transform_split decides "
+                      "what crosses to the device")
     if wl.splits_transform:
         return Domain(["float32", "uint8"])
     return Domain(["float32"], "the workload does not split its input transform into host/device parts")
+
+
+def _transform_split(env: Env, wl: Workload) -> Domain:
+    stages = wl.stages()
+    if not stages:
+        return Domain([0], "the workload declares no input stages (Workload.stages())")
+    points = split_points(stages)
+    if len(points) == 1:
+        return Domain(points, f"the last stage ({stages[-1].name}) has no batched device version")
+    return Domain(points)
+
+
+def _all_on_host(wl: Workload) -> int:
+    """The staged workload's baseline: every stage on the host, as a plain DataLoader runs it."""
+    return len(wl.stages())
 
 
 def _amp(env: Env, wl: Workload) -> Domain:
@@ -93,6 +114,9 @@ def _compile(env: Env, wl: Workload) -> Domain:
     if not env.compiler:
         return Domain(["off"], "no C/C++ compiler found for torch.compile's inductor backend")
     if env.device == "cuda":
+        if not wl.static_shapes:
+            return Domain(["off", "default"], "reduce-overhead and max-autotune replay CUDA "
+                          "Graphs, which need static shapes; the workload's batches vary")
         return Domain(["off", "default", "reduce-overhead", "max-autotune"])
     return Domain(
         ["off"],
@@ -178,6 +202,10 @@ KNOBS: list[Knob] = [
          _batch_size),
     Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
          "normalize on the device (4x fewer bytes over the bus).", _transfer_dtype, off="float32"),
+    Knob("transform_split", "Input stages run on the host per sample before the copy; the "
+         "rest run on the device on the whole batch (0 = all on the device). Device resize "
+         "differs slightly from PIL's.", _transform_split, off=0, ordinal=True,
+         baseline=_all_on_host),
     Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", _amp, off="off"),
     Knob("compile", "torch.compile mode (off = eager).", _compile, off="off"),
     Knob("cuda_graphs", "Capture the whole training step once and replay it (CUDA Graphs).",
@@ -207,6 +235,9 @@ class Space:
     baseline: dict[str, Any]
     #: Knobs the user pinned or narrowed (``knobs.<name>=``): proposals stay inside those.
     overridden: frozenset[str] = frozenset()
+    #: What the training code ran for each knob before the knob existed (``Knob.baseline``,
+    #: else ``off``): a trial stored by an older autotune lacks the knob and ran this.
+    absent: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fixed(self) -> dict[str, tuple[Any, str]]:
@@ -216,6 +247,13 @@ class Space:
             for n, d in self.domains.items()
             if len(d.values) == 1
         }
+
+    @property
+    def narrowed(self) -> dict[str, tuple[list[Any], str]]:
+        """Searched knobs this device or workload keeps to part of their values, and why
+        (compile without the CUDA Graph modes for variable-shape batches)."""
+        return {n: (d.values, d.reason) for n, d in self.domains.items()
+                if len(d.values) > 1 and d.reason and n not in self.overridden}
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Define-by-run: a knob is only suggested where it applies, so TPE never sees
@@ -239,7 +277,10 @@ class Space:
         return values
 
     def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Fill every knob from searched params (e.g. a stored trial's) the way suggest would."""
+        """Fill every knob from searched params (e.g. a stored trial's) the way suggest would.
+        A searched knob the params lack (a study resumed from before the knob existed) gets
+        the value its trials really ran under (``absent``: all input stages on the host for
+        ``transform_split``), not the domain's first value."""
         values: dict[str, Any] = {}
         for knob in KNOBS:
             dom = self.domains[knob.name]
@@ -248,7 +289,8 @@ class Space:
             elif knob.name in params:
                 values[knob.name] = params[knob.name]
             else:
-                values[knob.name] = dom.values[0]
+                old = self.absent.get(knob.name, dom.values[0])
+                values[knob.name] = old if old in dom.values else dom.values[0]
         return values
 
     def searched(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -257,8 +299,8 @@ class Space:
         out: dict[str, Any] = {}
         for knob in KNOBS:
             dom = self.domains[knob.name]
-            if knob.inactive(knobs) is None and len(dom.values) > 1:
-                value = knobs[knob.name]
+            if knob.inactive(knobs) is None and len(dom.values) > 1 and knob.name in knobs:
+                value = knobs[knob.name]  # absent: stored before the knob existed
                 if value in dom.values or value in self.beyond(knob.name):
                     out[knob.name] = value
         return out
@@ -292,7 +334,7 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
     narrows). An override outside the valid domain is an error that names the valid values."""
     domains: dict[str, Domain] = {}
     for knob in KNOBS:
-        dom = knob.domain(env, wl)
+        dom = _limited(knob.domain(env, wl), wl.knob_limits.get(knob.name))
         want = overrides.get(knob.name)
         if want is not None:
             asked = list(want) if isinstance(want, (list, tuple)) else [want]
@@ -307,7 +349,46 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
             dom = Domain(asked, "pinned by knobs override" if len(asked) == 1 else "narrowed by knobs override")
         domains[knob.name] = dom
     baseline = _baseline(domains, wl)
-    return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None))
+    absent = {k.name: k.baseline(wl) if k.baseline else k.off for k in KNOBS}
+    return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None),
+                 absent)
+
+
+def _limited(dom: Domain, limit: tuple[list[Any], str] | None) -> Domain:
+    """The domain narrowed by the workload's ``knob_limits`` entry (its framework's reach)."""
+    if limit is None:
+        return dom
+    allowed, why = limit
+    kept = [v for v in dom.values if v in allowed]
+    return Domain(kept, why) if kept and kept != dom.values else dom
+
+
+#: study.keep_global_batch: the smallest micro-batch is the global batch / 2**this.
+MAX_ACCUM_LOG2 = 3
+
+
+def keep_global_batch(space: Space, global_batch: int) -> Space:
+    """The space under ``study.keep_global_batch``: batch_size is the micro-batch, searched over
+    the powers-of-two fractions of the global batch (G, G/2, ... G/8 where they divide it);
+    the gradient accumulation G / batch_size makes every trial train with G samples per
+    optimizer step. A user's narrowing of batch_size must divide G."""
+    g = int(global_batch)
+    dom = space.domains["batch_size"]
+    if "batch_size" in space.overridden:
+        bad = [v for v in dom.values if v > g or g % v]
+        if bad:
+            raise KnobError(
+                f"knobs.batch_size={dom.values!r} with study.keep_global_batch=true: "
+                f"{', '.join(map(str, bad))} do not divide the global batch {g} (the "
+                "workload's batch_size); the micro-batch must be the global batch divided by "
+                "a whole number of accumulation steps.")
+        values = list(dom.values)
+    else:
+        values = sorted({g // 2**k for k in range(MAX_ACCUM_LOG2 + 1) if g % 2**k == 0})
+    why = (f"study.keep_global_batch: micro-batches of the global batch {g}, with "
+           f"{g} / batch_size gradient-accumulation steps")
+    return replace(space, domains={**space.domains, "batch_size": Domain(values, why)},
+                   baseline={**space.baseline, "batch_size": g if g in values else values[-1]})
 
 
 def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
@@ -324,7 +405,7 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
     if knob.name == "compile":
         return value in ("off", "default", "reduce-overhead", "max-autotune") and (
             len(dom.values) > 1 or "no C/C++ compiler" not in (dom.reason or "")
-        )
+        ) and not (value in ("reduce-overhead", "max-autotune") and "static shapes" in (dom.reason or ""))
     return False
 
 
@@ -336,6 +417,7 @@ def _baseline(domains: Mapping[str, Domain], wl: Workload) -> dict[str, Any]:
         if knob.inactive(values) is not None:
             values[knob.name] = knob.off
             continue
-        default = wl.defaults.get(knob.name, knob.off)
+        fallback = knob.baseline(wl) if knob.baseline else knob.off
+        default = wl.defaults.get(knob.name, fallback)
         values[knob.name] = default if default in dom.values else dom.values[0]
     return values

@@ -22,6 +22,8 @@ import optuna
 from autotune.confirm import confirm
 from autotune.env import child_environ
 from autotune.export import best_document, counts, write_exports
+from autotune.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
+from autotune.progress import StudyProgress
 from autotune.report import print_summary
 from autotune.runner import Interrupted
 from autotune.storage import open_storage
@@ -34,9 +36,11 @@ def split_trials(n_trials: int, workers: int) -> list[int]:
     return [n_trials // workers + (1 if i < n_trials % workers else 0) for i in range(workers)]
 
 
-def _exporter(setup: StudySetup):
+def _exporter(setup: StudySetup, progress: StudyProgress | None = None):
     def export(study: optuna.Study, trial: Any) -> None:
         write_exports(study, setup.out_dir, str(setup.storage))
+        if progress is not None:
+            progress.finished(study, trial)
 
     return export
 
@@ -45,16 +49,24 @@ def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
     """One driver in this process. Returns the process exit code."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = create_study(setup, storage)
-    driver = Driver(setup, study=study, on_trial=_exporter(setup))
+    progress = StudyProgress(n_trials, setup.out_dir / "trials")
+    driver = Driver(setup, study=study, on_trial=_exporter(setup, progress), on_start=progress.started)
     with StopFlag() as stop:
         try:
             driver.prepare()
             driver.run(n_trials, stop)
         except Interrupted as exc:
+            progress.close()
             write_exports(study, setup.out_dir, str(setup.storage))
             log.warning("interrupted by %s: the running trial was stopped and recorded as "
                         "failed (interrupted); run the same command again to resume", exc)
             return 130 if str(exc) == "SIGINT" else 143
+        except BaselineCrashed:
+            progress.close()
+            write_exports(study, setup.out_dir, str(setup.storage))
+            return NOTHING_EXPORTED
+        finally:
+            progress.close()
     write_exports(study, setup.out_dir, str(setup.storage))
     return 0
 
@@ -73,8 +85,40 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
             except Interrupted:
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143
+    if code == 0 and setup.numerics_steps:
+        from autotune.numerics import check_numerics
+
+        with StopFlag() as stop:
+            try:
+                check_numerics(setup, study, stop)
+            except Interrupted:
+                log.warning("numerics check interrupted; best.yaml left unchecked")
+                code = 130 if stop.reason == "SIGINT" else 143
     write_exports(study, setup.out_dir, str(setup.storage))
-    print_summary(best_document(study, str(setup.storage)), counts(study), setup)
+    doc = best_document(study, str(setup.storage))
+    print_summary(doc, counts(study), setup)
+    crashed = crashed_baseline(study)
+    if crashed is not None:
+        print(f"autotune: error: {paragraph(crashed, setup.out_dir)}", file=sys.stderr)
+    if doc is None and code == 0:
+        code = NOTHING_EXPORTED  # a study that exports nothing has not succeeded
+    return report_and_compare(setup, study, code)
+
+
+def report_and_compare(setup: StudySetup, study: optuna.Study, code: int) -> int:
+    """Write report.html/.md (with the comparison when study.compare_to is set); a regression
+    turns a clean exit into REGRESSION_EXIT, for schedulers."""
+    from autotune.compare import REGRESSION_EXIT, compare_studies, verdict
+    from autotune.report_html import write_report
+
+    cmp = None
+    if setup.compare_to and setup.compare_storage:
+        cmp = compare_studies(study, setup.compare_to, setup.compare_storage, setup.regression_pct)
+        print(f"  compared with '{setup.compare_to}': {verdict(cmp)}")
+    path = write_report(study, setup.out_dir, str(setup.storage), cmp)
+    print(f"  report: {path} (and report.md)")
+    if cmp and cmp["regression"] and code == 0:
+        return REGRESSION_EXIT
     return code
 
 

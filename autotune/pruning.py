@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import optuna
@@ -22,13 +22,15 @@ from optuna.trial import FrozenTrial, TrialState
 # The knobs that decide what the input pipeline alone can deliver; every other knob (and the
 # batch size) decides what the step alone can do.
 LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-                "batch_size", "transfer_dtype")
-COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "amp", "compile", "cuda_graphs",
+                "batch_size", "transfer_dtype", "transform_split")
+COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "transform_split", "amp", "compile", "cuda_graphs",
                  "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
                  "non_blocking", "host_allocator")
-# A ceiling must be this far below the best before it condemns a trial (ceilings are measured
-# in isolation over a short window; on a shared 2-core VM they vary by ~10% run to run).
-CEILING_MARGIN = 0.9
+# A ceiling is trusted to this relative error at least (its measured noise when larger):
+# ceilings are measured in isolation over a short window; on a shared 2-core VM they vary by
+# ~10% run to run. Below the best by more than this, it condemns a trial; beaten by more than
+# this, it was mismeasured.
+NOISE_FLOOR = 0.1
 # A ceiling still being measured is judged after this many batches (timed after the first).
 PARTIAL_MIN_BATCHES = 3
 # "Far below the best": the share of the best under which the throughput so far, or a ceiling still
@@ -42,19 +44,72 @@ def ceiling_key(kind: str, knobs: Mapping[str, Any]) -> str:
     return f"ceiling.{kind}.{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
 
 
+def _noise_key(kind: str, knobs: Mapping[str, Any]) -> str:
+    return "ceiling_noise" + ceiling_key(kind, knobs)[len("ceiling"):]
+
+
 def cached_ceilings(study: optuna.Study, knobs: Mapping[str, Any]) -> dict[str, float]:
+    """The study's ceilings for these knobs. A key set to None holds a ceiling that a trial
+    beat (a measurement bug): it is measured again in every trial and never cached."""
     attrs = study.user_attrs
     out = {}
     for kind in ("loader", "compute"):
-        key = ceiling_key(kind, knobs)
-        if key in attrs:
-            out[kind] = float(attrs[key])
+        value = attrs.get(ceiling_key(kind, knobs))
+        if value is not None:
+            out[kind] = float(value)
     return out
 
 
-def cache_ceilings(study: optuna.Study, knobs: Mapping[str, Any], ceilings: Mapping[str, float]) -> None:
+def cached_noise(study: optuna.Study, knobs: Mapping[str, Any]) -> dict[str, float]:
+    attrs = study.user_attrs
+    return {kind: float(attrs[_noise_key(kind, knobs)]) for kind in ("loader", "compute")
+            if attrs.get(_noise_key(kind, knobs)) is not None}
+
+
+def cache_ceilings(study: optuna.Study, knobs: Mapping[str, Any], ceilings: Mapping[str, float],
+                   noise: Mapping[str, float] | None = None) -> None:
+    attrs = study.user_attrs
     for kind, value in ceilings.items():
-        study.set_user_attr(ceiling_key(kind, knobs), float(value))
+        key = ceiling_key(kind, knobs)
+        if key in attrs and attrs[key] is None:
+            continue  # distrusted: a trial beat this configuration's ceiling once
+        study.set_user_attr(key, float(value))
+        if noise and kind in noise:
+            study.set_user_attr(_noise_key(kind, knobs), float(noise[kind]))
+
+
+def distrust_ceilings(study: optuna.Study, knobs: Mapping[str, Any], kinds: Iterable[str]) -> None:
+    """Never prune on these ceilings again (see cached_ceilings)."""
+    for kind in kinds:
+        study.set_user_attr(ceiling_key(kind, knobs), None)
+
+
+def tolerance(noise: Mapping[str, float] | None, kind: str) -> float:
+    """How far a ceiling may be off: its measured noise, at least NOISE_FLOOR."""
+    return max(float((noise or {}).get(kind, 0.0)), NOISE_FLOOR)
+
+
+def ceiling_violations(samples_per_sec: float, ceilings: Mapping[str, float],
+                       noise: Mapping[str, float] | None = None) -> dict[str, str]:
+    """The ceilings a completed trial beat by more than their noise: a ceiling is an upper
+    bound, so one that a trial beats was mismeasured (a prefetched burst timed, a loaded
+    moment) and would prune good configurations. The tolerance includes the window's own
+    spread (``noise["window"]``, window.py): the two are measured at different moments, and
+    on a loaded machine the trial's share of the cores changes between them. On a steady
+    machine (noise within NOISE_FLOOR) a violation is a measurement bug; on an unsteady one
+    the message says the speed may have changed instead."""
+    out = {}
+    window = float((noise or {}).get("window", 0.0))
+    for kind, value in ceilings.items():
+        tol = max(tolerance(noise, kind), window)
+        if samples_per_sec > value * (1 + tol):
+            why = ("measured on an unsteady (loaded) machine: its speed may have changed between"
+                   " the two measurements, or the measurement is wrong" if tol > NOISE_FLOOR
+                   else "a measurement bug")
+            out[kind] = (f"trained at {samples_per_sec:,.1f} samples/s, above its own {kind} "
+                         f"ceiling of {value:,.1f} (noise {tol:.0%}): {why}; this ceiling "
+                         f"is not used to prune")
+    return out
 
 
 def best_value(study: optuna.Study) -> float | None:
@@ -67,12 +122,14 @@ def best_value(study: optuna.Study) -> float | None:
     return max(values, default=None)
 
 
-def ceiling_verdict(ceilings: Mapping[str, float], best: float | None) -> str | None:
-    """Why these ceilings mean the trial cannot beat ``best`` (None: it still might)."""
+def ceiling_verdict(ceilings: Mapping[str, float], best: float | None,
+                    noise: Mapping[str, float] | None = None) -> str | None:
+    """Why these ceilings mean the trial cannot beat ``best`` (None: it still might): a ceiling
+    that stays below the best even if it was low by its noise."""
     if best is None:
         return None
     for kind, value in sorted(ceilings.items(), key=lambda kv: kv[1]):
-        if value < CEILING_MARGIN * best:
+        if value * (1 + tolerance(noise, kind)) < best:
             what = "input pipeline alone" if kind == "loader" else "training step alone"
             return (f"{kind} ceiling {value:,.1f} samples/s (the {what}) is below the best "
                     f"trial's {best:,.1f} samples/s")

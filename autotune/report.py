@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.compile_cost import summary_lines
 from autotune.study import StudySetup
 
 
@@ -48,5 +49,12 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         print(f"  speedup: {doc['speedup']:.2f}x over the baseline")
     baseline_knobs = setup.space.baseline
     changed = {k: v for k, v in doc["knobs"].items() if baseline_knobs.get(k) != v}
+    for line in summary_lines(doc.get("compile")):
+        print(f"  {line}")
     print("  changed knobs: " + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
+    for n, e in ((doc.get("numerics") or {}).get("trials") or {}).items():
+        dev = "-" if e.get("max_rel_dev") is None else f"{e['max_rel_dev']:.2%}"
+        print(f"  numerics trial {n}: " + (
+            f"ok, max loss deviation {dev} (tolerance {e['tolerance']:.2%}, "
+            f"{'/'.join(e['families'])})" if e.get("passed") else e.get("reason") or "refused"))
     print(f"  best config: {setup.out_dir / 'best.yaml'}   all trials: {setup.out_dir / 'trials.csv'}")

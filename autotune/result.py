@@ -23,6 +23,9 @@ class WindowResult:
     measure_s: float = 0.0
     peak_memory_gb: float = 0.0
     compile_s: float = 0.0  # first warm-up step minus a steady step: compile/autotune cost
+    # torch.compile's FX graph cache in the first step: {"hits": n, "misses": n} (compiled
+    # trials only); hits without misses = a warm compile from the study's shared cache.
+    compile_cache: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0
     final_loss: float | None = None
     # Share of the measured step spent in each phase (see window.py for how each is timed).
@@ -32,8 +35,12 @@ class WindowResult:
     # Seed 003's mock components, samples/sec: "loader" (input pipeline alone), "compute" (the
     # step alone on one cached device batch). Only those the driver asked for (not cached).
     ceilings: dict[str, float] = field(default_factory=dict)
+    # Each measured ceiling's noise: the relative spread of its rate within its measurement.
+    ceiling_noise: dict[str, float] = field(default_factory=dict)
     error: str = ""  # one line; the full stderr tail is kept by the runner
     notes: list[str] = field(default_factory=list)
+    # A numerics request (numerics.py): the first N optimizer steps' losses.
+    losses: list[float] = field(default_factory=list)
     # Filled by the runner (parent side):
     wall_s: float = 0.0
     exit_code: int | None = None

@@ -38,6 +38,8 @@ class TrialRequest:
     trace: bool = False
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES for a worker
     ceilings: dict[str, bool] = field(default_factory=dict)  # which ceilings to measure
+    grad_accum: int = 1  # micro-batches per optimizer step (study.keep_global_batch)
+    numerics_steps: int = 0  # > 0: record this many steps' losses instead of measuring
 
 
 class Interrupted(Exception):
@@ -53,6 +55,15 @@ class Watch:
     chunks: list[float] = field(default_factory=list)
     ceilings: dict[str, float] = field(default_factory=dict)
     partial: dict[str, Any] = field(default_factory=dict)  # a ceiling still being measured
+    ceiling_noise: dict[str, float] = field(default_factory=dict)
+    compile_s: float | None = None  # the first step's seconds, once it is done
+    compiling_since: float | None = None  # monotonic time the first step began
+
+    def compile_spent(self, now: float) -> float:
+        """The first step's seconds: done, or so far (a trial stopped while it compiles)."""
+        if self.compile_s is not None:
+            return float(self.compile_s)
+        return now - self.compiling_since if self.compiling_since is not None else 0.0
 
 
 def kill_tree(proc: TrialProcess) -> None:
@@ -111,7 +122,8 @@ def run_window(
         "workload": req.workload, "knobs": req.knobs, "device": req.device, "window": req.window,
         "seed": req.seed, "cpu_sized": req.cpu_sized, "progress_path": str(progress_path),
         "trace_path": str(trial_dir / "trace.json") if req.trace else None,
-        "ceilings": req.ceilings,
+        "ceilings": req.ceilings, "grad_accum": req.grad_accum,
+        "numerics_steps": req.numerics_steps,
     }
     request_path.write_text(json.dumps(payload, indent=1))
     timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
@@ -161,7 +173,11 @@ def _watch(proc: TrialProcess, progress_path: Path,
         if beat is not None and beat != seen:
             seen, last_change = beat, now
             watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
-                          beat.get("ceilings", {}), beat.get("partial") or {})
+                          beat.get("ceilings", {}), beat.get("partial") or {},
+                          beat.get("ceiling_noise") or {}, beat.get("compile_s"),
+                          watch.compiling_since)
+            if watch.stage == "compile" and watch.compiling_since is None:
+                watch.compiling_since = now
             if on_progress is not None:
                 reason = on_progress(watch)
                 if reason:
@@ -187,7 +203,8 @@ def _classify(code: int | None, ended_by: str | None, result_path: Path, stderr_
     if ended_by is not None:
         outcome, _, why = ended_by.partition(": ")
         res = WindowResult(outcome=outcome, error=why, chunks=list(watch.chunks),
-                           ceilings=dict(watch.ceilings))
+                           ceilings=dict(watch.ceilings), ceiling_noise=dict(watch.ceiling_noise),
+                           compile_s=watch.compile_spent(time.monotonic()))
     elif result_path.exists():
         res = WindowResult.read(result_path)
     else:

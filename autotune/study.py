@@ -25,8 +25,10 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import agent
+from autotune.compile_cost import cache_env, effective_rate
 from autotune.diagnosis import diagnose
 from autotune.env import Env
+from autotune.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede, superseded
 from autotune.knobs import Space
 from autotune.launch import start_server
 from autotune.pruning import (
@@ -34,7 +36,10 @@ from autotune.pruning import (
     best_value,
     cache_ceilings,
     cached_ceilings,
+    cached_noise,
     ceiling_verdict,
+    ceiling_violations,
+    distrust_ceilings,
     partial_verdict,
 )
 from autotune.result import WindowResult
@@ -74,6 +79,31 @@ class StudySetup:
     worker_index: int = 0
     image_inputs: bool = False
     confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
+    # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
+    # the knobs of an earlier best to enqueue after the baseline (study.start_from).
+    compare_to: str | None = None
+    compare_storage: str | None = None
+    regression_pct: float = 10.0
+    start_knobs: dict[str, Any] | None = None
+    run_steps: int | None = None  # the objective includes compile time over this many steps
+
+    @property
+    def trial_env(self) -> dict[str, str]:
+        """A trial's environment: the worker's, and the study's shared inductor cache."""
+        return {**cache_env(self.out_dir), **self.worker_env}
+
+    def objective(self, result: WindowResult, knobs: dict[str, Any]) -> float:
+        """The figure the study maximizes: samples/s, over the whole run when run_steps is set."""
+        return effective_rate(result.samples_per_sec, result.compile_s,
+                              int(knobs["batch_size"]), self.run_steps)
+    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
+    global_batch: int | None = None
+    numerics_steps: int = 0  # the numerics check's steps (0: off)
+    numerics_tolerance: dict[str, float] = field(default_factory=dict)
+
+    def grad_accum(self, knobs: dict[str, Any]) -> int:
+        """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
+        return self.global_batch // int(knobs["batch_size"]) if self.global_batch else 1
 
 
 class StopFlag:
@@ -180,8 +210,9 @@ def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTr
     Two workers may draw the same configuration at the same moment; of two RUNNING twins the
     later-numbered one waits, unless the other has already decided to run (``measuring``), so
     that neither waits for the other."""
+    replaced = superseded(study)
     for t in study.get_trials(deepcopy=False):
-        if t.number == number or t.user_attrs.get("knobs") != knobs:
+        if t.number == number or t.user_attrs.get("knobs") != knobs or t.number in replaced:
             continue
         if t.state == TrialState.RUNNING:
             if t.number < number or t.user_attrs.get("measuring"):
@@ -196,10 +227,12 @@ def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTr
 
 class Driver:
     def __init__(self, setup: StudySetup, study: optuna.Study | None = None,
-                 on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None):
+                 on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
+                 on_start: Callable[[int, dict[str, Any]], None] | None = None):
         self.setup = setup
         self.study = study or create_study(setup)
         self.on_trial = on_trial
+        self.on_start = on_start  # (number, knobs) as a trial starts: live progress
         self.trials_dir = setup.out_dir / "trials"
 
     # -- setup --------------------------------------------------------------------------------
@@ -208,16 +241,31 @@ class Driver:
         s, study = self.setup, self.study
         fixed = {k: [v, why] for k, (v, why) in s.space.fixed.items()}
         study.set_user_attr("workload", s.workload_label)
+        study.set_user_attr("workload_target", s.workload_spec.get("_target_"))
         study.set_user_attr("device", s.env.to_dict())
         study.set_user_attr("fixed_knobs", fixed)
+        study.set_user_attr("input_stages", s.space.absent.get("transform_split", 0))
         study.set_user_attr("memory_limit_gb", s.memory_limit_gb)
+        study.set_user_attr("run_steps", s.run_steps)
+        if s.global_batch:
+            study.set_user_attr("global_batch", s.global_batch)
         reaped = reap_lost_trials(study)
         if reaped:
             log.warning("trials %s were left RUNNING by a driver that died: marked failed "
                         "(driver_lost), their configurations queued again", reaped)
-        if not study.get_trials(deepcopy=False):
+        crashed = crashed_baseline(study)
+        if crashed is not None:  # resumed after a crashed baseline: the user may have fixed it
+            log.info("the baseline (trial %d) crashed last time: running it again", crashed.number)
+            supersede(study, crashed)
+        if not study.get_trials(deepcopy=False) or crashed is not None:
             study.enqueue_trial(s.space.searched(s.space.baseline),
-                                user_attrs={"source": "baseline"}, skip_if_exists=True)
+                                user_attrs={"source": "baseline"}, skip_if_exists=crashed is None)
+            if s.start_knobs and crashed is None:  # study.start_from: the earlier best next
+                # (skipped when it is the baseline's configuration: trial 0 measures it)
+                study.enqueue_trial(s.space.searched(s.space.baseline | s.start_knobs),
+                                    user_attrs={"source": "start_from"}, skip_if_exists=True)
+        from autotune.compare import versions
+        study.set_user_attr("versions", versions())
         start_server()
 
     # -- the loop -----------------------------------------------------------------------------
@@ -231,6 +279,9 @@ class Driver:
                 break
             if stop.reason:
                 raise Interrupted(stop.reason)
+            crashed = crashed_baseline(self.study)
+            if crashed is not None:  # the user's own settings do not train: nothing will
+                raise BaselineCrashed(paragraph(crashed, self.setup.out_dir))
             self.before_ask()
             self.run_one(stop)
             done += 1
@@ -253,20 +304,23 @@ class Driver:
         trial.set_user_attr("source", trial.user_attrs.get("source", "sampler"))
 
         log.info("trial %d (%s): %s", trial.number, trial.user_attrs["source"], _short(knobs, s.space))
+        if self.on_start is not None:
+            self.on_start(trial.number, {k: v for k, v in knobs.items() if k not in s.space.fixed})
         twin = twin_of(study, knobs, trial.number)
         if twin is not None:
             return self._copy_twin(trial, twin)
         trial.set_user_attr("measuring", True)
 
         known = cached_ceilings(study, knobs)
-        why = ceiling_verdict(known, best_value(study)) if s.prune else None
+        why = ceiling_verdict(known, best_value(study), cached_noise(study, knobs)) if s.prune else None
         if why:  # a cached ceiling already rules it out: costs no window at all
             return self.tell(trial, WindowResult(outcome="pruned", error=why, ceilings=known))
 
         req = TrialRequest(
             workload=s.workload_spec, knobs=knobs, device=s.env.device, window=s.window,
             seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
-            env=s.worker_env, ceilings={k: k not in known for k in ("loader", "compute")},
+            env=s.trial_env, ceilings={k: k not in known for k in ("loader", "compute")},
+            grad_accum=s.grad_accum(knobs),
         )
         last_beat = [time.monotonic()]
 
@@ -279,8 +333,8 @@ class Driver:
             return None
 
         try:
-            result = run_window(req, self.trials_dir / str(trial.number),
-                                on_progress=self.pruning_check(trial), stop_requested=tick)
+            result = self.measure(req, self.trials_dir / str(trial.number),
+                                  on_progress=self.pruning_check(trial), stop_requested=tick)
         except Interrupted as exc:
             self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
             study.tell(trial, state=TrialState.FAIL)
@@ -300,6 +354,13 @@ class Driver:
             log.warning("trial %d was failed by another worker while it ran; result dropped",
                         trial.number)
             return self.study._storage.get_trial(trial._trial_id)
+
+    def measure(self, req: TrialRequest, trial_dir: Path,
+                on_progress: Callable[[Watch], str | None] | None,
+                stop_requested: Callable[[], str | None]) -> WindowResult:
+        """Run one trial's window. The one place a trial is measured, so that a benchmark
+        (benchmarks/strategies.py) can serve a stored measurement of the same request."""
+        return run_window(req, trial_dir, on_progress=on_progress, stop_requested=stop_requested)
 
     def _fail_on_driver_error(self, trial: optuna.Trial, exc: Exception) -> None:
         why = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -323,8 +384,9 @@ class Driver:
             best = best_value(self.study)
             if watch.ceilings and watch.ceilings != seen_ceilings:
                 seen_ceilings.update(watch.ceilings)
-                cache_ceilings(self.study, trial.user_attrs["knobs"], watch.ceilings)
-                why = ceiling_verdict(watch.ceilings, best)
+                cache_ceilings(self.study, trial.user_attrs["knobs"], watch.ceilings,
+                               watch.ceiling_noise)
+                why = ceiling_verdict(watch.ceilings, best, watch.ceiling_noise)
                 if why:
                     return why
             if watch.partial and not watch.ceilings:
@@ -349,9 +411,16 @@ class Driver:
         s = self.setup
         knobs = trial.user_attrs["knobs"]
         if result.ceilings:
-            cache_ceilings(self.study, knobs, result.ceilings)
+            cache_ceilings(self.study, knobs, result.ceilings, result.ceiling_noise)
         ceilings = {**cached_ceilings(self.study, knobs), **result.ceilings}
+        noise = {**cached_noise(self.study, knobs), **result.ceiling_noise}
         trial.set_user_attr("ceilings", ceilings)
+        trial.set_user_attr("ceiling_noise", noise)
+        beaten = ceiling_violations(result.samples_per_sec, ceilings, noise) if result.ok else {}
+        if beaten:  # an upper bound that a trial beat was mismeasured: never prune on it
+            distrust_ceilings(self.study, knobs, beaten)
+            trial.set_user_attr("ceiling_violation", "; ".join(beaten.values()))
+            log.warning("trial %d %s", trial.number, "; ".join(beaten.values()))
         if ceilings and result.outcome == "ok":
             trial.set_user_attr("fraction_of_ceiling",
                                 result.samples_per_sec / min(ceilings.values()))
@@ -361,7 +430,10 @@ class Driver:
         self._record(trial, result)
         if result.outcome == "ok":
             trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
-            frozen = self.study.tell(trial, result.samples_per_sec)
+            value = s.objective(result, knobs)
+            if s.run_steps:
+                trial.set_user_attr("effective_samples_per_sec", value)
+            frozen = self.study.tell(trial, value)
         elif result.outcome == "oom":
             # Infeasible, not failed: the sampler learns where the memory boundary lies.
             used = max(result.peak_memory_gb, s.memory_limit_gb)
@@ -399,7 +471,7 @@ class Driver:
             if not owner_alive(twin, time.time()):
                 reap_lost_trials(self.study)
         for key in ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb",
-                    "compile_s", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
+                    "compile_s", "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
                     "ceilings", "fraction_of_ceiling", "trace"):
             if key in twin.user_attrs:
                 trial.set_user_attr(key, twin.user_attrs[key])
@@ -422,6 +494,7 @@ class Driver:
             "step_ms": r.step_ms,
             "peak_memory_gb": r.peak_memory_gb,
             "compile_s": r.compile_s,
+            "compile_cache": r.compile_cache,
             "final_loss": r.final_loss,
             "timers": r.timers,
             "chunks": r.chunks,

@@ -2,12 +2,17 @@
 
 ``Training(workload, knobs, device)`` builds the loader, model and optimizer with the knobs
 applied and exposes the step in phases (copy, forward+backward, optimizer) so the window can
-time each one. A production run uses the same object::
+time each one. A production run with its own loader, model and optimizer gets the same step
+through ``autotune.Runtime`` (``Training.around`` and the functions below); one built from a
+``Workload`` uses the same object::
 
     best = autotune.load_best("studies/resnet18-cuda/best.yaml")
     run = autotune.Training(my_workload, best.knobs, "cuda")
-    for inputs, targets in run.loader:
-        loss = run.step(*run.to_device(inputs, targets))
+    for batch in run.loader:
+        loss = run.step(*run.to_device(*run.split(batch)))
+
+Batches may be pairs or Mappings of any nesting (``autotune.batch``); every knob that touches
+a batch walks its structure.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import nvtx
 import torch
 from torch.utils.data import DataLoader
 
+from autotune import batch as tree
+from autotune.stages import StagedDataset, check_split, collate_for, run_device_stages
 from autotune.workload import Workload
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -62,27 +69,75 @@ def apply_host_allocator(knobs: Mapping[str, Any]) -> None:
         raise RuntimeError("host_allocator=retain: glibc mallopt refused the settings")
 
 
-def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0) -> DataLoader:
+def loader_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The DataLoader arguments the loader knobs decide (batch size, workers, pinning,
+    prefetch, persistence): the trial's loader and a production loader get the same ones."""
     workers = int(knobs["num_workers"])
-    extra: dict[str, Any] = {}
-    if workers > 0:
-        extra["prefetch_factor"] = int(knobs["prefetch_factor"] or 2)
-        extra["persistent_workers"] = bool(knobs["persistent_workers"])
+    kwargs: dict[str, Any] = {
+        "batch_size": int(knobs["batch_size"]),
+        "num_workers": workers,
+        "pin_memory": bool(knobs["pin_memory"]),
+    }
+    if workers > 0:  # DataLoader refuses these without workers
+        kwargs["prefetch_factor"] = int(knobs["prefetch_factor"] or 2)
+        kwargs["persistent_workers"] = bool(knobs["persistent_workers"])
+    return kwargs
+
+
+def input_dataset(workload: Workload, knobs: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The loader's dataset and collate_fn: a staged workload's source with its first
+    ``transform_split`` stages run per sample on the host (the rest run in ``prepare``), else
+    the workload's own ``dataset(transfer_dtype)``."""
+    stages = workload.stages()
+    if not stages:
+        return workload.dataset(knobs["transfer_dtype"]), workload.collate_fn()
+    split = int(knobs.get("transform_split", len(stages)))
+    check_split(stages, split)
+    return (StagedDataset(workload.raw_dataset(), stages[:split]),
+            collate_for(stages, split) or workload.collate_fn())
+
+
+def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0) -> DataLoader:
+    dataset, collate = input_dataset(workload, knobs)
     return DataLoader(
-        workload.dataset(knobs["transfer_dtype"]),
-        batch_size=int(knobs["batch_size"]),
+        dataset,
         shuffle=True,
         drop_last=True,  # static shapes: a short last batch would recompile / break a graph
-        num_workers=workers,
-        pin_memory=bool(knobs["pin_memory"]),
+        collate_fn=collate,
         generator=torch.Generator().manual_seed(seed),
-        **extra,
+        **loader_kwargs(knobs),
     )
 
 
 def optimizer_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The optimizer constructor's implementation flags (foreach= / fused=); {} = torch's
+    default choice."""
     impl = knobs["optimizer_impl"]
     return {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
+
+
+def place_model(model: torch.nn.Module, knobs: Mapping[str, Any],
+                device: torch.device) -> torch.nn.Module:
+    """The model on its device, in the knobs' memory format, in training mode."""
+    model = model.to(device)
+    if bool(knobs["channels_last"]):
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    return model
+
+
+def compile_model(model: torch.nn.Module, knobs: Mapping[str, Any]) -> Callable[..., Any]:
+    """The module the step calls: the model itself (compile=off) or its torch.compile wrapper
+    in the chosen mode (lazy: nothing compiles before the first call)."""
+    mode = knobs["compile"]
+    if mode == "off" or isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        return model  # already compiled by the user's code: used as it is (runtime.py warns)
+    return torch.compile(model, mode=None if mode == "default" else mode)
+
+
+def grad_scaler(knobs: Mapping[str, Any], device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16 autocast needs a GradScaler (bf16 has fp32's range and needs none)."""
+    return torch.amp.GradScaler(device.type) if knobs["amp"] == "fp16" else None
 
 
 class CaptureFailed(RuntimeError):
@@ -93,39 +148,72 @@ class Training:
     """A training step with every knob applied. Not thread-safe; one per process."""
 
     def __init__(
-        self, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device, seed: int = 0
+        self, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device, seed: int = 0,
+        grad_accum: int = 1,
     ):
+        """``grad_accum`` > 1: each step is one micro-batch, gradients add up over that many and
+        the optimizer steps once per ``grad_accum * batch_size`` samples (the global batch)."""
         self.workload = workload
+        self.grad_accum = int(grad_accum)
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum={grad_accum}: must be a positive integer")
+        self._micro = 0  # micro-batches done in the current accumulation cycle
         self.knobs = dict(knobs)
         self.device = torch.device(device)
         torch.manual_seed(seed)
         apply_backend_flags(self.knobs)
         apply_host_allocator(self.knobs)
-        self.loader = build_loader(workload, self.knobs, seed)
+        self.loader: Any = build_loader(workload, self.knobs, seed)
+        model = place_model(workload.model(), self.knobs, self.device)
+        self._attach(model, workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs)))
+
+    @classmethod
+    def around(cls, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device,
+               model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               loader: Any = None, grad_accum: int = 1) -> Training:
+        """The same step around objects the user built (autotune/runtime.py): their model
+        (already placed with ``place_model``), optimizer and loader; nothing is rebuilt.
+        The backend flags are the caller's to apply (once per process)."""
+        self = cls.__new__(cls)
+        self.workload = workload
+        self.grad_accum = int(grad_accum)
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum={grad_accum}: must be a positive integer")
+        self._micro = 0
+        self.knobs = dict(knobs)
+        self.device = torch.device(device)
+        self.loader = loader
+        self._attach(model, optimizer)
+        return self
+
+    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Every per-step knob, set up around a placed model and its optimizer."""
         self.channels_last = bool(self.knobs["channels_last"])
         self.uint8 = self.knobs["transfer_dtype"] == "uint8"
+        stages = self.workload.stages()  # the device part of a staged input pipeline
+        self.device_stages = stages[int(self.knobs.get("transform_split", len(stages))):]
+        # decode_jpeg(device=cuda) reads host bytes itself: that batch is not copied first.
+        self.copy_inputs = not (self.device_stages and self.device_stages[0].host_input)
         self.non_blocking = bool(self.knobs["non_blocking"])
         self.set_to_none = bool(self.knobs["set_to_none"])
-
-        model = workload.model().to(self.device)
-        if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        model.train()
         self.model = model
-        self.optimizer = workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs))
-
-        amp = self.knobs["amp"]
-        self.amp_dtype = AMP_DTYPES.get(amp)
-        self.scaler = torch.amp.GradScaler(self.device.type) if amp == "fp16" else None
-
-        mode = self.knobs["compile"]
-        self.forward_module: Callable[..., Any] = (  # the model, or its compiled wrapper
-            model if mode == "off" else torch.compile(model, mode=None if mode == "default" else mode)
-        )
+        self.optimizer = optimizer
+        self.amp_dtype = AMP_DTYPES.get(self.knobs["amp"])
+        self.scaler = grad_scaler(self.knobs, self.device)
+        # the model, or its compiled wrapper
+        self.forward_module: Callable[..., Any] = compile_model(model, self.knobs)
         self.graph: _GraphedStep | None = None
         if self.knobs["cuda_graphs"]:
             if self.device.type != "cuda":
                 raise ValueError("cuda_graphs=True needs a CUDA device")
+            if self.grad_accum > 1:
+                raise CaptureFailed("cuda_graphs=True captures the whole optimizer step: it "
+                                    f"cannot accumulate gradients (grad_accum={self.grad_accum})")
+            if self.device_stages and self.device_stages[0].ragged:
+                raise CaptureFailed(
+                    f"cuda_graphs=True with transform_split={self.knobs['transform_split']}: the "
+                    f"device stage {self.device_stages[0].name!r} takes inputs of varying "
+                    "shapes (a list), which a captured graph cannot replay")
             try:
                 self.graph = _GraphedStep(self)
             except torch.OutOfMemoryError:
@@ -134,32 +222,59 @@ class Training:
                 raise CaptureFailed(f"CUDA Graph capture failed: {exc}") from exc
 
     # --- the step, in the phases the window times -------------------------------------------
+    def split(self, batch: Any) -> tuple[Any, Any]:
+        """``(inputs, targets)`` of one loader batch, by the workload's convention."""
+        return self.workload.split_batch(batch)
+
     def to_device(self, inputs: Any, targets: Any) -> tuple[Any, Any]:
+        """Both sides on the device, whatever their structure (targets may be None)."""
         with phase("copy"):
-            inputs = inputs.to(self.device, non_blocking=self.non_blocking)
-            targets = targets.to(self.device, non_blocking=self.non_blocking)
+            if self.copy_inputs:  # not when decode_jpeg(device=) reads the host bytes itself
+                inputs = tree.move(inputs, self.device, self.non_blocking)
+            targets = tree.move(targets, self.device, self.non_blocking)
         return inputs, targets
 
-    def prepare(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Device half of the input transform, then the model's memory format."""
+    def prepare(self, inputs: Any) -> Any:
+        """Device half of the input transform (given the whole inputs structure): the
+        staged workload's device stages, or the two-way split's ``device_transform``; then the
+        model's memory format for every 4-D tensor inside it."""
+        if self.device_stages:
+            inputs = run_device_stages(self.device_stages, inputs, self.device)
         if self.uint8:
             inputs = self.workload.device_transform(inputs)
-        if self.channels_last and inputs.dim() == 4:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
+        if self.channels_last:
+            inputs = tree.channels_last(inputs)
         return inputs
 
+    def compute_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """The forward pass under autocast: the model called by the batch convention, then the
+        workload's loss (by default the model's own ``.loss``)."""
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None
+        ):
+            return self.workload.loss(tree.call_model(self.forward_module, self.prepare(inputs)),
+                                      targets)
+
     def forward_backward(self, inputs: Any, targets: Any) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=self.set_to_none)
+        """One micro-batch's forward and backward; gradients are cleared only at the start of
+        an accumulation cycle and each micro-batch's loss is divided by the cycle's length, so
+        the optimizer sees the mean gradient over the global batch."""
+        if self._micro == 0:
+            self.optimizer.zero_grad(set_to_none=self.set_to_none)
         with phase("forward"):
-            with torch.autocast(
-                self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None
-            ):
-                loss = self.workload.loss(self.forward_module(self.prepare(inputs)), targets)
+            loss = self.compute_loss(inputs, targets)
         with phase("backward"):
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
 
     def optimizer_step(self) -> None:
+        """Step the optimizer once the accumulation cycle is complete (every call when
+        grad_accum is 1)."""
+        self._micro += 1
+        if self._micro < self.grad_accum:
+            return
+        self._micro = 0
         with phase("optimizer"):
             if self.scaler:
                 self.scaler.step(self.optimizer)
@@ -186,9 +301,10 @@ class _GraphedStep:
         for group in run.optimizer.param_groups:
             if "capturable" in group:  # Adam-style step counters must live on the device
                 group["capturable"] = True
-        inputs, targets = next(iter(run.loader))
-        self.static_inputs = inputs.to(run.device)
-        self.static_targets = targets.to(run.device)
+        inputs, targets = run.split(next(iter(run.loader)))
+        # Static copies of every tensor leaf; replay copies each new batch into them.
+        self.static_inputs = tree.static_copy(tree.move(inputs, run.device))
+        self.static_targets = tree.static_copy(tree.move(targets, run.device))
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
@@ -206,14 +322,14 @@ class _GraphedStep:
                 "cuda", dtype=run.amp_dtype or torch.float32, enabled=run.amp_dtype is not None,
                 cache_enabled=False,
             ):
-                out = run.forward_module(run.prepare(self.static_inputs))
+                out = tree.call_model(run.forward_module, run.prepare(self.static_inputs))
                 self.static_loss = run.workload.loss(out, self.static_targets)
             self.static_loss.backward()
             run.optimizer.step()
 
     def replay(self, inputs: Any, targets: Any) -> torch.Tensor:
         with phase("graph_replay"):
-            self.static_inputs.copy_(inputs, non_blocking=True)
-            self.static_targets.copy_(targets, non_blocking=True)
+            tree.copy_into(self.static_inputs, inputs)
+            tree.copy_into(self.static_targets, targets)
             self.graph.replay()
         return self.static_loss.detach().clone()

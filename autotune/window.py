@@ -19,12 +19,20 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
+from autotune.ceilings import compute_ceiling, loader_ceiling
+from autotune.readings import (
+    Progress,
+    loader_cpu_share,
+    peak_rss_bytes,
+    thread_busy_s,
+    workers_cpu_s,
+)
 from autotune.result import WindowResult
 from autotune.training import CaptureFailed, Training, phase
 from autotune.workload import Workload, build_workload
@@ -35,60 +43,6 @@ OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLO
 
 class NonFiniteLoss(RuntimeError):
     pass
-
-
-class Progress:
-    """Heartbeat for the runner's watchdog: steps done, written atomically at most ~4x/s."""
-
-    def __init__(self, path: str | None):
-        self.path = Path(path) if path else None
-        self.last = 0.0
-        self.chunks: list[float] = []
-        self.ceilings: dict[str, float] = {}
-        # A ceiling still being measured: {"kind": "loader", "rate": samples/s, "batches": n}.
-        self.partial: dict[str, Any] = {}
-        self.peak_rss = 0
-
-    def beat(self, stage: str, step: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.path is None or (not force and now - self.last < 0.25):
-            return
-        self.last = now
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(
-            {"stage": stage, "step": step, "chunks": self.chunks, "ceilings": self.ceilings,
-             "partial": self.partial}
-        ))
-        os.replace(tmp, self.path)
-
-
-def peak_rss_bytes() -> int:
-    """Memory of the trial and its DataLoader workers, read from /proc at the window's edges
-    (nothing samples during the window). The proportional set sizes (Pss) of all of them add
-    up without counting pages shared after fork twice; the kernel's high-water mark of this
-    process (VmHWM - VmRSS) adds how far it was above its current size at its peak."""
-    me = os.getpid()
-    hwm, rss = _proc_field(me, "status", "VmHWM:"), _proc_field(me, "status", "VmRSS:")
-    total = _proc_field(me, "smaps_rollup", "Pss:") + max(0, hwm - rss)
-    if not total:  # not Linux
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    try:
-        for child in psutil.Process().children(recursive=True):
-            total += _proc_field(child.pid, "smaps_rollup", "Pss:")
-    except psutil.Error:
-        pass
-    return total
-
-
-def _proc_field(pid: int, name: str, key: str) -> int:
-    try:
-        with open(f"/proc/{pid}/{name}") as f:
-            for line in f:
-                if line.startswith(key):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 class Clock:
@@ -118,18 +72,39 @@ class Clock:
             torch.cuda.synchronize(device)
 
 
-def _batches(run: Training):
-    """Endless batches: a new epoch (and, without persistent workers, new worker processes)
-    starts when the loader runs out; that cost is part of the configuration's speed."""
-    while True:
-        yielded = False
-        for batch in run.loader:
-            yielded = True
-            yield batch
-        if not yielded:
+class Batches:
+    """Endless ``(inputs, targets)`` pairs, split by the workload's batch convention (a
+    Mapping batch is all inputs). A new epoch (and, without persistent workers, new worker
+    processes) starts when the loader runs out; that cost is part of the configuration's
+    speed, and is counted: ``epochs`` started and ``epoch_start_s``, the seconds spent getting
+    each epoch's first batch (the old workers' shutdown and the new ones' start-up)."""
+
+    def __init__(self, run: Training):
+        self.run = run
+        self.epochs, self.epoch_start_s = 0, 0.0
+        self._it: Any = None
+
+    def __iter__(self) -> Batches:
+        return self
+
+    def __next__(self) -> Any:
+        t0 = time.perf_counter()  # an epoch's end shuts its workers down in the next() below
+        if self._it is not None:
+            try:
+                return self.run.split(next(self._it))
+            except StopIteration:
+                pass
+        self._it = None
+        self._it = iter(self.run.loader)
+        self.epochs += 1
+        try:
+            batch = next(self._it)
+        except StopIteration:
             raise RuntimeError(
                 "the loader yielded no batch: dataset smaller than batch_size with drop_last"
-            )
+            ) from None
+        self.epoch_start_s += time.perf_counter() - t0
+        return self.run.split(batch)
 
 
 def _check_finite(loss: torch.Tensor, where: str) -> float:
@@ -146,6 +121,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
             compile_watch: CompileWatch) -> None:
+    """The whole window, in the order it runs: build, loader ceiling, warm-up, measured loop,
+    summary, compute ceiling, profiler capture."""
     device = torch.device(req["device"])
     win = req["window"]
     workload: Workload = build_workload(req["workload"])
@@ -153,60 +130,159 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
         workload = workload.cpu_sized()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    run = Training(workload, req["knobs"], device, seed=req.get("seed", 0))
-    batches = _batches(run)
+    run = Training(workload, req["knobs"], device, seed=req.get("seed", 0),
+                   grad_accum=int(req.get("grad_accum", 1)))
+    batches = Batches(run)
     clock = Clock(device)
     batch_size = int(req["knobs"]["batch_size"])
+    workers = int(req["knobs"]["num_workers"])
     wanted = req.get("ceilings") or {}
 
-    # The input-pipeline ceiling first: if the loader alone cannot beat the best trial, the
-    # driver prunes this trial before any warm-up is spent on it.
+    # The input-pipeline ceiling comes before the first step, i.e. before torch.compile runs
+    # (compilation is lazy: it happens inside the first step): if the loader alone cannot beat
+    # the best trial, the driver prunes this trial before any compile or warm-up is spent on it.
     if wanted.get("loader"):
-        result.ceilings["loader"] = loader_ceiling(batches, batch_size, win, progress)
+        rate, noise = loader_ceiling(batches, batch_size, workers, win, progress)
+        result.ceilings["loader"] = rate
+        result.ceiling_noise["loader"] = noise
         progress.partial = {}
         progress.ceilings = dict(result.ceilings)
+        progress.ceiling_noise = dict(result.ceiling_noise)
         progress.beat("ceiling", 0, force=True)
 
-    # Warm-up: first step alone (compile, cuDNN autotune, worker start-up), then the rest.
-    # The "compile" stage tells the watchdog that a long silence now is a compiler at work.
+    first_step_s, loss = warm_up(run, batches, clock, win, progress, result)
+    _check_finite(loss, "warm-up")
+
+    loop = measured_loop(run, batches, clock, win, progress, batch_size)
+    result.final_loss = _check_finite(loop.loss, "the measured window")
+    summarize(result, loop, clock, progress, batch_size, workers)
+    result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
+
+    progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
+    if wanted.get("compute"):
+        rate, noise = compute_ceiling(run, batches, batch_size, win, clock)
+        if result.samples_per_sec > rate * (1 + max(noise, 0.1)):
+            # Beaten (pruning.ceiling_violations): measured again before the driver reports
+            # it. An upper bound may take the higher reading; their gap is noise too.
+            again, noise2 = compute_ceiling(run, batches, batch_size, win, clock)
+            noise = max(noise, noise2, abs(again - rate) / max(again, rate))
+            rate = max(rate, again)
+        result.ceilings["compute"], result.ceiling_noise["compute"] = rate, noise
+    # A ceiling and the window are taken at different moments: on a loaded machine the trial's
+    # share of the cores changes between them (a 0.5 ms mlp step waiting 100 ms for a core now
+    # and then: intra-op threads as many as the cores, each op waiting for its partner thread
+    # to get a core), so the window states its own noise too (pruning.ceiling_violations).
+    result.ceiling_noise["window"] = window_spread(loop, clock, batch_size)
+
+    if win.get("profile") and req.get("trace_path"):
+        from autotune.profiling import capture
+
+        result.trace = capture(run, batches, win.get("profile_steps", 3), req["trace_path"])
+    result.outcome = "ok"
+    if compile_watch.hits:
+        result.outcome = "compile_fallback"
+        result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
+
+
+def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], progress: Progress,
+            result: WindowResult) -> tuple[float, torch.Tensor]:
+    """First step alone (compile, cuDNN autotune, worker start-up), then the rest, then the
+    batches the workers prefetched while the first step compiled. Returns the first step's
+    seconds and the last loss. The "compile" stage tells the watchdog that a long silence now
+    is a compiler at work; the heartbeat then carries the compile time, so a trial pruned
+    later still has it recorded."""
     progress.beat("compile", 0, force=True)
     t0 = time.perf_counter()
     loss = run.step(*run.to_device(*next(batches)))
-    clock.sync(device)
+    clock.sync(run.device)
     first_step_s = time.perf_counter() - t0
+    progress.compile_s = first_step_s
+    if run.knobs.get("compile", "off") != "off":
+        from torch._dynamo.utils import counters
+
+        result.compile_cache = {"hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+                                "misses": int(counters["inductor"]["fxgraph_cache_miss"])}
     progress.beat("warmup", 1, force=True)
     for i in range(1, win["warmup_steps"]):
         loss = run.step(*run.to_device(*next(batches)))
         progress.beat("warmup", i + 1)
-    clock.sync(device)
+    loss = _drain_prefetched(run, batches, win, progress) or loss
+    clock.sync(run.device)
     result.warmup_s = time.perf_counter() - t0
-    _check_finite(loss, "warm-up")
+    return first_step_s, loss
 
-    # Measured window. Host clock for the wait on the loader (a host-side stall); device marks
-    # for copy, forward+backward and optimizer; only the window's edges are synchronized, so
-    # the device keeps its queue (and copies their overlap) all through it.
+
+# A next() that returns faster than this took a batch the workers had already prefetched.
+PREFETCHED_S = 1e-3
+
+
+def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
+                      progress: Progress) -> torch.Tensor | None:
+    """Step through the batches the workers buffered (num_workers x prefetch_factor) while the
+    first step compiled, until one has to be waited for. A window that starts on a full buffer
+    times that burst as throughput: a step faster than its loader then reads above the
+    loader's own ceiling. A step slower than its loader never empties the buffer and does not
+    need to: capped at the buffer's size and a quarter of the measuring time."""
+    workers = int(run.knobs["num_workers"])
+    if workers == 0:
+        return None
+    buffered = workers * int(run.knobs["prefetch_factor"] or 2)
+    loss, deadline = None, time.perf_counter() + float(win["measure_seconds"]) / 4
+    for _ in range(buffered):
+        w0 = time.perf_counter()
+        inputs, targets = next(batches)
+        waited = time.perf_counter() - w0
+        loss = run.step(*run.to_device(inputs, targets))
+        progress.beat("warmup", 0)
+        if waited > PREFETCHED_S or time.perf_counter() > deadline:
+            break
+    return loss
+
+
+@dataclass
+class Loop:
+    """What the measured loop recorded: per step, the host's wait for its batch and four marks
+    on the device's timeline (copy start, copy end, forward+backward end, optimizer end)."""
+
+    loss: torch.Tensor
+    marks: list[tuple[Any, Any, Any, Any]]
+    data_wait_ms: list[float]
+    elapsed_s: float
+    page_faults: int
+    data_cpu_s: float  # loading in this process while it waited (num_workers=0)
+    workers_cpu_s: float  # the DataLoader workers' CPU over the window
+    epoch_starts: int = 0  # epochs begun inside the window
+    epoch_start_s: float = 0.0  # seconds waiting for those epochs' first batches
+
+
+def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
+                  progress: Progress, batch_size: int) -> Loop:
+    """The measured window. Host clock for the wait on the loader (a host-side stall); device
+    marks for copy, forward+backward and optimizer; only the window's edges are synchronized,
+    so the device keeps its queue (and copies their overlap) all through it.
+
+    Chunk edges are where the pruner looks: the first one decides whether a trial is far below
+    the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5 on
+    CUDA); never a single step, which one stall on a shared machine can halve, and never
+    shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
+    samples/s where the trial ran at 1,250: a false prune)."""
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
     min_seconds = float(win.get("min_measure_seconds", 0.0))
-    # Chunk edges are where the pruner looks: the first one decides whether a trial is far below
-    # the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5
-    # on CUDA); never a single step, which one stall on a shared machine can halve, and never
-    # shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
-    # samples/s where the trial ran at 1,250: a false prune).
-    chunk = min(max_steps, max(2, max_steps // 8))
-    chunk_s = min_seconds / 8
+    chunk, chunk_s = min(max_steps, max(2, max_steps // 8)), min_seconds / 8
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     data_cpu_s, workers_cpu0 = 0.0, workers_cpu_s()
+    epochs0, epoch_s0 = batches.epochs, batches.epoch_start_s
     start = time.perf_counter()
     edges = [(clock.mark(), 0)]  # chunk edges on the device's timeline: (mark, steps so far)
     edge_t = start
     while True:  # ends at a chunk edge: enough steps for long enough, or out of time
-        w0, c0 = time.perf_counter(), time.thread_time()
+        w0, c0 = time.perf_counter(), thread_busy_s()
         with phase("data"):
             inputs, targets = next(batches)
         data_wait_ms.append((time.perf_counter() - w0) * 1e3)
-        data_cpu_s += time.thread_time() - c0  # loading in this process (num_workers=0)
+        data_cpu_s += thread_busy_s() - c0
         m0 = clock.mark()
         inputs, targets = run.to_device(inputs, targets)
         m1 = clock.mark()
@@ -232,87 +308,66 @@ def measure(req: dict[str, Any], result: WindowResult, progress: Progress,
                 if now - start >= min_seconds:
                     break
                 chunk = max_steps  # past the nominal window: fewer, longer chunks
-    clock.sync(device)
+    clock.sync(run.device)
     elapsed = time.perf_counter() - start
     _report_chunks(clock, edges, progress, batch_size)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-    workers = int(req["knobs"]["num_workers"])
-    loader_cpu = _loader_cpu_share(workers, data_cpu_s, sum(data_wait_ms) / 1e3,
-                                   workers_cpu_s() - workers_cpu0, elapsed)
-    result.final_loss = _check_finite(loss, "the measured window")
+    return Loop(loss, marks, data_wait_ms, elapsed,
+                resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0,
+                data_cpu_s, workers_cpu_s() - workers_cpu0, batches.epochs - epochs0,
+                batches.epoch_start_s - epoch_s0)
 
-    n = len(marks)
-    step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [elapsed * 1e3]
-    copy = sum(clock.ms(m[0], m[1]) for m in marks)
-    compute = sum(clock.ms(m[1], m[2]) for m in marks)
-    optim = sum(clock.ms(m[2], m[3]) for m in marks)
-    total_ms = elapsed * 1e3
-    result.steps, result.samples, result.measure_s = n, n * batch_size, elapsed
-    result.samples_per_sec = n * batch_size / elapsed
+
+def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
+    """The measured window's noise: the relative spread of its two halves' throughputs (the
+    same estimate the compute ceiling states for itself). 0 for a window too short to split."""
+    marks, n = loop.marks, len(loop.marks)
+    if n < 5:
+        return 0.0
+    half = n // 2
+    ms = [clock.ms(marks[0][3], marks[half][3]), clock.ms(marks[half][3], marks[-1][3])]
+    if min(ms) <= 0:
+        return 0.0
+    rates = [half * batch_size / ms[0], (n - 1 - half) * batch_size / ms[1]]
+    return abs(rates[0] - rates[1]) / (sum(rates) / 2)
+
+
+def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress,
+              batch_size: int, workers: int) -> None:
+    """Throughput, step-time percentiles and each phase's share of the window."""
+    n, marks = len(loop.marks), loop.marks
+    total_ms = loop.elapsed_s * 1e3
+    step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [total_ms]
+    result.steps, result.samples, result.measure_s = n, n * batch_size, loop.elapsed_s
+    result.samples_per_sec = n * batch_size / loop.elapsed_s
     result.chunks = list(progress.chunks)
     result.step_ms = {
         "median": statistics.median(step_ms),
         "p10": _percentile(step_ms, 0.1),
         "p90": _percentile(step_ms, 0.9),
+        "p25": _percentile(step_ms, 0.25),  # the quartiles: the window's noise, IQR/median
+        "p75": _percentile(step_ms, 0.75),
         "mean": total_ms / n,
     }
+    wait_s = sum(loop.data_wait_ms) / 1e3
     result.timers = {
-        "data_wait": sum(data_wait_ms) / total_ms,
-        "h2d": copy / total_ms,
-        "compute": compute / total_ms,
-        "optimizer": optim / total_ms,
+        "data_wait": wait_s * 1e3 / total_ms,
+        "h2d": sum(clock.ms(m[0], m[1]) for m in marks) / total_ms,
+        "compute": sum(clock.ms(m[1], m[2]) for m in marks) / total_ms,
+        "optimizer": sum(clock.ms(m[2], m[3]) for m in marks) / total_ms,
         "step_ms": total_ms / n,
         # Pages the training process faulted in per step (freshly mapped memory, zeroed by
         # the kernel): the symptom of an allocator that unmaps what the step frees.
-        "page_faults_per_step": faults / n,
+        "page_faults_per_step": loop.page_faults / n,
         # The share of the loader's time its processes spent on a CPU: near 1, loading is
         # computation (decode, augment) and workers beyond the cores cannot help; near 0, it
         # waits (storage, network, a sleep) and more workers than cores can.
-        "loader_cpu_share": loader_cpu,
+        "loader_cpu_share": loader_cpu_share(workers, loop.data_cpu_s, wait_s,
+                                              loop.workers_cpu_s, loop.elapsed_s),
+        # Epochs begun inside the window, and the share of it spent getting their first
+        # batches: without persistent workers, shutting down and starting up every worker.
+        "epoch_starts": loop.epoch_starts,
+        "epoch_start_share": loop.epoch_start_s * 1e3 / total_ms,
     }
-    result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
-
-    progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
-    if wanted.get("compute"):
-        result.ceilings["compute"] = compute_ceiling(run, batches, batch_size, win, clock)
-
-    if win.get("profile") and req.get("trace_path"):
-        from autotune.profiling import capture
-
-        result.trace = capture(run, batches, win.get("profile_steps", 3), req["trace_path"])
-    result.outcome = "ok"
-    if compile_watch.hits:
-        result.outcome = "compile_fallback"
-        result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
-
-
-def workers_cpu_s() -> float:
-    """CPU seconds used so far by this process's children (its DataLoader workers): the
-    kernel's total for those already exited and reaped (workers respawned at an epoch start),
-    /proc for the live ones. Differences of two readings are the workers' CPU in between."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = usage.ru_utime + usage.ru_stime
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return total
-    for child in children:
-        try:
-            t = child.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:  # exited between the listing and the read
-            pass
-    return total
-
-
-def _loader_cpu_share(workers: int, in_process_cpu_s: float, wait_s: float,
-                      workers_cpu: float, elapsed_s: float) -> float | None:
-    """CPU time of the loading over its wall time: the training process's own while it waited
-    for a batch (num_workers=0), or the workers' over the whole window (num_workers > 0; it
-    means something while the step waits on them, i.e. when they never get ahead)."""
-    if workers == 0:
-        return min(1.0, in_process_cpu_s / wait_s) if wait_s > 0 else None
-    return min(1.0, workers_cpu / (workers * elapsed_s)) if elapsed_s > 0 else None
 
 
 def _report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
@@ -331,39 +386,6 @@ def _report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progres
         progress.chunks.append(steps * batch_size / (clock.ms(start, edge) / 1e3))
         new = True
     return new
-
-
-def loader_ceiling(batches: Any, batch_size: int, win: dict[str, Any],
-                   progress: Progress | None = None) -> float:
-    """Seed 003's mock trainer: the loader alone, every batch discarded. Samples/sec the input
-    pipeline can deliver at best (after its first batch, which includes worker start-up).
-
-    The rate so far goes out with every heartbeat, so the driver can stop a loader that is
-    already far too slow without waiting for the whole measurement."""
-    next(batches)
-    n, start = 0, time.perf_counter()
-    while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
-        next(batches)
-        n += 1
-        if progress is not None:
-            rate = n * batch_size / (time.perf_counter() - start)
-            progress.partial = {"kind": "loader", "rate": rate, "batches": n}
-            progress.beat("ceiling", n)
-    return n * batch_size / (time.perf_counter() - start)
-
-
-def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str, Any],
-                    clock: Clock) -> float:
-    """Seed 003's mock loader: one batch kept on the device, the step alone. Samples/sec the
-    model can train at with a free input pipeline."""
-    inputs, targets = run.to_device(*next(batches))  # the model is warm: no extra warm-up
-    clock.sync(run.device)
-    n, start = 0, time.perf_counter()
-    while n < win["measure_steps"] and (n < 2 or time.perf_counter() - start < win["measure_seconds"] / 2):
-        run.step(inputs, targets)  # no sync inside: measure_steps bounds the queued work
-        n += 1
-    clock.sync(run.device)
-    return n * batch_size / (time.perf_counter() - start)
 
 
 class CompileWatch(logging.Handler):
@@ -412,7 +434,12 @@ def main(request_path: str, result_path: str) -> int:
     device = torch.device(req["device"])
     with CompileWatch() as compile_watch:
         try:
-            measure(req, result, progress, compile_watch)
+            if req.get("numerics_steps"):
+                from autotune.numerics import record_losses
+
+                record_losses(req, result)
+            else:
+                measure(req, result, progress, compile_watch)
         except NonFiniteLoss as exc:
             result.outcome, result.error = "nan", str(exc)
         except CaptureFailed as exc:

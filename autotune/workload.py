@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+
+from autotune.batch import model_loss, split_batch
+from autotune.stages import Stage, StagedDataset
 
 
 class WorkloadError(ValueError):
@@ -24,10 +27,18 @@ class WorkloadError(ValueError):
 class Workload:
     """Base class for a trainable workload.
 
-    Batches are ``(inputs, targets)`` pairs of tensors (or anything ``default_collate`` makes).
-    If the input transform can be split (e.g. decode on the host, normalize on the device), set
-    ``splits_transform = True``: ``dataset("uint8")`` then yields raw uint8 inputs and
-    ``device_transform`` finishes them on the device, so a 4x smaller batch crosses the bus.
+    A loader batch is a pair ``(inputs, targets)`` or a Mapping of model inputs (labels inside,
+    targets ``None``); either side may be a tensor or any nesting of tuples, lists and dicts of
+    them (see ``autotune.batch``). A Mapping is passed to the model as ``model(**inputs)``.
+
+    Input pipelines in stages (``autotune/stages.py``): implement ``raw_dataset()`` (raw items, e.g.
+    uint8 images or encoded bytes) and ``stages()`` (decode, resize, to float, normalize...,
+    each with a per-sample host version and, where it can run on a batch, a device version);
+    the ``transform_split`` knob then chooses how many stages run on the host before the copy.
+
+    The older two-way split still works: set ``splits_transform = True``, and
+    ``dataset("uint8")`` yields raw uint8 inputs that ``device_transform`` finishes on the
+    device (the ``transfer_dtype`` knob), so a 4x smaller batch crosses the bus.
     """
 
     name: str = "workload"
@@ -39,9 +50,31 @@ class Workload:
     #: Every batch has the same shapes (the loader drops the last partial batch), so CUDA Graphs
     #: and compile's reduce-overhead can replay one captured step.
     static_shapes: bool = True
+    #: Knobs this workload's framework cannot express, narrowed to what it can:
+    #: ``{knob: (allowed values, why)}``. The adapters use it so that the study never picks a
+    #: configuration their export could not hand back (e.g. CUDA Graphs for Lightning's loop).
+    knob_limits: dict[str, tuple[list[Any], str]] = {}
 
     def dataset(self, transfer_dtype: str) -> Dataset:
+        """The training data as ``(inputs, target)`` items. A staged workload need not
+        implement it: by default its source with every stage run on the host."""
+        if self.stages():
+            return StagedDataset(self.raw_dataset(), self.stages())
         raise NotImplementedError
+
+    def collate_fn(self) -> Callable[[list[Any]], Any] | None:
+        """How the loader merges samples into a batch (e.g. a Hugging Face data collator).
+        Default: None, PyTorch's ``default_collate``."""
+        return None
+
+    def raw_dataset(self) -> Dataset:
+        """Staged workloads: the raw ``(inputs, target)`` items the first stage reads."""
+        raise NotImplementedError
+
+    def stages(self) -> list[Stage]:
+        """Staged workloads: the input pipeline, in order (see ``autotune.stages.Stage``).
+        Default: none (the knob ``transform_split`` is then fixed)."""
+        return []
 
     def device_transform(self, inputs: torch.Tensor) -> torch.Tensor:
         """Finish on the device what ``dataset("uint8")`` left undone. Default: nothing."""
@@ -50,8 +83,15 @@ class Workload:
     def model(self) -> nn.Module:
         raise NotImplementedError
 
+    def split_batch(self, batch: Any) -> tuple[Any, Any]:
+        """``(inputs, targets)`` of one loader batch. Default: a pair as it is, a Mapping as
+        the inputs with no targets. Override for another layout."""
+        return split_batch(batch)
+
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
-        raise NotImplementedError
+        """Default: the loss the model computed itself (``outputs.loss`` or
+        ``outputs["loss"]``, as a Hugging Face model given labels returns)."""
+        return model_loss(outputs)
 
     def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
         """Build the optimizer; pass ``**impl`` on (it carries foreach= / fused=)."""
@@ -63,6 +103,13 @@ class Workload:
 
     def describe(self) -> str:
         return self.name
+
+    @classmethod
+    def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Extra files written beside best.yaml for this workload's framework, as
+        ``{file name: plain YAML document}`` built from best.yaml's document. Default: none;
+        the Lightning and Hugging Face adapters write their Trainer / TrainingArguments forms."""
+        return {}
 
 
 def resolve_target(target: str) -> Any:

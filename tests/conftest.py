@@ -37,6 +37,27 @@ def cpu_env() -> Env:
     return probe("cpu")
 
 
+def leftover_trials(since: float, under: Path) -> list[str]:
+    """Trial processes (and the test workloads' sleeping grandchildren) started since ``since``
+    that are still alive and write to a log under ``under``: a trial's stdout/stderr go to its
+    trial directory, and its DataLoader workers and grandchildren inherit them. Trials of other
+    test runs on the same machine (parallel jobs, other checkouts) are not this test's orphans."""
+    import psutil
+
+    root = str(under.resolve())
+    out = []
+    for p in psutil.process_iter(["name", "cmdline", "create_time"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            if p.info["create_time"] >= since and p.status() != psutil.STATUS_ZOMBIE and (
+                p.info["name"] == "autotune-trial" or "time.sleep(3600)" in cmd
+            ) and os.readlink(f"/proc/{p.pid}/fd/2").startswith(root):
+                out.append(f"{p.pid} {cmd[:80]}")
+        except (psutil.Error, OSError):
+            pass
+    return out
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
     """The real console entry point in a real subprocess, as a user types it."""

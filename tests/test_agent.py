@@ -21,7 +21,11 @@ def _trials(tmp_path: Path, name: str) -> list[optuna.trial.FrozenTrial]:
 
 
 def test_agent_queues_the_fix_for_the_measured_bottleneck(tmp_path: Path) -> None:
-    proc = run_cli([SLEEPY, "device=cpu", "study.name=on", "study.n_trials=2",
+    """The slow part is built into the workload, at a size no machine load reverses: each batch
+    sleeps 8 x 50 ms in the loader, and the tiny step would have to take over 130 ms (2 cores;
+    50 ms with 8) for the measured wait to ask for no more workers than cores. At 10 ms per
+    item a step slowed to ~40 ms by a busy machine already did."""
+    proc = run_cli([SLEEPY, "+workload.sleep_ms=50", "device=cpu", "study.name=on", "study.n_trials=2",
                     "study.confirm_runs=0", *TINY_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     base, second = _trials(tmp_path, "on")
@@ -30,7 +34,7 @@ def test_agent_queues_the_fix_for_the_measured_bottleneck(tmp_path: Path) -> Non
     assert second.user_attrs["source"] == "agent"
     reason = second.user_attrs["agent_reason"]
     assert "trial 0" in reason and "input_pipeline" in reason and "num_workers=" in reason
-    # Each item sleeps 10 ms and the step takes well under a millisecond: the measured wait
+    # Each item sleeps 50 ms and the step takes well under a millisecond: the measured wait
     # asks for more workers than this machine has cores, and the loader was measured waiting,
     # not computing, so the agent goes past the cores (up to IO_WORKERS_PER_CORE per core),
     # with the workers kept alive across epochs.

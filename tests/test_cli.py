@@ -133,21 +133,19 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
             "device=cpu", "study.name=killed", "study.n_trials=3", "study.prune=false", *TINY_ARGS,
             "window.measure_steps=8", "window.measure_seconds=30"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli import main; main()", *args],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    db = tmp_path / "studies" / "killed" / "study.db"
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli import main; main()", *args],
+                                  cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    # Wait on the second trial's heartbeat file, not on the database: reading an SQLite study
+    # while the driver is still creating its schema races with that creation.
+    beat = tmp_path / "studies" / "killed" / "trials" / "1" / "progress.json"
     deadline = time.time() + 240
-    running = None
-    while time.time() < deadline and running is None:
+    while time.time() < deadline and not beat.exists() and driver.poll() is None:
         time.sleep(0.5)
-        if db.exists():
-            try:
-                trials = _study(tmp_path, "killed").get_trials()
-            except Exception:  # noqa: BLE001 - the schema may be half-created
-                continue
-            done = [t for t in trials if t.state.is_finished()]
-            running = next((t for t in trials if t.state == optuna.trial.TrialState.RUNNING and done), None)
-    assert running is not None, "no second trial started"
+    trials = _study(tmp_path, "killed").get_trials() if beat.exists() else []
+    running = next((t for t in trials if t.state == optuna.trial.TrialState.RUNNING), None)
+    assert running is not None, f"no second trial started; the driver printed:\n{log.read_text()[-3000:]}"
     window_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
     driver.send_signal(signal.SIGKILL)
     driver.wait()

@@ -55,8 +55,9 @@ def test_summary_of_compute_trace() -> None:
     assert {"aten::mm", "aten::addmm"} & set(top[:2])
     assert s["phase_ms_per_step"]["forward"] > 0 and s["phase_ms_per_step"]["backward"] > 0
     # 128 samples / 64 per batch: a new epoch starts inside the capture, and the RandomSampler
-    # draws its seed with .item(), a scalar read (counted on CPU too); not in the copy phase.
-    assert s["syncs_per_step"] == 0.5 and s["copy_syncs_per_step"] == 0
+    # draws its seed with .item(): a scalar read of a CPU tensor, which waits on no device.
+    assert s["scalar_reads_per_step"] == 0.5 and s["host_scalar_reads_per_step"] == 0.5
+    assert s["syncs_per_step"] == 0 and s["copy_syncs_per_step"] == 0
 
 
 def test_steps_argument_is_a_fallback_only() -> None:

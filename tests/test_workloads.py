@@ -17,6 +17,8 @@ SHIPPED = {
                  "batch_size": 8},
     "gpt": {"_target_": "workloads.gpt.GPTWorkload", "vocab": 256, "seq_len": 32, "d_model": 64,
             "n_layer": 2, "n_head": 4, "n_sequences": 64, "batch_size": 4},
+    "jpeg_folder": {"_target_": "workloads.jpeg_folder.JPEGFolderWorkload", "image_size": 32,
+                    "n_images": 16, "batch_size": 4},
 }
 
 
@@ -30,6 +32,7 @@ def test_workload_contract(cpu_env: Env, name: str) -> None:
     on = {**space.baseline, "num_workers": 1, "prefetch_factor": 2, "persistent_workers": True,
           "set_to_none": False, "optimizer_impl": "foreach",
           "transfer_dtype": space.domains["transfer_dtype"].values[-1],
+          "transform_split": space.domains["transform_split"].values[0],
           "channels_last": space.domains["channels_last"].values[-1]}
     for knobs in (space.baseline, on):
         run = Training(wl, knobs, "cpu")

@@ -87,6 +87,14 @@ class SleepyLoaderWorkload(_Classifier):
     def dataset(self, transfer_dtype: str) -> Dataset:
         return SleepyDataset(self.n, self.features, self.classes, self.sleep_s)
 
+    def model(self) -> nn.Module:
+        # The step must stay the fast part whatever the machine's load: one intra-op thread
+        # never waits at a barrier for a sibling thread a busy machine descheduled (two threads
+        # made this tiny step take 270 ms beside stress-ng, and the loader no longer the
+        # bottleneck). The trial process is this workload's alone.
+        torch.set_num_threads(1)
+        return super().model()
+
 
 class BusyLoaderWorkload(SleepyLoaderWorkload):
     """Input-bound like SleepyLoaderWorkload, but the loader computes (10 ms of CPU per item)."""

@@ -149,11 +149,13 @@ class SlowStep(MLPWorkload):
 class OneHiccup(MLPWorkload):
     """Healthy steps, but once, ``after_s`` into training, a step stalls for ``stall_ms``
     (another process took the cores for a moment): a good trial the pruner must not condemn
-    on that one stretch."""
+    on that one stretch. Every step sleeps ``step_ms`` besides: steps of a known length, which
+    a busy machine stretches by a small share only, so the hiccup is the one slow stretch."""
 
-    def __init__(self, after_s: float = 0.8, stall_ms: float = 400.0, **kw: Any):
+    def __init__(self, after_s: float = 0.8, stall_ms: float = 400.0, step_ms: float = 10.0,
+                 **kw: Any):
         super().__init__(**kw)
-        self.after_s, self.stall_ms, self.first = after_s, stall_ms, None
+        self.after_s, self.stall_ms, self.step_ms, self.first = after_s, stall_ms, step_ms, None
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         now = time.monotonic()
@@ -161,7 +163,14 @@ class OneHiccup(MLPWorkload):
         if self.after_s is not None and now - self.first >= self.after_s:
             self.after_s = None
             time.sleep(self.stall_ms / 1e3)
+        time.sleep(self.step_ms / 1e3)
         return super().loss(outputs, targets)
+
+    def model(self) -> torch.nn.Module:
+        # One intra-op thread: a step never waits at a barrier for a sibling thread that a busy
+        # machine descheduled (the trial process is this workload's alone).
+        torch.set_num_threads(1)
+        return super().model()
 
 
 def pid_file_env() -> str:
@@ -219,3 +228,46 @@ class ReportsLoaderStart(MLPWorkload):
         with open(self.report_file, "w") as f:
             f.write(f"{os.getpid()} {mp.get_start_method()}")
         return _ReportsWorkerParent(super().dataset(transfer_dtype), self.report_file + ".worker")
+
+
+@torch.library.custom_op("autotune_tests::traced_slowly", mutates_args=())
+def _traced_slowly(x: torch.Tensor, trace_sleep_s: float) -> torch.Tensor:
+    """At run time: a copy of ``x``, as cheap as any op."""
+    return x.clone()
+
+
+_TRACED: list[bool] = []
+
+
+@_traced_slowly.register_fake
+def _(x: torch.Tensor, trace_sleep_s: float) -> torch.Tensor:
+    # The fake (meta) kernel runs only while torch.compile traces the model (Dynamo, then
+    # AOTAutograd), never in a compiled or eager step. It sleeps on its first call only: a
+    # compile stage longer than trace_sleep_s by the compiler's own time, whatever the machine.
+    if not _TRACED:
+        _TRACED.append(True)
+        time.sleep(trace_sleep_s)
+    return torch.empty_like(x)
+
+
+class _TracedSlowly(torch.nn.Module):
+    def __init__(self, trace_sleep_s: float):
+        super().__init__()
+        self.trace_sleep_s = trace_sleep_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _traced_slowly(x, self.trace_sleep_s)
+
+
+class SlowToCompile(MLPWorkload):
+    """The mlp behind an op whose tracing sleeps ``trace_sleep_s``: a real torch.compile whose
+    silent build takes at least that long on any machine (and about that much longer than
+    the compiler's own time), and whose compiled steps (and eager
+    ones) cost nothing extra. The op reads the input batch, which needs no gradient."""
+
+    def __init__(self, trace_sleep_s: float = 3.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.trace_sleep_s = trace_sleep_s
+
+    def model(self) -> torch.nn.Module:
+        return torch.nn.Sequential(_TracedSlowly(self.trace_sleep_s), super().model())

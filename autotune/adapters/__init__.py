@@ -1,0 +1,88 @@
+"""Framework adapters: a LightningModule or a transformers model as an autotune Workload, and
+the study's result handed back in the framework's own terms (Trainer / TrainingArguments).
+
+Import-light on purpose: ``autotune`` imports without Lightning or Transformers installed; each
+adapter module imports its framework itself (``pip install -e '.[lightning]'`` / ``'.[hf]'``).
+What they share lives here: reading a best.yaml in any of its forms, resolving the user's
+dotted paths, and writing the framework files beside best.yaml.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.workload import Workload, WorkloadError, resolve_target
+
+log = logging.getLogger("autotune")
+
+#: host_allocator=retain as glibc environment variables (what ``mallopt`` sets in a trial):
+#: a framework's process cannot call mallopt before its loader forks, the environment can.
+RETAIN_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
+
+
+def best_document(best: Any) -> dict[str, Any]:
+    """best.yaml's document from a path, a ``BestConfig`` (``autotune.load_best``) or the dict."""
+    if isinstance(best, (str, os.PathLike)):
+        from autotune.export import load_best
+
+        return dict(load_best(best).document)
+    document = getattr(best, "document", best)
+    if not isinstance(document, Mapping) or "knobs" not in document:
+        raise ValueError(
+            f"expected a best.yaml path, an autotune.load_best(...) result or its document "
+            f"(a mapping with 'knobs'); got {type(best).__name__}."
+        )
+    return dict(document)
+
+
+def accumulation(best: Mapping[str, Any]) -> int:
+    """Gradient-accumulation steps the exported configuration trains with: best.yaml's
+    ``grad_accum`` (study.keep_global_batch: global batch = micro-batch x steps), else 1."""
+    return int(best.get("grad_accum") or 1)
+
+
+def environment(knobs: Mapping[str, Any]) -> dict[str, str]:
+    """Environment variables the configuration needs set before the training process starts."""
+    return dict(RETAIN_ENV) if knobs.get("host_allocator") == "retain" else {}
+
+
+def load_object(path: str, args: Mapping[str, Any] | None, what: str) -> Any:
+    """Resolve ``package.module.attr`` and call it with ``args``; a class or factory given with
+    no args is called bare. Errors name the workload argument at fault and what it expects."""
+    target = resolve_target(str(path))
+    if not callable(target):
+        raise WorkloadError(f"{what}={path!r} is a {type(target).__name__}, not a class or factory.")
+    try:
+        return target(**dict(args or {}))
+    except TypeError as exc:
+        raise WorkloadError(
+            f"{what}={path!r} could not be called with {what}_args={dict(args or {})!r}: {exc}. "
+            f"Give the arguments it takes as +workload.{what}_args={{name: value}}."
+        ) from exc
+
+
+def write_framework_exports(target: Any, best: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write the exported workload's framework files (``Workload.framework_exports``) beside
+    best.yaml. A workload class that cannot be imported here writes nothing (best.yaml stands)."""
+    if not target:
+        return []
+    try:
+        cls = resolve_target(str(target))
+    except WorkloadError:
+        return []
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        return []
+    from autotune.export import atomic_write
+
+    written = []
+    for name, document in cls.framework_exports(best).items():
+        path = out_dir / name
+        atomic_write(path, yaml.safe_dump(document, sort_keys=False))
+        written.append(path)
+    return written

@@ -1,0 +1,221 @@
+"""A Hugging Face ``transformers`` model, a dataset and a data collator as an autotune Workload;
+the result as ``TrainingArguments`` fields.
+
+    autotune workload._target_=autotune.adapters.hf.HFWorkload \\
+        +workload.model=transformers.GPT2LMHeadModel \\
+        +workload.config=transformers.GPT2Config +workload.config_args='{n_layer: 2}' \\
+        +workload.dataset=my_pkg.data.tokenized_train +workload.dataset_args='{seq_len: 128}' \\
+        +workload.training_args='{per_device_train_batch_size: 16, bf16: true}'
+
+The model is built from its config (random weights, nothing downloaded: speed does not depend
+on the weights' values). Batches are the collator's dicts (input_ids, attention_mask, labels);
+the model is called with them as keywords and computes its own loss, as in ``Trainer``. The
+step is the Trainer's: AdamW from ``learning_rate`` / ``weight_decay`` / ``adam_*`` (the
+``optim`` the user runs: adamw_torch or adamw_torch_fused), gradients clipped to
+``max_grad_norm`` before each optimizer step (default 1.0: a real per-step cost), zero_grad
+to None. ``training_args`` holds the user's current TrainingArguments fields: trial 0 runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune.adapters import accumulation, best_document, load_object
+from autotune.workload import Workload, WorkloadError, resolve_target
+
+#: TrainingArguments.optim values and the optimizer_impl knob they are.
+OPTIM_IMPL = {"adamw_torch": "default", "adamw_torch_fused": "fused"}
+IMPL_OPTIM = {"default": "adamw_torch", "fused": "adamw_torch_fused"}
+
+
+@functools.cache
+def training_argument_fields() -> dict[str, Any]:
+    """The installed transformers' TrainingArguments fields and their defaults."""
+    try:
+        from transformers import TrainingArguments
+    except ImportError as exc:
+        raise WorkloadError(
+            "The Hugging Face adapter needs transformers and accelerate: pip install -e '.[hf]' "
+            f"(import failed: {exc})."
+        ) from exc
+    return {f.name: f.default for f in dataclasses.fields(TrainingArguments) if f.init}
+
+
+class HFWorkload(Workload):
+    """``model``: a transformers model class (built with ``from_config`` / ``Model(config)``
+    from ``config`` + ``config_args``) or, without ``config``, a factory called with
+    ``model_args``. ``dataset``: a factory (with ``dataset_args``) returning a map-style
+    dataset of dicts. ``collator``: a data collator class (with ``collator_args``) or function;
+    default ``transformers.default_data_collator``. ``training_args``: the TrainingArguments
+    fields the user trains with today."""
+
+    name = "hf"
+    knob_limits = {
+        "cuda_graphs": ([False], "the Trainer has no whole-step CUDA Graph (torch_compile_mode="
+                                 "reduce-overhead is its way to graphs)"),
+        "set_to_none": ([True], "the Trainer calls model.zero_grad(), which sets gradients to None"),
+        "optimizer_impl": (["default", "fused"], "TrainingArguments.optim offers adamw_torch "
+                                                 "(torch's default) and adamw_torch_fused"),
+        "cudnn_benchmark": ([False], "TrainingArguments has no cudnn.benchmark field"),
+        "host_allocator": (["default"], "TrainingArguments cannot set glibc's allocator"),
+    }
+
+    def __init__(self, model: str, dataset: str, config: str | None = None,
+                 config_args: Mapping[str, Any] | None = None,
+                 model_args: Mapping[str, Any] | None = None,
+                 dataset_args: Mapping[str, Any] | None = None, collator: str | None = None,
+                 collator_args: Mapping[str, Any] | None = None,
+                 training_args: Mapping[str, Any] | None = None, static_shapes: bool = True):
+        fields = training_argument_fields()
+        self.args = dict(training_args or {})
+        unknown = sorted(k for k in self.args if k not in fields)
+        if unknown:
+            raise WorkloadError(
+                f"workload.training_args: {', '.join(unknown)} not TrainingArguments field(s) of "
+                f"the installed transformers. Valid fields include: {', '.join(_SPEED_FIELDS)}.")
+        self.full_args = {k: self.args.get(k, fields[k]) for k in _STEP_FIELDS + _SPEED_FIELDS}
+        if self.full_args["optim"] not in OPTIM_IMPL:
+            raise WorkloadError(
+                f"workload.training_args.optim={self.full_args['optim']!r}: the adapter measures "
+                f"{' and '.join(OPTIM_IMPL)} (PyTorch's AdamW); other optimizers are not supported.")
+        self.model_path, self.config_path = model, config
+        self.config_args, self.model_args = dict(config_args or {}), dict(model_args or {})
+        self.data = load_object(dataset, dataset_args, "dataset")
+        self.dataset_path = dataset
+        self.collator = _collator(collator, collator_args)
+        self.static_shapes = static_shapes
+        self.defaults = _defaults(self.full_args)
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return self.data
+
+    def collate_fn(self) -> Callable[[list[Any]], Any] | None:
+        return self.collator
+
+    def model(self) -> nn.Module:
+        if self.config_path is None:
+            built = load_object(self.model_path, self.model_args, "model")
+        else:
+            cfg = load_object(self.config_path, self.config_args, "config")
+            cls = resolve_target(self.model_path)
+            factory = getattr(cls, "from_config", None) or cls
+            built = factory(cfg, **self.model_args)
+        if not isinstance(built, nn.Module):
+            raise WorkloadError(f"model={self.model_path!r} built a {type(built).__name__}, "
+                                "not a torch nn.Module.")
+        return built
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        loss = getattr(outputs, "loss", None)
+        if loss is None and isinstance(outputs, Mapping):
+            loss = outputs.get("loss")
+        if loss is None:
+            raise RuntimeError(
+                f"{self.model_path} returned no loss: the batches need 'labels' (from the "
+                "dataset or the collator) so the model computes its own loss, as in Trainer.")
+        return loss
+
+    def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
+        """The Trainer's AdamW: weight decay on matrices only, gradients clipped before each
+        step (a pre-step hook, so GradScaler's unscale comes first, as in the Trainer)."""
+        a = self.full_args
+        params = [p for p in params if p.requires_grad]
+        groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": a["weight_decay"]},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+        opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=a["learning_rate"],
+                                betas=(a["adam_beta1"], a["adam_beta2"]), eps=a["adam_epsilon"],
+                                **impl)
+        max_norm = float(a["max_grad_norm"] or 0.0)
+        if max_norm > 0:
+
+            def clip(o: Any, args: Any, kwargs: Any) -> None:
+                torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+            opt.register_step_pre_hook(clip)
+        return opt
+
+    def describe(self) -> str:
+        return f"hf {self.model_path} ({self.config_path or 'factory'}) on {self.dataset_path}"
+
+    @classmethod
+    def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {"training_args.yaml": training_arguments_kwargs(best)}
+
+
+#: TrainingArguments fields that decide the step's arithmetic (not searched, kept as given).
+_STEP_FIELDS = ["learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                "max_grad_norm"]
+#: TrainingArguments fields autotune searches (the export writes these).
+_SPEED_FIELDS = ["per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
+                 "tf32", "torch_compile", "torch_compile_mode", "dataloader_num_workers",
+                 "dataloader_pin_memory", "dataloader_prefetch_factor",
+                 "dataloader_persistent_workers", "optim", "accelerator_config"]
+
+
+def _collator(path: str | None, args: Mapping[str, Any] | None) -> Callable[[list[Any]], Any]:
+    """A collator class is instantiated (with ``collator_args``); a function is used as it is
+    unless ``collator_args`` are given (then it is a factory)."""
+    if path is None:
+        from transformers import default_data_collator
+
+        return default_data_collator
+    target = resolve_target(path)
+    if isinstance(target, type) or args:
+        return load_object(path, args, "collator")
+    return target  # type: ignore[no-any-return]
+
+
+def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline's knobs from the user's TrainingArguments fields."""
+    workers = int(a["dataloader_num_workers"] or 0)
+    accel = a["accelerator_config"] or {}
+    compile_on = bool(a["torch_compile"] or a["torch_compile_mode"])
+    out: dict[str, Any] = {
+        "batch_size": int(a["per_device_train_batch_size"]),
+        "num_workers": workers,
+        "pin_memory": bool(a["dataloader_pin_memory"]),
+        "amp": "bf16" if a["bf16"] else "fp16" if a["fp16"] else "off",
+        "tf32": bool(a["tf32"]),
+        "compile": (a["torch_compile_mode"] or "default") if compile_on else "off",
+        "optimizer_impl": OPTIM_IMPL[a["optim"]],
+        "non_blocking": bool(accel.get("non_blocking", False)) if isinstance(accel, Mapping) else False,
+    }
+    if workers > 0:
+        out["prefetch_factor"] = int(a["dataloader_prefetch_factor"] or 2)
+        out["persistent_workers"] = bool(a["dataloader_persistent_workers"])
+    return out
+
+
+def training_arguments_kwargs(best: Any) -> dict[str, Any]:
+    """``TrainingArguments(output_dir=..., **training_arguments_kwargs(best))``: the exported
+    configuration as TrainingArguments fields (checked against transformers 5.23's)."""
+    doc = best_document(best)
+    k = doc["knobs"]
+    workers = int(k["num_workers"])
+    compile_on = k["compile"] != "off"
+    out: dict[str, Any] = {
+        "per_device_train_batch_size": int(k["batch_size"]),
+        "gradient_accumulation_steps": accumulation(doc),
+        "bf16": k["amp"] == "bf16",
+        "fp16": k["amp"] == "fp16",
+        # Explicit either way: with torch_compile and tf32 unset the Trainer turns TF32 on.
+        "tf32": bool(k["tf32"]),
+        "torch_compile": compile_on,
+        "torch_compile_mode": k["compile"] if compile_on else None,
+        "dataloader_num_workers": workers,
+        "dataloader_pin_memory": bool(k["pin_memory"]),
+        "dataloader_prefetch_factor": int(k["prefetch_factor"] or 2) if workers else None,
+        "dataloader_persistent_workers": bool(k["persistent_workers"]) if workers else False,
+        "optim": IMPL_OPTIM.get(k["optimizer_impl"], "adamw_torch"),
+        "accelerator_config": {"non_blocking": bool(k["non_blocking"])},
+    }
+    if (doc.get("device") or {}).get("type") == "cpu":
+        out["use_cpu"] = True  # measured on the CPU: keep the Trainer off any GPU present
+    return out

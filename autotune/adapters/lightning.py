@@ -1,0 +1,283 @@
+"""A user's LightningModule and its data as an autotune Workload; the result as Trainer and
+DataLoader arguments.
+
+    autotune workload._target_=autotune.adapters.lightning.LightningWorkload \\
+        +workload.module=my_pkg.models.MyModule +workload.module_args='{hidden: 256}' \\
+        +workload.datamodule=my_pkg.data.MyData +workload.datamodule_args='{root: /data}'
+
+Why not time ``Trainer.fit`` itself: a trial must split each step into loader wait, copy,
+forward+backward and optimizer, read the loader alone (its ceiling), capture one whole step
+in a CUDA Graph or compile it, and stop at a window's edge; Lightning's loop owns all of those
+and hides them behind callbacks and a progress bar whose cost is not the model's. So the trial
+runs what Lightning's automatic optimization runs, in autotune's window: the module's own
+``training_step(batch, batch_idx)`` gives the loss (its ``self.log`` calls return at once
+without a Trainer, as Lightning documents for testing), the optimizer is the one
+``configure_optimizers`` returns (any of its forms; its LR scheduler steps per epoch in
+Lightning and costs nothing per step, so it is left out), then backward, step, zero_grad.
+Lightning's ``precision="bf16-mixed"`` / ``"16-mixed"`` are the same ``torch.autocast`` (and
+GradScaler) as autotune's amp knob, and a compiled LightningModule runs its ``training_step``
+compiled (``lightning.pytorch.utilities.compile.from_compiled``), which is what compiling the
+step wrapper here does. The data is the DataModule's train dataset and collate function,
+batched by autotune's loader knobs; trial 0 uses the DataModule's own loader settings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from autotune.adapters import accumulation, best_document, environment, load_object
+from autotune.training import loader_kwargs, optimizer_kwargs
+from autotune.workload import Workload, WorkloadError
+
+#: Trainer(precision=...) values and the amp knob they are.
+PRECISION_AMP = {"32-true": "off", "32": "off", "bf16-mixed": "bf16", "16-mixed": "fp16",
+                 "16": "fp16", "bf16": "bf16"}
+AMP_PRECISION = {"off": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+
+
+def _lightning() -> Any:
+    try:
+        import lightning.pytorch as pl
+    except ImportError as exc:
+        raise WorkloadError(
+            "The Lightning adapter needs the lightning package: pip install -e '.[lightning]' "
+            f"(import failed: {exc})."
+        ) from exc
+    return pl
+
+
+class LightningStep(nn.Module):
+    """The measured model: one call is the LightningModule's ``training_step`` on one batch.
+    A mapping batch arrives as keywords (autotune calls ``model(**inputs)`` for mappings) and
+    is handed back to ``training_step`` as the dict it was."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        # Without a Trainer, self.log returns at once; its warning would repeat every trial.
+        warnings.filterwarnings("ignore", message=r"You are trying to `self.log\(\)` but the "
+                                r"`self.trainer` reference is not registered")
+        self.module: Any = module  # a LightningModule (Any: its methods, not nn.Module's)
+        self.batch_idx = 0
+
+    def to(self, *args: Any, **kwargs: Any) -> LightningStep:  # type: ignore[override]
+        # LightningModule.to also records its device (self.device in training_step).
+        self.module.to(*args, **kwargs)
+        return self
+
+    @torch.compiler.disable
+    def _next_index(self) -> int:
+        index, self.batch_idx = self.batch_idx, self.batch_idx + 1
+        return index
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        batch = args[0] if len(args) == 1 and not kwargs else (kwargs if kwargs else args)
+        return self.module.training_step(batch, self._next_index())
+
+
+class LightningWorkload(Workload):
+    """A LightningModule (``module``: its class or a factory, with ``module_args``) trained on
+    the train data of a LightningDataModule (``datamodule``, ``datamodule_args``), of a
+    factory returning a DataLoader (``dataloader``, ``dataloader_args``), or else of the
+    module's own ``train_dataloader()``. ``precision`` is the Trainer precision the user runs
+    today (the baseline's amp)."""
+
+    name = "lightning"
+    knob_limits = {
+        "cuda_graphs": ([False], "Lightning's loop has no whole-step CUDA Graph (compile's "
+                                 "reduce-overhead is its way to graphs)"),
+        "set_to_none": ([True], "Lightning's optimizer_zero_grad calls zero_grad(), which sets "
+                                "gradients to None"),
+        "non_blocking": ([True], "Lightning copies batches to CUDA with non_blocking=True"),
+    }
+
+    def __init__(self, module: str, module_args: Mapping[str, Any] | None = None,
+                 datamodule: str | None = None, datamodule_args: Mapping[str, Any] | None = None,
+                 dataloader: str | None = None, dataloader_args: Mapping[str, Any] | None = None,
+                 precision: str | int = "32-true", image_inputs: bool = False,
+                 static_shapes: bool = True):
+        self.pl = _lightning()
+        self.module_path, self.module_args = module, dict(module_args or {})
+        if str(precision) not in PRECISION_AMP:
+            raise WorkloadError(
+                f"workload.precision={precision!r} is not one autotune measures: use one of "
+                f"{', '.join(PRECISION_AMP)} (mixed precision is torch.autocast, as the amp knob; "
+                "'bf16-true' / '16-true' cast the weights and are not searched)."
+            )
+        self.image_inputs, self.static_shapes = image_inputs, static_shapes
+        self.loader = self._train_loader(datamodule, datamodule_args, dataloader, dataloader_args)
+        self.source = datamodule or dataloader or f"{module}.train_dataloader()"
+        self.defaults = {**_loader_defaults(self.loader), "amp": PRECISION_AMP[str(precision)]}
+
+    def _new_module(self) -> Any:
+        module = load_object(self.module_path, self.module_args, "module")
+        if not isinstance(module, self.pl.LightningModule):
+            raise WorkloadError(f"module={self.module_path!r} built a {type(module).__name__}, "
+                                "not a lightning.pytorch.LightningModule.")
+        if not module.automatic_optimization:
+            raise WorkloadError(
+                f"module={self.module_path!r} uses manual optimization (automatic_optimization="
+                "False): its training_step steps the optimizer itself, so the step cannot be "
+                "split and tuned. Only automatic optimization is supported.")
+        return module
+
+    def _train_loader(self, datamodule: str | None, datamodule_args: Mapping[str, Any] | None,
+                      dataloader: str | None, dataloader_args: Mapping[str, Any] | None) -> DataLoader:
+        if datamodule:
+            dm = load_object(datamodule, datamodule_args, "datamodule")
+            if not isinstance(dm, self.pl.LightningDataModule):
+                raise WorkloadError(f"datamodule={datamodule!r} built a {type(dm).__name__}, "
+                                    "not a lightning.pytorch.LightningDataModule.")
+            dm.prepare_data()
+            dm.setup("fit")
+            loader = dm.train_dataloader()
+        elif dataloader:
+            loader = load_object(dataloader, dataloader_args, "dataloader")
+        else:
+            # A module built only for its loader: model() builds the trained one after
+            # Training seeds the RNG, so its initial weights are the same in every trial.
+            loader = self._new_module().train_dataloader()
+        where = datamodule or dataloader or f"{self.module_path}.train_dataloader()"
+        if not isinstance(loader, DataLoader) or loader.batch_size is None:
+            raise WorkloadError(
+                f"{where} gave {type(loader).__name__}: the Lightning adapter needs one "
+                "torch DataLoader with a batch_size (not a batch_sampler, a dict of loaders or "
+                "a CombinedLoader), since autotune rebuilds it with the loader knobs.")
+        return loader
+
+    # --- the Workload protocol -------------------------------------------------------------
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return self.loader.dataset
+
+    def collate_fn(self) -> Callable[[list[Any]], Any] | None:
+        return self.loader.collate_fn
+
+    def split_batch(self, batch: Any) -> tuple[Any, Any]:
+        """The whole batch is training_step's input; its loss needs no separate targets."""
+        return batch, None
+
+    def model(self) -> nn.Module:
+        self.step_module = LightningStep(self._new_module())
+        return self.step_module
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        if isinstance(outputs, Mapping) and "loss" in outputs:
+            outputs = outputs["loss"]
+        if not isinstance(outputs, torch.Tensor):
+            raise RuntimeError(
+                f"{self.module_path}.training_step returned {type(outputs).__name__}; autotune "
+                "needs the loss tensor (or a dict with 'loss'). Returning None skips a step in "
+                "Lightning, which cannot be timed as a training step.")
+        return outputs
+
+    def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
+        """``configure_optimizers``' one optimizer, rebuilt with autotune's foreach=/fused=."""
+        module = self.step_module.module
+        found = _optimizers(module.configure_optimizers())
+        if len(found) != 1:
+            raise WorkloadError(
+                f"{self.module_path}.configure_optimizers returned {len(found)} optimizers; "
+                "automatic optimization trains with exactly one.")
+        return _with_impl(found[0], impl)
+
+    def describe(self) -> str:
+        return f"lightning {self.module_path} on {self.source}"
+
+    @classmethod
+    def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {"lightning.yaml": lightning_document(best)}
+
+
+def _loader_defaults(loader: DataLoader) -> dict[str, Any]:
+    """The user's current DataLoader settings: the baseline's loader knobs."""
+    out: dict[str, Any] = {"batch_size": int(loader.batch_size or 1),
+                           "num_workers": int(loader.num_workers),
+                           "pin_memory": bool(loader.pin_memory)}
+    if loader.num_workers > 0:
+        out["prefetch_factor"] = int(loader.prefetch_factor or 2)
+        out["persistent_workers"] = bool(loader.persistent_workers)
+    return out
+
+
+def _optimizers(out: Any) -> list[torch.optim.Optimizer]:
+    """Every optimizer in configure_optimizers' return value, whichever form Lightning allows:
+    an optimizer, a list of them, ([optimizers], [schedulers]), a dict with "optimizer", or a
+    list of such dicts."""
+    if isinstance(out, torch.optim.Optimizer):
+        return [out]
+    if isinstance(out, Mapping):
+        return _optimizers(out.get("optimizer"))
+    if isinstance(out, (list, tuple)):
+        if len(out) == 2 and isinstance(out[0], (list, tuple)):
+            return _optimizers(list(out[0]))
+        return [o for item in out for o in _optimizers(item)]
+    return []
+
+
+def _with_impl(opt: torch.optim.Optimizer, impl: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """The same optimizer (class, parameter groups, hyper-parameters) built again with the
+    trial's implementation (foreach=True / fused=True); it has taken no step yet."""
+    if not impl:
+        return opt
+    params = inspect.signature(type(opt).__init__).parameters
+    missing = [k for k in impl if k not in params]
+    if missing:
+        raise ValueError(f"{type(opt).__name__} takes no {missing[0]}= argument, so "
+                         f"optimizer_impl={missing[0]} cannot apply to it.")
+    impl_keys = ("foreach", "fused")
+    kwargs = {k: v for k, v in opt.defaults.items() if k in params and k not in impl_keys}
+    groups = [{k: v for k, v in g.items() if k not in impl_keys} for g in opt.param_groups]
+    return type(opt)(groups, **kwargs, **impl)
+
+
+# --- export --------------------------------------------------------------------------------
+def trainer_kwargs(best: Any) -> dict[str, Any]:
+    """``lightning.Trainer(**trainer_kwargs(best), ...)``: precision, cuDNN autotuning and the
+    gradient accumulation (1 unless the study kept the global batch)."""
+    knobs = best_document(best)["knobs"]
+    return {"precision": AMP_PRECISION[knobs["amp"]],
+            "benchmark": bool(knobs["cudnn_benchmark"]),
+            "accumulate_grad_batches": accumulation(best_document(best))}
+
+
+def dataloader_kwargs(best: Any) -> dict[str, Any]:
+    """``DataLoader(dataset, **dataloader_kwargs(best), shuffle=..., collate_fn=...)``: the
+    same loader arguments the trials ran with (``autotune.training.loader_kwargs``)."""
+    return loader_kwargs(best_document(best)["knobs"])
+
+
+def prepare_module(module: nn.Module, best: Any) -> nn.Module:
+    """Apply what is not a Trainer or DataLoader argument, before ``trainer.fit``: fp32 matmul
+    precision (TF32), channels_last and ``torch.compile`` (Lightning unwraps the compiled
+    module and compiles its training_step). Returns the module to pass to ``fit``."""
+    doc = lightning_document(best)
+    torch.set_float32_matmul_precision(doc["float32_matmul_precision"])
+    if doc["module"]["channels_last"]:
+        module = module.to(memory_format=torch.channels_last)
+    if doc["module"]["compile"]:
+        return torch.compile(module, mode=doc["module"]["compile"]["mode"])  # type: ignore[return-value]
+    return module
+
+
+def lightning_document(best: Any) -> dict[str, Any]:
+    """lightning.yaml: everything the exported configuration sets, in Lightning's terms."""
+    doc = best_document(best)
+    knobs = doc["knobs"]
+    mode = knobs["compile"]
+    return {
+        "trainer": trainer_kwargs(doc),
+        "dataloader": dataloader_kwargs(doc),
+        "module": {"compile": None if mode == "off" else {"mode": None if mode == "default" else mode},
+                   "channels_last": bool(knobs["channels_last"])},
+        "optimizer_kwargs": optimizer_kwargs(knobs),
+        "float32_matmul_precision": "high" if knobs["tf32"] else "highest",
+        "environment": environment(knobs),
+        "samples_per_sec": (doc.get("metrics") or {}).get("samples_per_sec"),
+        "speedup": doc.get("speedup"),
+    }

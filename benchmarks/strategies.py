@@ -1,0 +1,349 @@
+"""How close to the best configuration that exists, how fast, against what a user would
+otherwise do, and whether a short window predicts a long one.
+
+For one workload, device and a stated reduced space (``PRESETS``), through autotune's own trial
+window (``run_window``: a fresh subprocess per window) and its own study driver:
+
+- ``defaults``: the workload's configuration (autotune's trial 0);
+- ``recipe``: seed 004's hand recipe, fixed: all cores as workers, pinned + non_blocking, the
+  largest power-of-two batch that fits (halved on OOM), uint8 transfer with device normalize
+  (for a workload with input stages, ``transform_split`` at its float conversion), set_to_none, AMP (bf16 where supported, else fp16 on CUDA) and compile, each resolved
+  against this device's valid domains (on CPU: no pinning, no compile); knobs the recipe does
+  not name keep the reduced space's pinned values;
+- ``grid``: every configuration of the reduced space, the oracle; the top ``top`` and the
+  recipe and defaults are re-measured ``ab_rounds`` more times, in turn (A/B/A/B), and each
+  configuration's figure is the median of all its windows;
+- ``random`` (Optuna RandomSampler), ``tpe`` (autotune's TPE sampler; no diagnosis, pruning or
+  agent), ``tpe+prune`` (its pruning, no agent) and ``autotune`` (agent and pruning on), each
+  with the same trial budget, for several sampler seeds, through ``study.Driver``.
+
+Every window is stored (benchmarks/measure_cache.py says how that stays honest: never across
+machines or versions; a stored window is charged its measured wall time, and pruning replays
+the window's recorded progress), so the grid's windows serve the search strategies. A
+strategy's best is the configuration it would export (its fastest search figure), scored by the
+oracle's median figure for that configuration, so a lucky window does not count as success.
+
+Fidelity: the top ``top`` configurations re-measured with a window ``long_factor`` times longer,
+in the order A/B/.../B/A; the short window's error against the long one; Kendall's tau between
+the two rankings; each window's noise (IQR/median of its step times), flagged above 10%.
+
+    python benchmarks/strategies.py --preset smoke            # ~2 minutes, a 4-point space
+    python benchmarks/strategies.py --preset cpu --record     # appends to docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autotune.config import WindowConfig  # noqa: E402
+from autotune.env import Env, probe  # noqa: E402
+from autotune.knobs import Space, build_space  # noqa: E402
+from autotune.runner import TrialRequest  # noqa: E402
+from autotune.study import StudySetup, create_study  # noqa: E402
+from autotune.workload import build_workload  # noqa: E402
+from benchmarks.figures import Rec, config_key, kendall_tau  # noqa: E402
+from benchmarks.figures import noise as window_noise  # noqa: E402
+from benchmarks.measure_cache import MeasurementCache, ReplayDriver, machine  # noqa: E402
+from benchmarks.presets import PRESETS, Preset  # noqa: E402
+
+SEARCHERS = ("random", "tpe", "tpe+prune", "autotune")
+
+
+def make_setup(preset: Preset, env: Env, work: Path) -> StudySetup:
+    """The study setup every strategy shares (window seed 0: the sampler seed varies)."""
+    workload = build_workload(preset.workload)
+    space = build_space(env, workload, {k: (v[0] if len(v) == 1 else v)
+                                        for k, v in preset.space.items()})
+    window = {**dataclasses.asdict(WindowConfig()), **preset.window}
+    return StudySetup(
+        name="bench", storage=f"sqlite:///{work}/bench.db", out_dir=work, env=env, space=space,
+        workload_spec=dict(preset.workload), workload_label=workload.describe(), window=window,
+        memory_limit_gb=0.9 * env.total_memory_gb, image_inputs=workload.image_inputs)
+
+
+def request(setup: StudySetup, knobs: dict[str, Any], window: dict[str, Any] | None = None,
+            ceilings: bool = True) -> TrialRequest:
+    """The request the study driver makes for these knobs (the grid's, so the driver's trials
+    find them stored); re-measurements ask for no ceilings, which lie outside the window."""
+    return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
+                        window=window or setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
+                        trace=bool(setup.window.get("profile")),
+                        ceilings={"loader": ceilings, "compute": ceilings})
+
+
+def grid_points(space: Space) -> list[dict[str, Any]]:
+    """Every distinct full configuration of the space (inactive knobs at their off value)."""
+    searched = [n for n, d in space.domains.items() if len(d.values) > 1]
+    seen, out = set(), []
+    for combo in itertools.product(*(space.domains[n].values for n in searched)):
+        full = space.complete(dict(zip(searched, combo, strict=True)))
+        if config_key(full) not in seen:
+            seen.add(config_key(full))
+            out.append(full)
+    return out
+
+
+def recipe_knobs(env: Env, setup: StudySetup) -> dict[str, Any]:
+    """Seed 004's recipe on this device (see the module docstring)."""
+    full = build_space(env, build_workload(setup.workload_spec), {})
+    d = full.domains
+
+    def pick(name: str, *prefs: Any) -> Any:
+        return next((v for v in prefs if v in d[name].values), d[name].values[0])
+
+    knobs = {**setup.space.baseline,
+             **{n: dom.values[0] for n, dom in setup.space.domains.items() if len(dom.values) == 1}}
+    powers = [b for b in d["batch_size"].values if b & (b - 1) == 0]
+    knobs.update(num_workers=env.cpu_count, pin_memory=pick("pin_memory", True),
+                 non_blocking=pick("non_blocking", True), batch_size=max(powers),
+                 transfer_dtype=pick("transfer_dtype", "uint8"), set_to_none=True,
+                 amp=pick("amp", "bf16", "fp16"), compile=pick("compile", "default"))
+    if knobs.get("prefetch_factor") is None:
+        knobs["prefetch_factor"] = 2
+    # A workload with input stages: "uint8 transfer, device normalize" is the split that runs
+    # every stage before the float conversion on the host and the rest on the device.
+    names = [st.name for st in build_workload(setup.workload_spec).stages()]
+    first = next((i for i, n in enumerate(names) if n in ("to_float", "normalize")), None)
+    if first is not None and first in d["transform_split"].values:
+        knobs["transform_split"] = first
+    return full.complete(full.searched(knobs))
+
+
+def rec_of(entry_result: Any, knobs: dict[str, Any], seconds: float, limit: float) -> Rec:
+    ok = entry_result.outcome == "ok" and entry_result.peak_memory_gb <= limit
+    return Rec(config_key(knobs), entry_result.samples_per_sec if ok else None, seconds,
+               "ok" if ok else ("pruned" if entry_result.outcome == "pruned" else "failed"))
+
+
+def run_searcher(name: str, seed: int, base: StudySetup, cache: MeasurementCache, budget: int,
+                 work: Path) -> list[Rec]:
+    """One strategy, one sampler seed: a real study through autotune's driver."""
+    label = f"{name.replace('+', '-')}-s{seed}"
+    setup = dataclasses.replace(base, name=label, storage=f"sqlite:///{work}/{label}.db",
+                                out_dir=work / label, agent=name == "autotune",
+                                prune=name in ("tpe+prune", "autotune"))
+    sampler = optuna.samplers.RandomSampler(seed=seed) if name == "random" else None
+    # Only the sampler takes the strategy's seed; the windows keep the shared seed. The study
+    # lives in Optuna's in-memory storage (SQLite's commits cost ~1 s a trial here); its
+    # sqlite URL above still selects the repeatable seeding a one-worker study gets.
+    study = create_study(dataclasses.replace(setup, seed=seed),
+                         storage=optuna.storages.InMemoryStorage(), sampler=sampler)
+    driver = ReplayDriver(setup, study=study, cache=cache)
+    driver.prepare()
+    driver.run(budget)
+    recs = []
+    for t in study.get_trials():
+        knobs = t.user_attrs.get("knobs") or {}
+        feasible = all(v <= 0 for v in t.constraints.values())
+        ok = t.state == TrialState.COMPLETE and t.user_attrs.get("outcome") == "ok" and feasible
+        state = "ok" if ok else ("pruned" if t.state == TrialState.PRUNED else "failed")
+        recs.append(Rec(config_key(knobs), t.value if ok else None,
+                        driver.charged.get(t.number, 0.0), state))
+    return recs
+
+
+@dataclasses.dataclass
+class Bench:
+    """Everything measured, for the report."""
+
+    preset: str
+    setup: StudySetup
+    grid: list[Rec]
+    truth: dict[str, float]
+    oracle_key: str
+    singles: dict[str, list[Rec]]  # defaults, recipe: one trial each
+    runs: dict[str, list[list[Rec]]]  # searcher -> one record list per seed
+    fidelity: list[dict[str, Any]]
+    noise: dict[str, list[float]]  # "short" / "long" -> each window's IQR/median
+    knobs: dict[str, dict[str, Any]]  # config key -> knobs (for the report)
+    wall_s: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    ab_s: float = 0.0  # the grid's A/B re-measurements, charged to it
+
+
+def run_grid(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: Path,
+             singles: dict[str, dict[str, Any]]
+             ) -> tuple[list[Rec], dict[str, float], dict[str, list[float]], float]:
+    """Measure every point, then re-measure the top few plus the singles in turn; return the
+    grid's records, each configuration's median figure, the windows' noise and the seconds
+    the re-measurements took."""
+    limit = setup.memory_limit_gb
+    grid: list[Rec] = []
+    figures: dict[str, list[float]] = {}
+    noise: dict[str, list[float]] = {"short": [], "long": []}
+
+    def note(res: Any) -> None:
+        n = window_noise(res.step_ms)
+        if n is not None:
+            noise["short"].append(n)
+
+    for i, knobs in enumerate(grid_points(setup.space)):
+        entry = cache.measure(request(setup, knobs), work / "grid" / str(i))
+        rec = rec_of(entry.result, knobs, entry.result.wall_s, limit)
+        grid.append(rec)
+        note(entry.result)
+        if rec.value is not None:
+            figures[rec.key] = [rec.value]
+        log(f"grid {i}: {rec.state} {rec.value or 0:,.1f} samples/s ({entry.result.wall_s:.1f}s"
+            f"{', stored' if entry.served else ''})")
+    top = sorted(figures, key=lambda k: figures[k][0], reverse=True)[:preset.top]
+    again = list(dict.fromkeys([*top, *(config_key(k) for k in singles.values())]))
+    knobs_of = {config_key(k): k for k in [*grid_points(setup.space), *singles.values()]}
+    for name, knobs in singles.items():  # their first window (the grid's when it holds them)
+        entry = cache.measure(request(setup, knobs), work / name)
+        if entry.result.outcome == "ok" and config_key(knobs) not in figures:
+            note(entry.result)
+            figures[config_key(knobs)] = [entry.result.samples_per_sec]
+    ab_s = 0.0
+    for r in range(preset.ab_rounds):
+        for j, key in enumerate(again):
+            entry = cache.measure(request(setup, knobs_of[key], ceilings=False),
+                                  work / "ab" / f"{r}-{j}", rep=f"ab{r}")
+            ab_s += entry.result.wall_s
+            note(entry.result)
+            if entry.result.outcome == "ok":
+                figures.setdefault(key, []).append(entry.result.samples_per_sec)
+    truth = {k: statistics.median(v) for k, v in figures.items()}
+    return grid, truth, noise, ab_s
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def measure_recipe(setup: StudySetup, cache: MeasurementCache, work: Path) -> dict[str, Any]:
+    """The recipe's knobs, its batch halved until a window fits in memory ("the largest
+    power-of-two batch that fits")."""
+    knobs = recipe_knobs(setup.env, setup)
+    while True:
+        entry = cache.measure(request(setup, knobs), work / f"recipe-{knobs['batch_size']}")
+        fits = entry.result.outcome != "oom" and entry.result.peak_memory_gb <= setup.memory_limit_gb
+        if fits or knobs["batch_size"] <= 1:
+            log(f"recipe: {entry.result.outcome} {entry.result.samples_per_sec:,.1f} samples/s "
+                f"at batch {knobs['batch_size']}")
+            return knobs
+        knobs = {**knobs, "batch_size": knobs["batch_size"] // 2}
+
+
+def fidelity(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: Path,
+             truth: dict[str, float], knobs_of: dict[str, dict[str, Any]],
+             noise: dict[str, list[float]], grid_keys: set[str]) -> list[dict[str, Any]]:
+    """The space's top configurations re-measured with a window ``long_factor`` times longer, in the
+    order A/B/.../B/A (drift on the machine hits them alike); one row per configuration."""
+    f = preset.long_factor
+    w = setup.window
+    long_window = {**w, "measure_steps": w["measure_steps"] * f,
+                   "min_measure_steps": w["min_measure_steps"] * f,
+                   "measure_seconds": w["measure_seconds"] * f,
+                   "min_measure_seconds": w["min_measure_seconds"] * f,
+                   "timeout_s": w["timeout_s"] * f, "profile": False}
+    top = sorted(grid_keys, key=lambda k: truth[k], reverse=True)[:preset.top]
+    longs: dict[str, list[float]] = {k: [] for k in top}
+    seconds: dict[str, float] = {k: 0.0 for k in top}
+    noises: dict[str, list[float]] = {k: [] for k in top}
+    for r, order in enumerate((top, top[::-1])):
+        for key in order:
+            entry = cache.measure(request(setup, knobs_of[key], long_window, ceilings=False),
+                                  work / "long" / f"{r}-{top.index(key)}", rep=f"long{r}")
+            seconds[key] += entry.result.wall_s
+            if entry.result.outcome == "ok":
+                longs[key].append(entry.result.samples_per_sec)
+            n = window_noise(entry.result.step_ms)
+            if n is not None:
+                noise["long"].append(n)
+                noises[key].append(n)
+            log(f"long window {r}: {entry.result.outcome} {entry.result.samples_per_sec:,.1f} "
+                f"samples/s ({entry.result.wall_s:.1f}s)")
+    rows = []
+    for key in top:
+        long = statistics.median(longs[key]) if longs[key] else None
+        rows.append({"key": key, "short": truth[key], "long": long,
+                     "error": None if not long else (truth[key] - long) / long,
+                     "long_noise": max(noises[key], default=None), "long_s": seconds[key]})
+    return rows
+
+
+def fidelity_tau(rows: list[dict[str, Any]]) -> float | None:
+    got = [r for r in rows if r["long"]]
+    if len(got) < 2:
+        return None
+    return kendall_tau([r["short"] for r in got], [r["long"] for r in got])
+
+
+def run_bench(name: str, preset: Preset, cache_dir: Path | None, work: Path) -> Bench:
+    t0 = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    env = probe(preset.device)
+    setup = make_setup(preset, env, work)
+    cache = MeasurementCache(machine(env), cache_dir)
+    singles = {"defaults": dict(setup.space.baseline)}
+    singles["recipe"] = measure_recipe(setup, cache, work)
+    grid, truth, noise, ab_s = run_grid(setup, cache, preset, work, singles)
+    if not truth:
+        raise SystemExit("no grid configuration completed: nothing to compare with")
+    knobs_of = {config_key(k): k for k in [*grid_points(setup.space), *singles.values()]}
+    grid_keys = {r.key for r in grid}
+    oracle_key = max((k for k in truth if k in grid_keys), key=lambda k: truth[k])
+    single_recs = {}
+    for label, knobs in singles.items():
+        entry = cache.measure(request(setup, knobs), work / label)
+        single_recs[label] = [rec_of(entry.result, knobs, entry.result.wall_s,
+                                     setup.memory_limit_gb)]
+    runs: dict[str, list[list[Rec]]] = {}
+    for searcher in SEARCHERS:
+        runs[searcher] = []
+        for seed in preset.seeds:
+            runs[searcher].append(run_searcher(searcher, seed, setup, cache, preset.budget, work))
+            log(f"{searcher} seed {seed}: done")
+    rows = fidelity(setup, cache, preset, work, truth, knobs_of, noise,
+                    {k for k in grid_keys if k in truth})
+    return Bench(name, setup, grid, truth, oracle_key, single_recs, runs, rows, noise, knobs_of,
+                 time.monotonic() - t0, cache.hits, cache.misses, ab_s)
+
+
+def main(argv: list[str] | None = None) -> Bench:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
+    ap.add_argument("--seeds", type=int, nargs="+", help="sampler seeds (default: the preset's)")
+    ap.add_argument("--budget", type=int, help="trials per strategy (default: the preset's)")
+    ap.add_argument("--cache", default=str(ROOT / "studies" / ".bench-cache"),
+                    help="where measured windows are stored (per machine and versions)")
+    ap.add_argument("--no-store", action="store_true", help="keep measured windows in memory only")
+    ap.add_argument("--keep", metavar="DIR", help="keep the studies in DIR")
+    ap.add_argument("--record", action="store_true",
+                    help="append the table to docs/benchmarks.md and save the plot in docs/")
+    a = ap.parse_args(argv)
+    preset = dataclasses.replace(PRESETS[a.preset], **{k: v for k, v in
+                                 (("seeds", a.seeds), ("budget", a.budget)) if v is not None})
+    logging.basicConfig(level=logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cache_dir = None if a.no_store else Path(a.cache) / a.preset
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(a.keep or tmp).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        bench = run_bench(a.preset, preset, cache_dir, work)
+    from benchmarks.strategies_report import write_report
+
+    command = "python benchmarks/strategies.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_report(bench, preset, command, ROOT / "docs" if a.record else None)
+    return bench
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""User-style workloads for the fail-fast and factory-argument tests: one whose own settings
+crash in its loss (the traceback's last user frame is here), one taking an argument the
+default workload (resnet18) also has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workloads.mlp import MLPWorkload
+
+
+class CrashesEveryStep(MLPWorkload):
+    """Every step raises, as a dict batch fed to ``.to()`` did before batches of any structure."""
+
+    name = "crashes"
+
+    def __init__(self, broken: bool = True, **kw: Any):
+        super().__init__(**kw)
+        self.broken = broken
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        if self.broken:
+            return {"logits": outputs}.to(targets.device)  # type: ignore[attr-defined]
+        return super().loss(outputs, targets)
+
+
+class SizedMLP(MLPWorkload):
+    """An MLP whose input width is ``image_size``: a name resnet18's config also has."""
+
+    def __init__(self, image_size: int = 8, **kw: Any):
+        super().__init__(in_features=image_size, **kw)
+        self.image_size = image_size
+
+    def describe(self) -> str:
+        return f"sized-mlp image_size={self.image_size}"
+
+
+class CountingMLP(MLPWorkload):
+    """Writes, at every optimizer step, how many samples the model saw since the last one:
+    the global batch the optimizer really trained on (one line per step, in ``log_file``)."""
+
+    name = "counting-mlp"
+
+    def __init__(self, log_file: str, **kw: Any):
+        super().__init__(**kw)
+        self.log_file = log_file
+        self.seen = 0
+
+    def model(self) -> torch.nn.Module:
+        net = super().model()
+
+        def count(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            self.seen += int(args[0].shape[0])
+
+        net.register_forward_pre_hook(count)
+        return net
+
+    def optimizer(self, params: Any, **impl: Any) -> torch.optim.Optimizer:
+        workload = self
+
+        class CountingSGD(torch.optim.SGD):
+            def step(self, closure: Any = None) -> Any:
+                with open(workload.log_file, "a") as f:
+                    f.write(f"{workload.seen}\n")
+                workload.seen = 0
+                return super().step(closure)
+
+        return CountingSGD(params, lr=self.lr, momentum=0.9, **impl)
+
+
+class LayoutSensitiveNet(torch.nn.Module):
+    """A small conv net whose loss scale depends on the input's memory layout, standing in for
+    a model whose numerics a knob breaks; channels_last inputs also skip a 30 ms sleep, so that
+    the broken configuration is the fastest one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 3)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        cl = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        self.scale = 1.5 if cl else 1.0
+        if not cl:
+            time.sleep(0.03)
+        return self.fc(self.conv(x).flatten(1))
+
+
+class LayoutSensitive(MLPWorkload):
+    """Image batches; its loss is 1.5x off when channels_last is on (the numerics check must
+    refuse that configuration although it is the fastest)."""
+
+    name = "layout-sensitive"
+    image_inputs = True
+
+    def dataset(self, transfer_dtype: str) -> Any:
+        from torch.utils.data import TensorDataset
+
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.randn(256, 3, 8, 8, generator=g),
+                             torch.randint(0, 3, (256,), generator=g))
+
+    def model(self) -> torch.nn.Module:
+        self.net = LayoutSensitiveNet()
+        return self.net
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(outputs, targets) * self.net.scale
