@@ -58,8 +58,9 @@ def open_storage(url: str) -> Any:
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors vary by backend
-            # Workers started together on an empty database race to create its tables; the
-            # losers see a unique-key violation and simply retry against the finished schema.
+            # Workers started together on an empty database race to create its tables (so does a
+            # reader such as the report opening a study being created); the losers see a
+            # unique-key violation or an existing table and retry against the finished schema.
             if attempt < 5 and _is_schema_race(exc):
                 time.sleep(0.5 + random.random() * 2)
                 continue
@@ -69,7 +70,8 @@ def open_storage(url: str) -> Any:
 
 def _is_schema_race(exc: Exception) -> bool:
     text = str(exc)
-    return "UniqueViolation" in text or "duplicate key" in text or "already exists" in text
+    return any(sign in text for sign in ("UniqueViolation", "duplicate key", "already exists",
+                                         "UNIQUE constraint failed"))
 
 
 def repair_torn_journal(path: Path) -> Path | None:
