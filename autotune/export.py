@@ -295,8 +295,8 @@ def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path 
 def _publish_trace(trace: Path, dest: Path) -> None:
     """best_trace.json = the exported trial's own trace (kept while it was a finalist); a hard
     link, since GPU traces run to tens of MB and exports are rewritten after every trial."""
-    if not trace.exists():
-        return
+    if not trace.exists() or (dest.exists() and os.path.samefile(trace, dest)):
+        return  # renaming a link onto another link of the same file would leave the .tmp behind
     tmp = dest.with_name(dest.name + ".tmp")
     tmp.unlink(missing_ok=True)
     try:

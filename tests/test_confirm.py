@@ -49,3 +49,17 @@ def test_finalists_are_rerun_and_the_best_median_is_exported(tmp_path: Path) -> 
     best_trace = (out / "best_trace.json").read_bytes()
     assert best_trace == (out / "trials" / str(winner) / "trace.json").read_bytes()
     assert "traceEvents" in json.loads(best_trace)
+
+
+def test_publishing_the_same_trace_again_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Exports are rewritten after every trial, so the best trial's trace is published again
+    and again: renaming a hard link onto another link of the same file is a no-op in POSIX,
+    which left best_trace.json.tmp in the study folder."""
+    from autotune.export import _publish_trace
+
+    trace, dest = tmp_path / "trace.json", tmp_path / "best_trace.json"
+    trace.write_text('{"traceEvents": []}')
+    for _ in range(2):
+        _publish_trace(trace, dest)
+    assert dest.read_text() == trace.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best_trace.json", "trace.json"]
