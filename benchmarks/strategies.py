@@ -244,8 +244,13 @@ def measure_recipe(setup: StudySetup, cache: MeasurementCache, work: Path) -> di
 def fidelity(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: Path,
              truth: dict[str, float], knobs_of: dict[str, dict[str, Any]],
              noise: dict[str, list[float]], grid_keys: set[str]) -> list[dict[str, Any]]:
-    """The space's top configurations re-measured with a window ``long_factor`` times longer, in the
-    order A/B/.../B/A (drift on the machine hits them alike); one row per configuration."""
+    """The space's top configurations re-measured with the study's short window and with one
+    ``long_factor`` times longer, side by side: configurations in the order A/B/.../B/A, and
+    each one's short and long windows adjacent (short-long, then long-short), so drift on the
+    machine hits both alike. The first CPU run compared the grid's figures with long windows
+    measured minutes later and read a +12-30% "error" that re-measuring side by side did not
+    show (885 vs 906, 851 vs 873 samples/s): the machine had slowed in between. One row per
+    configuration."""
     f = preset.long_factor
     w = setup.window
     long_window = {**w, "measure_steps": w["measure_steps"] * f,
@@ -253,34 +258,39 @@ def fidelity(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: P
                    "measure_seconds": w["measure_seconds"] * f,
                    "min_measure_seconds": w["min_measure_seconds"] * f,
                    "timeout_s": w["timeout_s"] * f, "profile": False}
+    windows = {"short": {**w, "profile": False}, "long": long_window}
     top = sorted(grid_keys, key=lambda k: truth[k], reverse=True)[:preset.top]
-    longs: dict[str, list[float]] = {k: [] for k in top}
+    got: dict[str, dict[str, list[float]]] = {k: {"short": [], "long": []} for k in top}
     seconds: dict[str, float] = {k: 0.0 for k in top}
     noises: dict[str, list[float]] = {k: [] for k in top}
     for r, order in enumerate((top, top[::-1])):
         for key in order:
-            entry = cache.measure(request(setup, knobs_of[key], long_window, ceilings=False),
-                                  work / "long" / f"{r}-{top.index(key)}", rep=f"long{r}")
-            seconds[key] += entry.result.wall_s
-            if entry.result.outcome == "ok":
-                longs[key].append(entry.result.samples_per_sec)
-            n = window_noise(entry.result.step_ms)
-            if n is not None:
-                noise["long"].append(n)
-                noises[key].append(n)
-            log(f"long window {r}: {entry.result.outcome} {entry.result.samples_per_sec:,.1f} "
-                f"samples/s ({entry.result.wall_s:.1f}s)")
+            for kind in (("short", "long") if r == 0 else ("long", "short")):
+                entry = cache.measure(request(setup, knobs_of[key], windows[kind], ceilings=False),
+                                      work / kind / f"{r}-{top.index(key)}", rep=f"paired-{kind}{r}")
+                res = entry.result
+                if res.outcome == "ok":
+                    got[key][kind].append(res.samples_per_sec)
+                if kind == "long":
+                    seconds[key] += res.wall_s
+                    n = window_noise(res.step_ms)
+                    if n is not None:
+                        noise["long"].append(n)
+                        noises[key].append(n)
+                log(f"{kind} window {r}: {res.outcome} {res.samples_per_sec:,.1f} samples/s "
+                    f"({res.wall_s:.1f}s)")
     rows = []
     for key in top:
-        long = statistics.median(longs[key]) if longs[key] else None
-        rows.append({"key": key, "short": truth[key], "long": long,
-                     "error": None if not long else (truth[key] - long) / long,
+        short = statistics.median(got[key]["short"]) if got[key]["short"] else None
+        long = statistics.median(got[key]["long"]) if got[key]["long"] else None
+        rows.append({"key": key, "search": truth[key], "short": short, "long": long,
+                     "error": None if not (long and short) else (short - long) / long,
                      "long_noise": max(noises[key], default=None), "long_s": seconds[key]})
     return rows
 
 
 def fidelity_tau(rows: list[dict[str, Any]]) -> float | None:
-    got = [r for r in rows if r["long"]]
+    got = [r for r in rows if r["long"] and r["short"]]
     if len(got) < 2:
         return None
     return kendall_tau([r["short"] for r in got], [r["long"] for r in got])

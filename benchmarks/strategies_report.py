@@ -111,7 +111,7 @@ def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]
         f"{sum(f['long_s'] for f in bench.fidelity):.0f} s."
         + (f" Note: {preset.note}." if preset.note else ""), "",
         "| strategy | trials | best found / oracle (median; worst seed) | trials to within 5% "
-        "(median; seeds never) | wall time to within 5% | total wall time | time in pruned + "
+        "(median over all seeds; seeds never) | wall time to within 5% | total wall time | time in pruned + "
         "failed trials |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -121,13 +121,17 @@ def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]
             f"{_fmt(s['trials_to_5pct'], '.1f', 'never')}; {s['never']} of {s['seeds']} | "
             f"{_fmt(s['seconds_to_5pct'], '.0f')} s | {s['total_s']:.0f} s | "
             f"{s['wasted_share']:.0%} |")
-    lines += ["", f"Fidelity: the top {len(bench.fidelity)} re-measured with a "
-              f"{preset.long_factor}x longer window, A/B/B/A.", "",
-              "| configuration | short windows, samples/s | long windows, samples/s | short "
-              "vs long | long-window noise (IQR/median) |", "|---|---|---|---|---|"]
+    lines += ["", f"Fidelity: the top {len(bench.fidelity)} re-measured with the study's window "
+              f"and with one {preset.long_factor}x longer, side by side (configurations A/B/B/A, "
+              "each one's short and long windows adjacent); medians of 2 each. The grid's figure "
+              "(measured earlier, the oracle's) is shown for reference.", "",
+              "| configuration | grid, samples/s | short windows, samples/s | long windows, "
+              "samples/s | short vs long | long-window noise (IQR/median) |",
+              "|---|---|---|---|---|---|"]
     for f in bench.fidelity:
         flag = " (noisy)" if f["long_noise"] is not None and f["long_noise"] > NOISE_FLAG else ""
-        lines.append(f"| {label(bench, f['key'])} | {f['short']:,.1f} | "
+        lines.append(f"| {label(bench, f['key'])} | {f['search']:,.1f} | "
+                     f"{_fmt(f['short'], ',.1f')} | "
                      f"{_fmt(f['long'], ',.1f')} | {_fmt(f['error'], '+.1%')} | "
                      f"{_fmt(f['long_noise'], '.1%')}{flag} |")
     for kind, values in bench.noise.items():

@@ -64,6 +64,10 @@ def test_summary_over_seeds_counts_seeds_that_never_got_there():
     s = summarize([_recs(), never, _recs()], TRUTH, oracle=100.0)
     assert s["seeds"] == 3 and s["never"] == 1
     assert s["trials_to_5pct"] == 5 and s["seconds_to_5pct"] == pytest.approx(40.0)
+    # Two seeds of three never got there: the median seed never did either.
+    most_never = summarize([_recs(), never, never], TRUTH, oracle=100.0)
+    assert most_never["never"] == 2 and most_never["trials_to_5pct"] is None
+    assert most_never["seconds_to_5pct"] is None
     assert s["fraction"] == pytest.approx(1.0) and s["fraction_min"] == pytest.approx(0.9)
 
 
