@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.env import probe  # noqa: E402
 from autotune.knobs import build_space  # noqa: E402
+from autotune.ownership import reap_lost_trials  # noqa: E402
 from autotune.runner import TrialRequest, run_window  # noqa: E402
 from autotune.storage import open_storage  # noqa: E402
-from autotune.study import reap_lost_trials  # noqa: E402
 from tests.pgserver import PgServer  # noqa: E402
 from workloads.mlp import MLPWorkload  # noqa: E402
 

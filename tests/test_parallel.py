@@ -15,7 +15,7 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study import owner_alive
+from autotune.ownership import owner_alive
 from tests.conftest import PG_PASSWORD, ROOT, TINY_ARGS, run_cli
 
 WORKER = [sys.executable, "-c", "from autotune.cli import main; main()"]
