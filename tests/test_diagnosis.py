@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from autotune import diagnosis as dg
+from autotune import thresholds as th
 from autotune import window
 from autotune.diagnosis import BOTTLENECKS, diagnose
 from autotune.env import Env, _probe_here
@@ -72,7 +72,7 @@ def test_sleeping_loader_is_diagnosed_input_pipeline(sleepy_window: Any) -> None
 
     d = diagnose(dataclasses.asdict(res), knobs, "cpu", _host_memory_gb())
     assert d["bottleneck"] == "input_pipeline", d
-    assert d["evidence"]["data_wait_share"] >= dg.DATA_WAIT_SHARE
+    assert d["evidence"]["data_wait_share"] >= th.DATA_WAIT_SHARE
     assert d["fixes"][0]["knob"] == "num_workers"
     # Sized from the measurement: enough workers that loading keeps pace with the step
     # (seed 003's t2-t1 vs t3-t2), not one more at a time.
@@ -81,7 +81,7 @@ def test_sleeping_loader_is_diagnosed_input_pipeline(sleepy_window: Any) -> None
     assert "pin_memory" not in _knobs_of(d["fixes"])  # CPU: no pinned-memory advice
     assert "DataLoader" in d["summary"]
     # The loader sleeps: it waits, it does not compute, so workers past the cores still help.
-    assert d["evidence"]["loader_cpu_share"] < dg.IO_BOUND_CPU_SHARE
+    assert d["evidence"]["loader_cpu_share"] < th.IO_BOUND_CPU_SHARE
     assert d["fixes"][0].get("beyond_domain") is True and "waits on I/O" in d["summary"]
     json.dumps(d)
 
@@ -105,7 +105,7 @@ def test_a_loader_that_waits_is_told_from_one_that_computes(tmp_path: Path, work
     d = diagnose(dataclasses.asdict(res), knobs, "cpu", _host_memory_gb())
     assert d["bottleneck"] == "input_pipeline", d
     share = d["evidence"]["loader_cpu_share"]
-    assert (share < dg.IO_BOUND_CPU_SHARE) is waits, share
+    assert (share < th.IO_BOUND_CPU_SHARE) is waits, share
     assert bool(d["fixes"][0].get("beyond_domain")) is waits
 
 
@@ -131,7 +131,7 @@ def test_cached_compute_workload_is_diagnosed_cpu_compute(tmp_path: Path) -> Non
 
     d = diagnose(res, knobs, "cpu", _host_memory_gb())
     assert d["bottleneck"] == "cpu_compute", d
-    assert d["evidence"]["data_wait_share"] < dg.DATA_WAIT_SHARE
+    assert d["evidence"]["data_wait_share"] < th.DATA_WAIT_SHARE
     assert {"knob": "batch_size", "value": 2 * knobs["batch_size"]}.items() <= next(
         f for f in d["fixes"] if f["knob"] == "batch_size").items()
     assert d["fixes"][0]["knob"] == "amp"  # precision first, where the CPU has native bf16
@@ -157,7 +157,7 @@ def test_page_faulting_step_gets_host_allocator_retain_which_removes_the_faults(
         if value == "default":
             d = diagnose(dataclasses.asdict(res), req.knobs, "cpu", _host_memory_gb())
             assert d["bottleneck"] == "cpu_compute", d
-            assert d["evidence"]["page_faults_per_step"] >= dg.PAGE_FAULTS_PER_STEP
+            assert d["evidence"]["page_faults_per_step"] >= th.PAGE_FAULTS_PER_STEP
             assert {"knob": "host_allocator", "value": "retain"}.items() <= next(
                 f for f in d["fixes"] if f["knob"] == "host_allocator").items()
     assert faults["default"] >= 16 * 1024  # one 64 MiB activation in 4 KiB pages, at least
@@ -228,7 +228,7 @@ def test_sleeping_loader_on_gpu_is_input_pipeline(tmp_path: Path) -> None:
     assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
     d = diagnose(dataclasses.asdict(res), knobs, "cuda", 80.0)
     assert d["bottleneck"] == "input_pipeline", d
-    assert d["evidence"]["gpu_busy_pct"] < dg.GPU_BUSY_HIGH_PCT
+    assert d["evidence"]["gpu_busy_pct"] < th.GPU_BUSY_HIGH_PCT
     assert _knobs_of(d["fixes"])[:1] == ["num_workers"] and "pin_memory" in _knobs_of(d["fixes"])
 
 
