@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from autotune.pruning import cached_ceilings
 from tests.conftest import TINY_WINDOW
 from workloads.mlp import MLPWorkload
 
@@ -56,7 +57,7 @@ def _study(tmp_path: Path, workload: dict[str, Any]) -> Any:
     assert driver.run(1) == 1
     trial = driver.study.trials[0]
     assert trial.user_attrs["outcome"] == "ok", trial.user_attrs
-    return trial
+    return driver.study
 
 
 MLP = {"_target_": "workloads.mlp.MLPWorkload", "n_samples": 4096}
@@ -65,22 +66,32 @@ MLP = {"_target_": "workloads.mlp.MLPWorkload", "n_samples": 4096}
 @pytest.mark.skipif(shutil.which("stress-ng") is None, reason="needs stress-ng")
 def test_an_mlp_study_beside_stress_reports_no_beaten_ceiling(tmp_path: Path) -> None:
     """Two CPU hogs on the study's cores: the mlp's 0.5 ms steps wait for a core now and
-    then, at different moments in the window and in its compute ceiling. Not a bug."""
+    then, at different moments in the window and in its compute ceiling. The window states its
+    own noise, and a ceiling it beats anyway (the load changed between the two: beside a second
+    stress-ng and the rest of the suite, a window of 1,204 samples/s beat a ceiling measured
+    twice at 256, 2026-11-23) is reported as not used to prune, and is not: no false prune
+    on a loaded machine, whatever the load does."""
     stress = subprocess.Popen(["stress-ng", "--cpu", "2", "--timeout", "120"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        trial = _study(tmp_path, MLP)
+        study = _study(tmp_path, MLP)
     finally:
         stress.kill()
         stress.wait()
+    trial = study.trials[0]
     assert "compute" in trial.user_attrs["ceilings"]
     assert "window" in trial.user_attrs["ceiling_noise"]
-    assert "ceiling_violation" not in trial.user_attrs, trial.user_attrs
+    violation = trial.user_attrs.get("ceiling_violation")
+    if violation:
+        assert "not used to prune" in str(violation), violation
+        assert "compute" not in cached_ceilings(study, trial.user_attrs["knobs"]), violation
 
 
 def test_a_ceiling_slower_than_the_step_is_still_reported(tmp_path: Path) -> None:
     """The planted workload's ceiling step sleeps 500 ms, its window step 5 ms: reported."""
-    trial = _study(tmp_path, {"_target_": f"{__name__}.PlantedCeilingWorkload", "n_samples": 4096})
+    study = _study(tmp_path, {"_target_": f"{__name__}.PlantedCeilingWorkload", "n_samples": 4096})
+    trial = study.trials[0]
     violation = trial.user_attrs.get("ceiling_violation", "")
     assert "above its own compute ceiling" in violation, trial.user_attrs
     assert "not used to prune" in violation
+    assert "compute" not in cached_ceilings(study, trial.user_attrs["knobs"])
