@@ -63,7 +63,7 @@ from typing import Any
 
 from autotune.fixes import (
     Fixes,
-    batch_room,
+    bigger_batch,
     compute_fixes,
     copy_fixes,
     input_fixes,
@@ -229,11 +229,8 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         if knobs.get("amp") == "fp16":
             f.add("amp", "bf16", "fp16's GradScaler reads found-inf on the host every step; bf16 "
                   "needs no scaler")
-        if batch_room(ev):
-            b = int_knob(knobs, "batch_size", 0)
-            if b:
-                f.add("batch_size", 2 * b, "the syncs are per step: a bigger batch spreads their "
-                      "cost over more samples (softens, does not fix)")
+        bigger_batch(f, knobs, ev, "the syncs are per step: a bigger batch spreads their cost "
+                     "over more samples (softens, does not fix)")
         return ("sync", f"step_syncs_per_step {syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
                 f"Sync-bound: {syncs:.0f} host-device synchronizations per step (.item(), .cpu(), "
                 f"float(t), print of a tensor, data-dependent control flow) stall the host and "
@@ -304,11 +301,8 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
               "unmaps the step's freed tensors and the kernel maps and zeroes them again next "
               "step; retaining freed memory removes that work")
     optimizer_fixes(f, ev)
-    if batch_room(ev):
-        b = int_knob(knobs, "batch_size", 0)
-        if b:
-            f.add("batch_size", 2 * b, "bigger matrix products use the cores' vector units better "
-                  "and amortize per-op overhead (changes training dynamics)")
+    bigger_batch(f, knobs, ev, "bigger matrix products use the cores' vector units better and "
+                 "amortize per-op overhead (changes training dynamics)")
     if dw is not None and dw >= DATA_WAIT_NOTABLE:
         f.add("num_workers", more_workers(knobs), f"the loader still takes {pct(dw)} of the "
               "step: overlap it with compute")

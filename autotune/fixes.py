@@ -78,6 +78,13 @@ def batch_room(ev: dict[str, Any]) -> bool:
     return share is None or share < BATCH_HEADROOM_SHARE
 
 
+def bigger_batch(f: Fixes, knobs: Mapping[str, Any], ev: dict[str, Any], why: str) -> None:
+    """Double the batch, while peak memory leaves room for it (BATCH_HEADROOM_SHARE)."""
+    b = int_knob(knobs, "batch_size", 0)
+    if b and batch_room(ev):
+        f.add("batch_size", 2 * b, why)
+
+
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
@@ -166,12 +173,9 @@ def compute_fixes(f: Fixes, knobs: Mapping[str, Any], ev: dict[str, Any],
               "without layout transposes (4-D image inputs only)")
     f.add("tf32", True, "fp32 matmuls/convolutions that stay in fp32 use TF32 tensor cores")
     f.add("compile", "default", "torch.compile fuses elementwise kernels, cutting memory traffic")
-    if batch_room(ev):
-        b = int_knob(knobs, "batch_size", 0)
-        if b:
-            f.add("batch_size", 2 * b, f"peak memory is {pct(ev['memory_share_of_limit'])} of the "
-                  "limit: a bigger batch uses the idle memory and larger, more efficient kernels "
-                  "(changes training dynamics)")
+    bigger_batch(f, knobs, ev, f"peak memory is {pct(ev['memory_share_of_limit'])} of the limit: "
+                 "a bigger batch uses the idle memory and larger, more efficient kernels "
+                 "(changes training dynamics)")
 
 
 def optimizer_fixes(f: Fixes, ev: dict[str, Any]) -> None:
@@ -193,10 +197,7 @@ def launch_fixes(f: Fixes, knobs: Mapping[str, Any], ev: dict[str, Any]) -> None
               "one per kernel")
     f.add("compile", "reduce-overhead", "compiled, fused kernels replayed as CUDA Graphs: fewer "
           "and cheaper launches")
-    if batch_room(ev):
-        b = int_knob(knobs, "batch_size", 0)
-        if b:
-            f.add("batch_size", 2 * b, "same number of launches for twice the work per step "
-                  "(changes training dynamics)")
+    bigger_batch(f, knobs, ev, "same number of launches for twice the work per step "
+                 "(changes training dynamics)")
     f.add("optimizer_impl", "fused", "one fused optimizer kernel instead of several per "
           "parameter")
