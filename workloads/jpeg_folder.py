@@ -28,13 +28,13 @@ import torch
 import torchvision
 import torchvision.transforms.v2.functional as F
 from PIL import Image
-from torch import nn
 from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder
 from torchvision.io import ImageReadMode
 
 from autotune.stages import Stage
 from autotune.workload import Workload
+from workloads.resnet18 import ResNet18Step
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -84,7 +84,7 @@ def cache_root(n_images: int) -> Path:
     return base / f"random-jpegs-{n_images}"
 
 
-class JPEGFolderWorkload(Workload):
+class JPEGFolderWorkload(ResNet18Step, Workload):
     name = "jpeg"
     image_inputs = True
     # The model always sees image_size squares. (A split that decodes or resizes on the device
@@ -136,15 +136,6 @@ class JPEGFolderWorkload(Workload):
         """Each image has its own size, so each is resized on its own (on the device, where
         it already is), then the batch is stacked."""
         return torch.stack([self._resize_crop(image) for image in images])
-
-    def model(self) -> nn.Module:
-        return torchvision.models.resnet18(weights=None, num_classes=10)
-
-    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
-        return nn.functional.cross_entropy(outputs, targets)
-
-    def optimizer(self, params: Any, **impl: Any) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.lr, momentum=0.9, **impl)
 
     def cpu_sized(self) -> JPEGFolderWorkload:
         return JPEGFolderWorkload(self.root, 64, min(self.n_images, 512),

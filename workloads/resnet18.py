@@ -52,7 +52,23 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
     return (x - 0.5) / 0.5
 
 
-class ResNet18Workload(Workload):
+class ResNet18Step:
+    """Seed 004's model, loss and optimizer (10 classes, SGD with momentum), shared by every
+    ResNet-18 workload; they differ only in where their images come from."""
+
+    lr: float
+
+    def model(self) -> nn.Module:
+        return torchvision.models.resnet18(weights=None, num_classes=10)
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        return nn.functional.cross_entropy(outputs, targets)
+
+    def optimizer(self, params: Any, **impl: Any) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.lr, momentum=0.9, **impl)
+
+
+class ResNet18Workload(ResNet18Step, Workload):
     name = "resnet18"
     image_inputs = True
     static_shapes = True
@@ -83,15 +99,6 @@ class ResNet18Workload(Workload):
     def _batch_resize(self, batch: torch.Tensor) -> torch.Tensor:
         """The same resize on the whole NCHW uint8 batch, on its device."""
         return F.resize(batch, [self.image_size, self.image_size], antialias=True)
-
-    def model(self) -> nn.Module:
-        return torchvision.models.resnet18(weights=None, num_classes=10)
-
-    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
-        return nn.functional.cross_entropy(outputs, targets)
-
-    def optimizer(self, params: Any, **impl: Any) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.lr, momentum=0.9, **impl)
 
     def cpu_sized(self) -> ResNet18Workload:
         small = ResNet18Workload(64, 2048, self.defaults["batch_size"], self.lr)
