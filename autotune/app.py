@@ -127,20 +127,32 @@ def _tolerance(cfg: Config) -> dict[str, float]:
 
 
 def _nightly(setup: StudySetup, cfg: Config) -> None:
-    """study.compare_to / study.start_from: where the earlier study lives; its best knobs."""
-    from autotune.compare import load_other, start_knobs
+    """study.compare_to / study.start_from: where the earlier study lives; its best knobs.
+    A storage that does not answer is a usage error (exit 2, before any trial); a study that is
+    not in it is a warning and this study runs without it, because a nightly schedule's first
+    night, or the night after a missed one, names a study that never ran: failing then would
+    lose the night's study too."""
+    from autotune.compare import CompareError, load_other, start_knobs
     from autotune.storage import ENV_VAR
 
     s = cfg.study
-    for name in filter(None, (s.compare_to, s.start_from)):
+    setup.regression_pct = s.regression_pct
+    for name in dict.fromkeys(filter(None, (s.compare_to, s.start_from))):
         url = (s.compare_storage or s.storage or os.environ.get(ENV_VAR)
                or f"sqlite:///{Path(s.out_dir) / name / 'study.db'}")
-        load_other(name, url)  # fails now, before any trial, if it cannot be read
+        try:
+            load_other(name, url)
+        except CompareError as exc:
+            roles = " and ".join(r for r, v in (("study.compare_to", s.compare_to),
+                                                 ("study.start_from", s.start_from)) if v == name)
+            setup.nightly_missing = (f"{roles}: {exc} This study runs without it (nothing to "
+                                     "compare with, or to start from).")
+            print(f"autotune: warning: {setup.nightly_missing}", file=sys.stderr)
+            continue
         if name == s.compare_to:
             setup.compare_to, setup.compare_storage = name, url
         if name == s.start_from:
             setup.start_knobs = start_knobs(name, url)
-    setup.regression_pct = s.regression_pct
 
 
 def run(cfg: Config, overrides: list[str]) -> int:

@@ -9,6 +9,10 @@ scheduler can tell it from a crash (1) or a usage error (2).
 
 ``study.start_from=<name>`` enqueues the earlier study's best configuration right after the
 baseline, so a nightly study starts where the last one ended.
+
+An earlier study that is not there (a schedule's first night, a missed night) is a warning, in
+the log and the report, and the study runs without it; a storage that does not answer is a
+usage error.
 """
 
 from __future__ import annotations
@@ -139,6 +143,8 @@ def verdict(c: dict[str, Any]) -> str:
 
 
 def compare_markdown(c: dict[str, Any]) -> str:
+    if c.get("missing"):
+        return f"## Comparison\n\nNot compared: {c['missing']}"
     lines = [f"## Comparison with {c['previous']['name']} ({c['previous_storage']})", "",
              f"**{verdict(c)}**", "", "| | previous | this study |", "|---|---|---|"]
     lines += [f"| {k} | {a} | {b} |" for k, a, b in _rows(c)]
@@ -147,6 +153,8 @@ def compare_markdown(c: dict[str, Any]) -> str:
 
 def compare_html(c: dict[str, Any]) -> str:
     e = html.escape
+    if c.get("missing"):
+        return f"<h2>Comparison</h2><p>Not compared: {e(c['missing'])}</p>"
     cls = ' class="regression"' if c["regression"] else ""
     rows = "".join(f"<tr><td>{e(k)}</td><td>{e(a)}</td><td>{e(b)}</td></tr>" for k, a, b in _rows(c))
     return (f"<h2>Comparison with {e(c['previous']['name'])} ({e(c['previous_storage'])})</h2>"

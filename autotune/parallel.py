@@ -115,9 +115,12 @@ def report_and_compare(setup: StudySetup, study: optuna.Study, code: int) -> int
     if setup.compare_to and setup.compare_storage:
         cmp = compare_studies(study, setup.compare_to, setup.compare_storage, setup.regression_pct)
         print(f"  compared with '{setup.compare_to}': {verdict(cmp)}")
+    elif setup.nightly_missing:
+        cmp = {"missing": setup.nightly_missing}
+        print(f"  not compared: {setup.nightly_missing}")
     path = write_report(study, setup.out_dir, str(setup.storage), cmp)
     print(f"  report: {path} (and report.md)")
-    if cmp and cmp["regression"] and code == 0:
+    if cmp and cmp.get("regression") and code == 0:
         return REGRESSION_EXIT
     return code
 

@@ -77,6 +77,9 @@ class StudySetup:
     # the knobs of an earlier best to enqueue after the baseline (study.start_from).
     compare_to: str | None = None
     compare_storage: str | None = None
+    # Why study.compare_to / start_from named a study that is not there (yet): the first night
+    # of a schedule, or a night after a missed one, runs without it and says so.
+    nightly_missing: str | None = None
     regression_pct: float = 10.0
     start_knobs: dict[str, Any] | None = None
     run_steps: int | None = None  # the objective includes compile time over this many steps

@@ -41,9 +41,29 @@ def test_slower_study_is_flagged_with_exit_code_3(tmp_path: Path) -> None:
         assert t1.user_attrs["knobs"] == best1["knobs"]
 
 
-def test_compare_to_a_missing_study_is_a_usage_error(tmp_path: Path) -> None:
-    proc = run_cli([*SLEEPY, "study.name=n3", "study.compare_to=nightX"], tmp_path)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "nightX" in proc.stderr and "study.compare_storage" in proc.stderr
+def test_a_missing_earlier_study_is_a_warning_and_the_night_still_runs(tmp_path: Path) -> None:
+    """A schedule's first night (or the night after a missed one) names a study that never ran:
+    the study runs without it, says so in the log and the report, and exits 0."""
+    proc = run_cli([*SLEEPY, "+workload.sleep_ms=1", "study.name=n3", "study.compare_to=nightX",
+                    "study.start_from=nightX"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning: study.compare_to and study.start_from: study 'nightX'" in proc.stderr
+    assert "study.compare_storage" in proc.stderr and "runs without it" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "studies" / "nightX").exists()
+    md = (tmp_path / "studies" / "n3" / "report.md").read_text()
+    assert "## Comparison" in md and "Not compared: study.compare_to and study.start_from" in md
+    study = optuna.load_study(study_name="n3", storage=f"sqlite:///{tmp_path}/studies/n3/study.db")
+    assert all(t.user_attrs.get("source") != "start_from" for t in study.trials)
+
+
+def test_compare_storage_that_does_not_answer_is_a_usage_error(tmp_path: Path) -> None:
+    """A storage that does not answer is not a first night: exit 2 before any trial, and the
+    password stays out of the message."""
+    url = "postgresql+psycopg://night:s3cretpw@127.0.0.1:9/autotune"
+    proc = run_cli([*SLEEPY, "study.name=n4", "study.compare_to=nightX",
+                    f"study.compare_storage={url}"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "127.0.0.1:9" in proc.stderr and "s3cretpw" not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "studies" / "n4" / "study.db").exists()
