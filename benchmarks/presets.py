@@ -25,6 +25,9 @@ class Preset:
     top: int = 5
     ab_rounds: int = 2
     long_factor: int = 10
+    spread: int = 5  # fidelity also over this many configurations below the top (see strategies)
+    fidelity_rounds: int = 2  # short/long pairs per configuration
+    grid_rounds: int = 1  # windows of every grid point (the first is the one searchers see)
     note: str = ""
 
 
@@ -39,9 +42,10 @@ PRESETS: dict[str, Preset] = {
                              "amp": ["off"]},
         window={"warmup_steps": 2, "measure_steps": 8, "measure_seconds": 1.0,
                 "min_measure_steps": 4, "min_measure_seconds": 0.3, "profile_steps": 2},
-        budget=4, seeds=[0, 1], top=3, ab_rounds=1, long_factor=3),
-    # Under 25 minutes on a quiet 2-core machine (about 14 estimated, see docs/benchmarks.md):
-    # ResNet-18 at 32 px, 48 configurations, autotune's CPU window, 12 trials x 5 seeds.
+        budget=4, seeds=[0, 1], top=3, ab_rounds=1, long_factor=3, spread=1),
+    # Under 25 minutes on a 2-core machine (see docs/benchmarks.md for the measured time):
+    # ResNet-18 at 32 px, 48 configurations, each measured 3 times (one window can read far
+    # low on a shared VM), autotune's CPU window, 12 trials x 5 seeds.
     "cpu": Preset(
         workload={"_target_": "workloads.resnet18.ResNet18Workload", "image_size": 32,
                   "n_images": 2048, "batch_size": 32},
@@ -49,7 +53,8 @@ PRESETS: dict[str, Preset] = {
         space={**_PINNED_CPU, "num_workers": [0, 2], "batch_size": [32, 64, 128],
                "transform_split": [1, 3], "amp": ["off", "bf16"],
                "channels_last": [False, True]},
-        window=dict(CPU_WINDOW), budget=12, seeds=[0, 1, 2, 3, 4]),
+        window=dict(CPU_WINDOW), budget=12, seeds=[0, 1, 2, 3, 4], grid_rounds=3,
+        ab_rounds=1, spread=3),
     # One H100/H200, est. under 20 minutes (not run yet): ResNet-18 at 224 px (seed 004), 64
     # configurations. Workers 8/16, not 0: a window of the in-process PIL loader at 224 px
     # (the defaults row measures it) would take ~25 s of the budget per grid point.

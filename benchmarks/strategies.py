@@ -56,7 +56,8 @@ from autotune.knobs import Space, build_space  # noqa: E402
 from autotune.runner import TrialRequest  # noqa: E402
 from autotune.study import StudySetup, create_study  # noqa: E402
 from autotune.workload import build_workload  # noqa: E402
-from benchmarks.figures import Rec, config_key, kendall_tau  # noqa: E402
+from benchmarks.fidelity import fidelity_row, fidelity_sets, long_window  # noqa: E402
+from benchmarks.figures import Rec, config_key  # noqa: E402
 from benchmarks.figures import noise as window_noise  # noqa: E402
 from benchmarks.measure_cache import MeasurementCache, ReplayDriver, machine  # noqa: E402
 from benchmarks.presets import PRESETS, Preset  # noqa: E402
@@ -175,52 +176,65 @@ class Bench:
     cache_hits: int = 0
     cache_misses: int = 0
     ab_s: float = 0.0  # the grid's A/B re-measurements, charged to it
+    spread: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # fidelity, lower ranks
+    windows: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # the oracle's
 
 
 def run_grid(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: Path,
              singles: dict[str, dict[str, Any]]
-             ) -> tuple[list[Rec], dict[str, float], dict[str, list[float]], float]:
-    """Measure every point, then re-measure the top few plus the singles in turn; return the
-    grid's records, each configuration's median figure, the windows' noise and the seconds
-    the re-measurements took."""
+             ) -> tuple[list[Rec], dict[str, list[float]], dict[str, list[float]], float]:
+    """Measure every point (``grid_rounds`` times, in alternating order), then re-measure the
+    top few plus the singles ``ab_rounds`` more times in turn; return the grid's records (its
+    first windows: those a searcher is served), each configuration's figures (one per window:
+    the median is the oracle's figure), the windows' noise and the seconds the re-measurements
+    took. More than one round because one window can read far low on a shared machine: the
+    same configuration read 437 to 684 samples/s in three windows a minute apart, and 235 in the
+    grid (2-vCPU VM, 2026-11-23), which would rank it last of 48."""
     limit = setup.memory_limit_gb
     grid: list[Rec] = []
     figures: dict[str, list[float]] = {}
     noise: dict[str, list[float]] = {"short": [], "long": []}
+    points = grid_points(setup.space)
 
-    def note(res: Any) -> None:
-        n = window_noise(res.step_ms)
+    def again(knobs: dict[str, Any], path: Path, rep: str) -> float:
+        entry = cache.measure(request(setup, knobs, ceilings=False), path, rep=rep)
+        n = window_noise(entry.result.step_ms)
         if n is not None:
             noise["short"].append(n)
+        if entry.result.outcome == "ok":
+            figures.setdefault(config_key(knobs), []).append(entry.result.samples_per_sec)
+        return entry.result.wall_s
 
-    for i, knobs in enumerate(grid_points(setup.space)):
+    for i, knobs in enumerate(points):
         entry = cache.measure(request(setup, knobs), work / "grid" / str(i))
         rec = rec_of(entry.result, knobs, entry.result.wall_s, limit)
         grid.append(rec)
-        note(entry.result)
+        n = window_noise(entry.result.step_ms)
+        if n is not None:
+            noise["short"].append(n)
         if rec.value is not None:
             figures[rec.key] = [rec.value]
         log(f"grid {i}: {rec.state} {rec.value or 0:,.1f} samples/s ({entry.result.wall_s:.1f}s"
             f"{', stored' if entry.served else ''})")
-    top = sorted(figures, key=lambda k: figures[k][0], reverse=True)[:preset.top]
-    again = list(dict.fromkeys([*top, *(config_key(k) for k in singles.values())]))
-    knobs_of = {config_key(k): k for k in [*grid_points(setup.space), *singles.values()]}
+    spent = 0.0
+    for r in range(1, preset.grid_rounds):
+        order = list(enumerate(points))
+        for i, knobs in (order[::-1] if r % 2 else order):
+            if config_key(knobs) in figures:  # a point that failed once is not retried
+                spent += again(knobs, work / "grid" / f"{r}-{i}", f"grid{r}")
+        log(f"grid round {r + 1} done")
     for name, knobs in singles.items():  # their first window (the grid's when it holds them)
         entry = cache.measure(request(setup, knobs), work / name)
         if entry.result.outcome == "ok" and config_key(knobs) not in figures:
-            note(entry.result)
             figures[config_key(knobs)] = [entry.result.samples_per_sec]
-    ab_s = 0.0
+    ranked = sorted(figures, key=lambda k: statistics.median(figures[k]), reverse=True)
+    top = [k for k in ranked if k in {r.key for r in grid}][:preset.top]
+    again_keys = list(dict.fromkeys([*top, *(config_key(k) for k in singles.values())]))
+    knobs_of = {config_key(k): k for k in [*points, *singles.values()]}
     for r in range(preset.ab_rounds):
-        for j, key in enumerate(again):
-            entry = cache.measure(request(setup, knobs_of[key], ceilings=False),
-                                  work / "ab" / f"{r}-{j}", rep=f"ab{r}")
-            ab_s += entry.result.wall_s
-            note(entry.result)
-            if entry.result.outcome == "ok":
-                figures.setdefault(key, []).append(entry.result.samples_per_sec)
-    truth = {k: statistics.median(v) for k, v in figures.items()}
-    return grid, truth, noise, ab_s
+        for j, key in enumerate(again_keys):
+            spent += again(knobs_of[key], work / "ab" / f"{r}-{j}", f"ab{r}")
+    return grid, figures, noise, spent
 
 
 def log(msg: str) -> None:
@@ -243,34 +257,30 @@ def measure_recipe(setup: StudySetup, cache: MeasurementCache, work: Path) -> di
 
 def fidelity(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: Path,
              truth: dict[str, float], knobs_of: dict[str, dict[str, Any]],
-             noise: dict[str, list[float]], grid_keys: set[str]) -> list[dict[str, Any]]:
-    """The space's top configurations re-measured with the study's short window and with one
-    ``long_factor`` times longer, side by side: configurations in the order A/B/.../B/A, and
-    each one's short and long windows adjacent (short-long, then long-short), so drift on the
-    machine hits both alike. The first CPU run compared the grid's figures with long windows
-    measured minutes later and read a +12-30% "error" that re-measuring side by side did not
-    show (885 vs 906, 851 vs 873 samples/s): the machine had slowed in between. One row per
-    configuration."""
-    f = preset.long_factor
-    w = setup.window
-    long_window = {**w, "measure_steps": w["measure_steps"] * f,
-                   "min_measure_steps": w["min_measure_steps"] * f,
-                   "measure_seconds": w["measure_seconds"] * f,
-                   "min_measure_seconds": w["min_measure_seconds"] * f,
-                   "timeout_s": w["timeout_s"] * f, "profile": False}
-    windows = {"short": {**w, "profile": False}, "long": long_window}
-    top = sorted(grid_keys, key=lambda k: truth[k], reverse=True)[:preset.top]
-    got: dict[str, dict[str, list[float]]] = {k: {"short": [], "long": []} for k in top}
-    seconds: dict[str, float] = {k: 0.0 for k in top}
-    noises: dict[str, list[float]] = {k: [] for k in top}
-    for r, order in enumerate((top, top[::-1])):
-        for key in order:
-            for kind in (("short", "long") if r == 0 else ("long", "short")):
+             noise: dict[str, list[float]], keys: list[str],
+             ranked: list[str]) -> list[dict[str, Any]]:
+    """``keys`` re-measured with the study's short window and with one ``long_factor`` times
+    longer, side by side, ``fidelity_rounds`` times: configurations in the order A/B/.../B/A
+    (reversed every other round), and each one's short and long windows adjacent
+    (short-long, then long-short), so drift on the machine hits both alike. The first CPU run
+    compared the grid's figures with long windows measured minutes later and read a +12-30%
+    "error" that re-measuring side by side did not show (885 vs 906, 851 vs 873 samples/s): the
+    machine had slowed in between. Each row keeps every round's figures, so the long window's
+    agreement with itself (the floor of any window's error on this machine) is reported too.
+    ``ranked``: the grid's configurations, fastest first (a row's rank)."""
+    windows = {"short": {**setup.window, "profile": False},
+               "long": long_window(setup.window, preset.long_factor)}
+    got: dict[str, dict[str, list[float | None]]] = {k: {"short": [], "long": []} for k in keys}
+    seconds: dict[str, float] = {k: 0.0 for k in keys}
+    noises: dict[str, list[float]] = {k: [] for k in keys}
+    for r in range(preset.fidelity_rounds):
+        for key in (keys if r % 2 == 0 else keys[::-1]):
+            for kind in (("short", "long") if r % 2 == 0 else ("long", "short")):
                 entry = cache.measure(request(setup, knobs_of[key], windows[kind], ceilings=False),
-                                      work / kind / f"{r}-{top.index(key)}", rep=f"paired-{kind}{r}")
+                                      work / kind / f"{r}-{keys.index(key)}",
+                                      rep=f"paired-{kind}{r}")
                 res = entry.result
-                if res.outcome == "ok":
-                    got[key][kind].append(res.samples_per_sec)
+                got[key][kind].append(res.samples_per_sec if res.outcome == "ok" else None)
                 if kind == "long":
                     seconds[key] += res.wall_s
                     n = window_noise(res.step_ms)
@@ -278,22 +288,10 @@ def fidelity(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: P
                         noise["long"].append(n)
                         noises[key].append(n)
                 log(f"{kind} window {r}: {res.outcome} {res.samples_per_sec:,.1f} samples/s "
-                    f"({res.wall_s:.1f}s)")
-    rows = []
-    for key in top:
-        short = statistics.median(got[key]["short"]) if got[key]["short"] else None
-        long = statistics.median(got[key]["long"]) if got[key]["long"] else None
-        rows.append({"key": key, "search": truth[key], "short": short, "long": long,
-                     "error": None if not (long and short) else (short - long) / long,
-                     "long_noise": max(noises[key], default=None), "long_s": seconds[key]})
-    return rows
-
-
-def fidelity_tau(rows: list[dict[str, Any]]) -> float | None:
-    got = [r for r in rows if r["long"] and r["short"]]
-    if len(got) < 2:
-        return None
-    return kendall_tau([r["short"] for r in got], [r["long"] for r in got])
+                    f"({res.wall_s:.1f}s{', stored' if entry.served else ''})")
+    return [fidelity_row(key, ranked.index(key) + 1, truth[key], got[key]["short"],
+                         got[key]["long"], max(noises[key], default=None), seconds[key])
+            for key in keys]
 
 
 def run_bench(name: str, preset: Preset, cache_dir: Path | None, work: Path) -> Bench:
@@ -304,7 +302,8 @@ def run_bench(name: str, preset: Preset, cache_dir: Path | None, work: Path) -> 
     cache = MeasurementCache(machine(env), cache_dir)
     singles = {"defaults": dict(setup.space.baseline)}
     singles["recipe"] = measure_recipe(setup, cache, work)
-    grid, truth, noise, ab_s = run_grid(setup, cache, preset, work, singles)
+    grid, windows, noise, ab_s = run_grid(setup, cache, preset, work, singles)
+    truth = {k: statistics.median(v) for k, v in windows.items()}
     if not truth:
         raise SystemExit("no grid configuration completed: nothing to compare with")
     knobs_of = {config_key(k): k for k in [*grid_points(setup.space), *singles.values()]}
@@ -321,10 +320,14 @@ def run_bench(name: str, preset: Preset, cache_dir: Path | None, work: Path) -> 
         for seed in preset.seeds:
             runs[searcher].append(run_searcher(searcher, seed, setup, cache, preset.budget, work))
             log(f"{searcher} seed {seed}: done")
-    rows = fidelity(setup, cache, preset, work, truth, knobs_of, noise,
-                    {k for k in grid_keys if k in truth})
+    measured = {k for k in grid_keys if k in truth}
+    ranked = sorted(measured, key=lambda k: truth[k], reverse=True)
+    top, spread = fidelity_sets(truth, measured, preset.top, preset.spread)
+    rows = fidelity(setup, cache, preset, work, truth, knobs_of, noise, top, ranked)
+    spread_rows = fidelity(setup, cache, preset, work, truth, knobs_of, noise, spread, ranked)
     return Bench(name, setup, grid, truth, oracle_key, single_recs, runs, rows, noise, knobs_of,
-                 time.monotonic() - t0, cache.hits, cache.misses, ab_s)
+                 time.monotonic() - t0, cache.hits, cache.misses, ab_s, spread_rows,
+                 windows)
 
 
 def main(argv: list[str] | None = None) -> Bench:

@@ -11,6 +11,7 @@ from typing import Any
 
 import optuna
 
+from benchmarks.fidelity import fidelity_tau, long_self_tau
 from benchmarks.figures import NOISE_FLAG, Rec, curves, median_or_none, summarize
 from benchmarks.svg import chart
 
@@ -81,13 +82,47 @@ def verdicts(bench: Any, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
         worst = max(abs(f["error"]) for f in fid)
         out.append(f"- short-window error against the {len(fid)} long windows under 10% (worst "
                    f"{worst:.1%}): **{'holds' if worst < 0.10 else 'does not hold'}**.")
-    from benchmarks.strategies import fidelity_tau
-
     tau = fidelity_tau(bench.fidelity)
     if tau is not None:
         out.append(f"- Kendall tau between the short and long rankings of the top {len(fid)} at "
                    f"least 0.8 ({tau:.2f}): **{'holds' if tau >= 0.8 else 'does not hold'}**.")
     return out
+
+
+def fidelity_context(bench: Any) -> list[str]:
+    """What the fidelity verdicts are measured against: the long window's agreement with
+    itself (no window can be shown to do better on this machine), and the ranking over
+    configurations that really differ."""
+    out = []
+    spreads = [f["long_spread"] for f in bench.fidelity if f["long_spread"] is not None]
+    self_tau = long_self_tau(bench.fidelity)
+    if spreads:
+        out.append(f"- The long window against itself, top {len(bench.fidelity)}: its windows of "
+                   f"one configuration differ by {median_or_none(spreads):.1%} at the median "
+                   f"(worst {max(spreads):.1%}) of their median; Kendall tau between its first "
+                   f"and second rounds {_fmt(self_tau, '.2f')}.")
+    both = [*bench.fidelity, *bench.spread]
+    errs = [abs(f["error"]) for f in both if f["error"] is not None]
+    tau_all = fidelity_tau(both)
+    if bench.spread and errs:
+        out.append(f"- Over all {len(both)} configurations (the top {len(bench.fidelity)} and "
+                   f"{len(bench.spread)} spread over the rest of the ranking): Kendall tau between "
+                   f"the short and long rankings {_fmt(tau_all, '.2f')}, long window against "
+                   f"itself {_fmt(long_self_tau(both), '.2f')}; short-window error worst "
+                   f"{max(errs):.1%}, median {median_or_none(errs):.1%}.")
+    return out
+
+
+def oracle_context(bench: Any) -> str:
+    """How sharp the oracle is: its own windows' spread and how many configurations lie within
+    5% of it (hitting any of them counts as "within 5%")."""
+    oracle = bench.truth[bench.oracle_key]
+    own = bench.windows.get(bench.oracle_key, [])
+    near = sum(1 for r in bench.grid if r.key in bench.truth and bench.truth[r.key] >= 0.95 * oracle)
+    spread = f"{(max(own) - min(own)) / oracle:.1%}" if len(own) > 1 else "-"
+    return (f"The oracle's figure is the median of {len(own)} windows (their range: {spread} of "
+            f"it); {near} of the {len(bench.grid)} configurations lie within 5% of it by their "
+            f"medians.")
 
 
 def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]:
@@ -106,9 +141,11 @@ def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]
         + f"; budget {preset.budget} trials per strategy, sampler seeds {preset.seeds}. Oracle: "
         f"{label(bench, bench.oracle_key)}, {oracle:,.1f} samples/s (median of its windows). "
         f"Whole run {bench.wall_s / 60:.1f} min; {bench.cache_misses} windows measured, "
-        f"{bench.cache_hits} served from the store; the grid's A/B rounds took "
-        f"{bench.ab_s:.0f} s (in its total), the long windows "
-        f"{sum(f['long_s'] for f in bench.fidelity):.0f} s."
+        f"{bench.cache_hits} served from the store; the grid's re-measurements ({preset.grid_rounds} "
+        f"rounds over every point, then {preset.ab_rounds} A/B round(s) over the top "
+        f"{preset.top}, the recipe and the defaults) took {bench.ab_s:.0f} s (in its total), "
+        "the long windows "
+        f"{sum(f['long_s'] for f in [*bench.fidelity, *bench.spread]):.0f} s."
         + (f" Note: {preset.note}." if preset.note else ""), "",
         "| strategy | trials | best found / oracle (median; worst seed) | trials to within 5% "
         "(median over all seeds; seeds never) | wall time to within 5% | total wall time | time in pruned + "
@@ -121,18 +158,25 @@ def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]
             f"{_fmt(s['trials_to_5pct'], '.1f', 'never')}; {s['never']} of {s['seeds']} | "
             f"{_fmt(s['seconds_to_5pct'], '.0f')} s | {s['total_s']:.0f} s | "
             f"{s['wasted_share']:.0%} |")
-    lines += ["", f"Fidelity: the top {len(bench.fidelity)} re-measured with the study's window "
-              f"and with one {preset.long_factor}x longer, side by side (configurations A/B/B/A, "
-              "each one's short and long windows adjacent); medians of 2 each. The grid's figure "
+    rounds = preset.fidelity_rounds
+    lines += ["", oracle_context(bench), "",
+              f"Fidelity: the top {len(bench.fidelity)}"
+              + (f" and {len(bench.spread)} configurations spread over the rest of the ranking"
+                 if bench.spread else "")
+              + f", each re-measured with the study's window and with one {preset.long_factor}x "
+              f"longer, side by side ({rounds} rounds; configurations A/B/.../B/A, each one's "
+              "short and long windows adjacent); medians of its rounds. The grid's figure "
               "(measured earlier, the oracle's) is shown for reference.", "",
-              "| configuration | grid, samples/s | short windows, samples/s | long windows, "
-              "samples/s | short vs long | long-window noise (IQR/median) |",
-              "|---|---|---|---|---|---|"]
-    for f in bench.fidelity:
+              "| rank | configuration | grid, samples/s | short windows, samples/s | long windows, "
+              "samples/s | short vs long | long windows' own range | long-window noise "
+              "(IQR/median) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for f in [*bench.fidelity, *bench.spread]:
         flag = " (noisy)" if f["long_noise"] is not None and f["long_noise"] > NOISE_FLAG else ""
-        lines.append(f"| {label(bench, f['key'])} | {f['search']:,.1f} | "
+        lines.append(f"| {f['rank']} | {label(bench, f['key'])} | {f['search']:,.1f} | "
                      f"{_fmt(f['short'], ',.1f')} | "
                      f"{_fmt(f['long'], ',.1f')} | {_fmt(f['error'], '+.1%')} | "
+                     f"{_fmt(f['long_spread'], '.1%')} | "
                      f"{_fmt(f['long_noise'], '.1%')}{flag} |")
     for kind, values in bench.noise.items():
         if values:
@@ -141,6 +185,7 @@ def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]
                          f"median {median_or_none(values):.1%}, {flagged} of {len(values)} "
                          f"above {NOISE_FLAG:.0%}.")
     lines += ["", speedups(rows), "", *verdicts(bench, rows), "",
+              "What the fidelity verdicts are measured against:", "", *fidelity_context(bench), "",
               f"![best so far vs trials and wall time]({plot_name})", ""]
     return lines
 

@@ -81,6 +81,31 @@ def test_kendall_tau_matches_the_tau_b_definition():
         kendall_tau([1.0], [1.0])
 
 
+def test_fidelity_sets_take_the_top_and_spread_over_the_rest():
+    """The spread set runs evenly over the ranks below the top, the slowest included: a
+    ranking among near-equal top configurations tests the machine's noise, across the range
+    it tests the window."""
+    from benchmarks.fidelity import fidelity_sets
+
+    truth = {f"c{i:02d}": 1000.0 - i for i in range(48)}
+    top, spread = fidelity_sets(truth, set(truth), 5, 5)
+    assert top == ["c00", "c01", "c02", "c03", "c04"]
+    assert spread == ["c05", "c15", "c26", "c37", "c47"]
+    assert fidelity_sets(truth, {"c00", "c01"}, 5, 5) == (["c00", "c01"], [])
+    assert fidelity_sets(truth, set(truth), 5, 0)[1] == []
+
+
+def test_long_self_tau_ranks_the_long_windows_rounds_against_each_other():
+    from benchmarks.fidelity import fidelity_row, long_self_tau
+
+    rows = [fidelity_row(k, i + 1, 0.0, [1.0, 1.0], longs, None, 0.0)
+            for i, (k, longs) in enumerate([("a", [30.0, 10.0]), ("b", [20.0, 20.0]),
+                                            ("c", [10.0, 30.0])])]
+    assert long_self_tau(rows) == pytest.approx(-1.0)  # the rounds disagree completely
+    assert rows[0]["long_spread"] == pytest.approx(1.0)  # (30 - 10) / median 20
+    assert long_self_tau(rows[:1]) is None
+
+
 def test_noise_is_iqr_over_median_and_flagged_above_ten_percent():
     quiet = {"median": 100.0, "p25": 98.0, "p75": 103.0}
     loud = {"median": 100.0, "p25": 90.0, "p75": 115.0}
@@ -171,21 +196,30 @@ def test_tiny_benchmark_end_to_end(tmp_path: Path):
                                  "batch_size": [8, 16]},
         window={**PRESETS["smoke"].window, "profile": False, "measure_steps": 4,
                 "min_measure_seconds": 0.1, "min_measure_steps": 2, "warmup_steps": 1},
-        budget=2, seeds=[0], top=2, ab_rounds=1, long_factor=2)
+        budget=2, seeds=[0], top=1, spread=1, ab_rounds=1, long_factor=2, grid_rounds=2)
     store = tmp_path / "store"
     bench = run_bench("tiny", preset, store, tmp_path / "work1")
     assert len(bench.grid) == 2 and all(r.state == "ok" for r in bench.grid)
     assert bench.truth[bench.oracle_key] == max(bench.truth[r.key] for r in bench.grid)
+    # Every point measured twice (grid_rounds), the top one once more (ab_rounds).
+    assert all(len(bench.windows[r.key]) >= 2 for r in bench.grid)
+    assert len(bench.windows[bench.oracle_key]) == 3
     assert set(bench.runs) == {"random", "tpe", "tpe+prune", "autotune"}
     assert all(len(runs) == 1 and len(runs[0]) == 2 for runs in bench.runs.values())
     # Served from the store through Driver.measure, and charged the window's wall time.
     assert all(runs[0][0].seconds > 0 for runs in bench.runs.values())
-    assert len(bench.fidelity) == 2 and all(f["long"] for f in bench.fidelity)
+    # Fidelity: the oracle (top 1) and the other configuration (spread), two rounds each.
+    assert [f["key"] for f in bench.fidelity] == [bench.oracle_key]
+    assert [f["rank"] for f in [*bench.fidelity, *bench.spread]] == [1, 2]
+    assert all(len(f["longs"]) == 2 and f["long"] and f["long_spread"] is not None
+               for f in [*bench.fidelity, *bench.spread])
     lines = write_report(bench, preset, "python benchmarks/strategies.py --preset tiny", tmp_path)
     text = (tmp_path / "benchmarks.md").read_text()
     for name in ("defaults", "recipe", "grid (oracle)", "random", "tpe+prune", "autotune"):
         assert f"| {name} |" in text
     assert "Kendall tau" in text and "torch " in text and lines
+    assert "The long window against itself" in text and "Over all 2 configurations" in text
+    assert "lie within 5% of it by their medians" in text
     assert "Speedup over the defaults" in text and "recipe " in text
     svg = (tmp_path / "strategies-tiny.svg").read_text()
     assert svg.count("<polyline") >= 7 and "oracle" in svg
