@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.export import baseline_trial, best_trial, ranked_trials
+from autotune.result import WindowResult
 from autotune.runner import TrialRequest, run_window
 from autotune.study import StopFlag, StudySetup
 
@@ -46,7 +48,11 @@ def finalists(study: optuna.Study, top: int) -> list[FrozenTrial]:
 
 
 def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
-            stop: StopFlag | None = None) -> dict[str, Any] | None:
+            stop: StopFlag | None = None,
+            run: Callable[..., WindowResult] = run_window) -> dict[str, Any] | None:
+    """Re-run the finalists and the baseline ``runs`` times in turn; record and return the
+    confirmation (``run``: how a window is measured; the strategy benchmark serves its stored
+    windows through it)."""
     base = baseline_trial(study)
     finals = finalists(study, max(1, top))
     if runs < 1 or not finals or base is None:
@@ -61,7 +67,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
              "" if entries[-1][0] != "baseline" else f" and the baseline (trial {base.number})", runs)
     for i in range(runs):
         for name, trial in entries:
-            res = run_window(_request(setup, trial.user_attrs["knobs"]),
+            res = run(_request(setup, trial.user_attrs["knobs"]),
                              setup.out_dir / "confirm" / f"{i}-{trial.number}",
                              stop_requested=lambda: stop.reason if stop else None)
             if res.ok:

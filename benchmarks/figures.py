@@ -25,7 +25,9 @@ def config_key(knobs: Mapping[str, Any]) -> str:
 class Rec:
     """One trial of a strategy run: its configuration, its search figure (None unless it
     completed cleanly within the memory limit), the seconds it was charged, and its state
-    (``ok``, ``pruned`` or ``failed``)."""
+    (``ok``, ``pruned`` or ``failed``). A last record in state ``confirm`` is not a trial:
+    autotune's confirmation after the search, charged its windows' seconds, whose winner
+    (``key``) becomes the configuration exported."""
 
     key: str
     value: float | None
@@ -40,24 +42,33 @@ def incumbent_scores(recs: Sequence[Rec], truth: Mapping[str, float]) -> list[fl
     stops a lucky window from counting as reaching the oracle."""
     out, best_value, best_key = [], None, None
     for r in recs:
-        if r.state == "ok" and r.value is not None and (best_value is None or r.value > best_value):
+        if r.state == "confirm":
+            best_value, best_key = math.inf, r.key
+        elif r.state == "ok" and r.value is not None and (best_value is None or r.value > best_value):
             best_value, best_key = r.value, r.key
         out.append(0.0 if best_key is None else truth.get(best_key, best_value or 0.0))
     return out
 
 
-def trials_to(scores: Sequence[float], target: float) -> int | None:
-    """1-based trial count at which the score first reaches ``target`` (None: never)."""
-    for i, s in enumerate(scores, start=1):
+def trials_to(scores: Sequence[float], target: float,
+              recs: Sequence[Rec] | None = None) -> int | None:
+    """1-based trial count at which the score first reaches ``target`` (None: never); with
+    ``recs``, a confirmation counts as no trial (reached there = reached after the last)."""
+    n = 0
+    for i, s in enumerate(scores):
+        if recs is None or recs[i].state != "confirm":
+            n += 1
         if s >= target:
-            return i
+            return max(n, 1)
     return None
 
 
 def seconds_to(recs: Sequence[Rec], scores: Sequence[float], target: float) -> float | None:
-    """Charged seconds, summed to the end of the trial where the score first reaches target."""
-    n = trials_to(scores, target)
-    return None if n is None else sum(r.seconds for r in recs[:n])
+    """Charged seconds, summed to the end of the record where the score first reaches target."""
+    for i, s in enumerate(scores):
+        if s >= target:
+            return sum(r.seconds for r in recs[:i + 1])
+    return None
 
 
 def wasted_share(recs: Sequence[Rec]) -> float:
@@ -122,12 +133,13 @@ def summarize(runs: Sequence[Sequence[Rec]], truth: Mapping[str, float],
     for recs in runs:
         scores = incumbent_scores(recs, truth)
         finals.append((scores[-1] if scores else 0.0) / oracle)
-        n_to.append(trials_to(scores, target))
+        n_to.append(trials_to(scores, target, recs))
         s_to.append(seconds_to(recs, scores, target))
         totals.append(sum(r.seconds for r in recs))
         wasted.append(wasted_share(recs))
     return {
-        "seeds": len(runs), "trials": max((len(r) for r in runs), default=0),
+        "seeds": len(runs),
+        "trials": max((sum(r.state != "confirm" for r in recs) for recs in runs), default=0),
         "fraction": statistics.median(finals) if finals else 0.0,
         "fraction_min": min(finals, default=0.0),
         "trials_to_5pct": median_or_none(n_to),
@@ -143,8 +155,14 @@ def curves(runs: Sequence[Sequence[Rec]], truth: Mapping[str, float], oracle: fl
     """The median over seeds of the incumbent's fraction of the oracle, after each trial and
     along charged wall time (``points`` even steps to the longest run's end)."""
     per_seed = [[s / oracle for s in incumbent_scores(r, truth)] for r in runs]
-    n = max((len(s) for s in per_seed), default=0)
-    by_trial = [statistics.median([s[min(i, len(s) - 1)] for s in per_seed if s])
+    # By trial, a confirmation is no trial of its own: its winner is what the last trial exports.
+    per_trial = [[s for s, r in zip(scores, recs, strict=True) if r.state != "confirm"]
+                 for scores, recs in zip(per_seed, runs, strict=True)]
+    for scores, recs, trials in zip(per_seed, runs, per_trial, strict=True):
+        if recs and recs[-1].state == "confirm" and trials:
+            trials[-1] = scores[-1]
+    n = max((len(s) for s in per_trial), default=0)
+    by_trial = [statistics.median([s[min(i, len(s) - 1)] for s in per_trial if s])
                 for i in range(n)]
     end = max((sum(r.seconds for r in recs) for recs in runs), default=0.0)
     by_time: list[tuple[float, float]] = []

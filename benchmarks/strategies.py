@@ -14,14 +14,16 @@ window (``run_window``: a fresh subprocess per window) and its own study driver:
   recipe and defaults are re-measured ``ab_rounds`` more times, in turn (A/B/A/B), and each
   configuration's figure is the median of all its windows;
 - ``random`` (Optuna RandomSampler), ``tpe`` (autotune's TPE sampler; no diagnosis, pruning or
-  agent), ``tpe+prune`` (its pruning, no agent) and ``autotune`` (agent and pruning on), each
-  with the same trial budget, for several sampler seeds, through ``study.Driver``.
+  agent), ``tpe+prune`` (its pruning, no agent) and ``autotune`` (agent, pruning and the
+  confirmation a study runs by default), each with the same trial budget, for several sampler
+  seeds, through ``study.Driver``.
 
 Every window is stored (benchmarks/measure_cache.py says how that stays honest: never across
 machines or versions; a stored window is charged its measured wall time, and pruning replays
 the window's recorded progress), so the grid's windows serve the search strategies. A
-strategy's best is the configuration it would export (its fastest search figure), scored by the
-oracle's median figure for that configuration, so a lucky window does not count as success.
+strategy's best is the configuration it would export (its fastest search figure; autotune's:
+its confirmation's winner), scored by the oracle's median figure for that configuration, so a
+lucky window does not count as success.
 
 Fidelity: the top ``top`` configurations re-measured with a window ``long_factor`` times longer,
 in the order A/B/.../B/A; the short window's error against the long one; Kendall's tau between
@@ -50,7 +52,7 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.config import WindowConfig  # noqa: E402
+from autotune.config import StudyConfig, WindowConfig  # noqa: E402
 from autotune.env import Env, probe  # noqa: E402
 from autotune.knobs import Space, build_space  # noqa: E402
 from autotune.runner import TrialRequest  # noqa: E402
@@ -155,7 +157,35 @@ def run_searcher(name: str, seed: int, base: StudySetup, cache: MeasurementCache
         state = "ok" if ok else ("pruned" if t.state == TrialState.PRUNED else "failed")
         recs.append(Rec(config_key(knobs), t.value if ok else None,
                         driver.charged.get(t.number, 0.0), state))
+    if name == "autotune":
+        recs += confirmed(setup, study, cache)
     return recs
+
+
+def confirmed(setup: StudySetup, study: optuna.Study, cache: MeasurementCache) -> list[Rec]:
+    """autotune's confirmation, as a study runs it by default (the fastest ``confirm_top``
+    configurations and the baseline, ``confirm_runs`` fresh windows each, in turn), its windows
+    stored under their own tags (never a search window's) and charged their seconds: one
+    ``confirm`` record whose key is the winner, or none when it could not confirm."""
+    from autotune.confirm import confirm
+
+    defaults = StudyConfig()
+    rounds: dict[str, int] = {}
+    spent = 0.0
+
+    def run(req: TrialRequest, trial_dir: Path, **_: Any) -> Any:
+        nonlocal spent
+        key = config_key(req.knobs)
+        rounds[key] = rounds.get(key, -1) + 1
+        entry = cache.measure(req, trial_dir, rep=f"confirm{rounds[key]}")
+        spent += entry.result.wall_s
+        return entry.result
+
+    record = confirm(setup, study, defaults.confirm_runs, defaults.confirm_top, run=run)
+    if not record or record.get("best_trial") is None:
+        return []
+    winner = study.trials[record["best_trial"]].user_attrs["knobs"]
+    return [Rec(config_key(winner), None, spent, "confirm")]
 
 
 @dataclasses.dataclass

@@ -54,6 +54,21 @@ def test_incumbent_is_scored_by_the_oracles_figure_not_its_lucky_window():
     assert seconds_to(_recs(), scores, 95.0) == pytest.approx(40.0)
 
 
+def test_a_confirmation_exports_its_winner_and_counts_as_no_trial():
+    """autotune's confirmation re-measures the finalists: its winner (here the truly better
+    "best", which a lucky window had beaten in search) is what it exports after its last
+    trial, and its seconds count in the time to get there."""
+    recs = [Rec("base", 50.0, 10.0, "ok"), Rec("best", 95.0, 10.0, "ok"),
+            Rec("lucky", 110.0, 12.0, "ok"), Rec("best", None, 6.0, "confirm")]
+    scores = incumbent_scores(recs, TRUTH)
+    assert scores == [50.0, 100.0, 90.0, 100.0]
+    assert trials_to(scores, 95.0, recs) == 2  # reached at trial 2 (then lost, then confirmed)
+    assert trials_to(scores[:1] + scores[2:], 95.0, recs[:1] + recs[2:]) == 2  # at the end
+    s = summarize([recs], TRUTH, oracle=100.0)
+    assert s["trials"] == 3 and s["fraction"] == pytest.approx(1.0)
+    assert s["total_s"] == pytest.approx(38.0) and s["wasted_share"] == 0.0
+
+
 def test_wasted_share_counts_pruned_and_failed_time():
     assert wasted_share(_recs()) == pytest.approx(8.0 / 40.0)
     assert wasted_share([]) == 0.0
@@ -205,7 +220,12 @@ def test_tiny_benchmark_end_to_end(tmp_path: Path):
     assert all(len(bench.windows[r.key]) >= 2 for r in bench.grid)
     assert len(bench.windows[bench.oracle_key]) == 3
     assert set(bench.runs) == {"random", "tpe", "tpe+prune", "autotune"}
-    assert all(len(runs) == 1 and len(runs[0]) == 2 for runs in bench.runs.values())
+    assert all(len(runs) == 1 and len(runs[0]) == 2 for n, runs in bench.runs.items()
+               if n != "autotune")
+    # autotune confirms (2 rounds over its finalists and the baseline), charged its windows.
+    *trials, conf = bench.runs["autotune"][0]
+    assert len(trials) == 2 and conf.state == "confirm" and conf.seconds > 0
+    assert conf.key in {t.key for t in trials}
     # Served from the store through Driver.measure, and charged the window's wall time.
     assert all(runs[0][0].seconds > 0 for runs in bench.runs.values())
     # Fidelity: the oracle (top 1) and the other configuration (spread), two rounds each.
