@@ -218,7 +218,7 @@ def run_grid(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: P
     first windows: those a searcher is served), each configuration's figures (one per window:
     the median is the oracle's figure), the windows' noise and the seconds the re-measurements
     took. More than one round because one window can read far low on a shared machine: the
-    same configuration read 437 to 684 samples/s in three windows a minute apart, and 235 in the
+    same configuration read 436 to 684 samples/s in six windows back to back, and 235 in the
     grid (2-vCPU VM, 2026-11-23), which would rank it last of 48."""
     limit = setup.memory_limit_gb
     grid: list[Rec] = []
