@@ -205,7 +205,7 @@ class Bench:
     wall_s: float = 0.0
     cache_hits: int = 0
     cache_misses: int = 0
-    ab_s: float = 0.0  # the grid's A/B re-measurements, charged to it
+    ab_s: float = 0.0  # the grid's re-measurements (rounds 2+ and A/B), charged to it
     spread: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # fidelity, lower ranks
     windows: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # the oracle's
 
@@ -226,11 +226,14 @@ def run_grid(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: P
     noise: dict[str, list[float]] = {"short": [], "long": []}
     points = grid_points(setup.space)
 
-    def again(knobs: dict[str, Any], path: Path, rep: str) -> float:
-        entry = cache.measure(request(setup, knobs, ceilings=False), path, rep=rep)
-        n = window_noise(entry.result.step_ms)
+    def note(res: Any) -> None:
+        n = window_noise(res.step_ms)
         if n is not None:
             noise["short"].append(n)
+
+    def again(knobs: dict[str, Any], path: Path, rep: str) -> float:
+        entry = cache.measure(request(setup, knobs, ceilings=False), path, rep=rep)
+        note(entry.result)
         if entry.result.outcome == "ok":
             figures.setdefault(config_key(knobs), []).append(entry.result.samples_per_sec)
         return entry.result.wall_s
@@ -239,9 +242,7 @@ def run_grid(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: P
         entry = cache.measure(request(setup, knobs), work / "grid" / str(i))
         rec = rec_of(entry.result, knobs, entry.result.wall_s, limit)
         grid.append(rec)
-        n = window_noise(entry.result.step_ms)
-        if n is not None:
-            noise["short"].append(n)
+        note(entry.result)
         if rec.value is not None:
             figures[rec.key] = [rec.value]
         log(f"grid {i}: {rec.state} {rec.value or 0:,.1f} samples/s ({entry.result.wall_s:.1f}s"
