@@ -145,9 +145,10 @@ def _nightly(setup: StudySetup, cfg: Config) -> None:
         except CompareError as exc:
             roles = " and ".join(r for r, v in (("study.compare_to", s.compare_to),
                                                  ("study.start_from", s.start_from)) if v == name)
-            setup.nightly_missing = (f"{roles}: {exc} This study runs without it (nothing to "
-                                     "compare with, or to start from).")
-            print(f"autotune: warning: {setup.nightly_missing}", file=sys.stderr)
+            why = (f"{roles}: {exc} This study runs without it (nothing to compare with, or "
+                   "to start from).")
+            print(f"autotune: warning: {why}", file=sys.stderr)
+            setup.nightly_missing = " ".join(filter(None, (setup.nightly_missing, why)))
             continue
         if name == s.compare_to:
             setup.compare_to, setup.compare_storage = name, url
