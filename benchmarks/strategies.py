@@ -10,9 +10,9 @@ window (``run_window``: a fresh subprocess per window) and its own study driver:
   (for a workload with input stages, ``transform_split`` at its float conversion), set_to_none, AMP (bf16 where supported, else fp16 on CUDA) and compile, each resolved
   against this device's valid domains (on CPU: no pinning, no compile); knobs the recipe does
   not name keep the reduced space's pinned values;
-- ``grid``: every configuration of the reduced space, the oracle; the top ``top`` and the
-  recipe and defaults are re-measured ``ab_rounds`` more times, in turn (A/B/A/B), and each
-  configuration's figure is the median of all its windows;
+- ``grid``: every configuration of the reduced space, the oracle: each measured in
+  ``grid_rounds`` rounds, then the top ``top``, the recipe and the defaults ``ab_rounds`` more
+  times, in turn (A/B/A/B); each configuration's figure is the median of all its windows;
 - ``random`` (Optuna RandomSampler), ``tpe`` (autotune's TPE sampler; no diagnosis, pruning or
   agent), ``tpe+prune`` (its pruning, no agent) and ``autotune`` (agent, pruning and the
   confirmation a study runs by default), each with the same trial budget, for several sampler
@@ -25,9 +25,11 @@ strategy's best is the configuration it would export (its fastest search figure;
 its confirmation's winner), scored by the oracle's median figure for that configuration, so a
 lucky window does not count as success.
 
-Fidelity: the top ``top`` configurations re-measured with a window ``long_factor`` times longer,
-in the order A/B/.../B/A; the short window's error against the long one; Kendall's tau between
-the two rankings; each window's noise (IQR/median of its step times), flagged above 10%.
+Fidelity: the top ``top`` configurations, and ``spread`` more over the rest of the ranking,
+re-measured with the study's window and one ``long_factor`` times longer, ``fidelity_rounds``
+times in the order A/B/.../B/A; the short window's error against the long one; Kendall's tau
+between the two rankings, and between the long window's own rounds (what this machine allows
+any window); each window's noise (IQR/median of its step times), flagged above 10%.
 
     python benchmarks/strategies.py --preset smoke            # ~2 minutes, a 4-point space
     python benchmarks/strategies.py --preset cpu --record     # appends to docs/benchmarks.md
