@@ -33,7 +33,7 @@ def run_study(agent: bool, seed: int, trials: int, workdir: Path) -> list[tuple[
             f"study.n_trials={trials}", f"study.agent={str(agent).lower()}", f"seed={seed}",
             *WINDOW]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-c", "from autotune.cli import main; main()", *args],
+    subprocess.run([sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
                    cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL)
     study = optuna.load_study(study_name=name,
                               storage=f"sqlite:///{workdir}/studies/{name}/study.db")

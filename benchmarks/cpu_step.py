@@ -42,10 +42,10 @@ def parse(config: str) -> dict[str, Any]:
 def measure(pins: dict[str, Any], image_size: int, steps: int) -> dict[str, Any]:
     """In this process: warm up (compile included), then time ``steps`` steps on one batch."""
     sys.path.insert(0, str(ROOT))
-    from autotune.env import probe
-    from autotune.knobs import build_space
-    from autotune.training import Training
-    from workloads.resnet18 import ResNet18Workload
+    from autotune.core.env import probe
+    from autotune.core.knobs import build_space
+    from autotune.core.training import Training
+    from autotune.workloads.resnet18 import ResNet18Workload
 
     wl = ResNet18Workload(image_size=image_size, n_images=512)
     knobs = {**build_space(probe("cpu"), wl, {}).baseline, **pins}

@@ -39,7 +39,7 @@ run() {  # run NAME COMMAND...: output to $OUT/NAME.log, wall time and exit stat
 
 study() {  # study NAME WORKLOAD [overrides...]: the README's main command, then its exports
     local name=$1 workload=$2; shift 2
-    run "$name" "$PY" -c "from autotune.cli import main; main()" "workload=$workload" \
+    run "$name" "$PY" -c "from autotune.cli.main import main; main()" "workload=$workload" \
         "study.name=$name" "study.out_dir=studies" "$@"
     mkdir -p "$OUT/$name"
     cp studies/"$name"/{best.yaml,trials.csv,report.md} "$OUT/$name/" 2>/dev/null

@@ -24,17 +24,17 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.env import probe  # noqa: E402
-from autotune.knobs import build_space  # noqa: E402
-from autotune.ownership import reap_lost_trials  # noqa: E402
-from autotune.runner import TrialRequest, run_window  # noqa: E402
-from autotune.storage import open_storage  # noqa: E402
+from autotune.core.env import probe  # noqa: E402
+from autotune.core.knobs import build_space  # noqa: E402
+from autotune.measure.runner import TrialRequest, run_window  # noqa: E402
+from autotune.results.storage import open_storage  # noqa: E402
+from autotune.search.ownership import reap_lost_trials  # noqa: E402
+from autotune.workloads.mlp import MLPWorkload  # noqa: E402
 from tests.pgserver import PgServer  # noqa: E402
-from workloads.mlp import MLPWorkload  # noqa: E402
 
 TINY = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
         "window.min_measure_steps=2", "window.profile=false"]
-CLI = [sys.executable, "-c", "from autotune.cli import main; main()"]
+CLI = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.runner import run_window  # noqa: E402
+from autotune.measure.runner import run_window  # noqa: E402
 from tests.test_ceilings import sleepy_request  # noqa: E402
 
 if __name__ == "__main__":  # the fork server re-imports this module in each trial

@@ -40,10 +40,10 @@ from typing import Any
 import optuna
 
 import autotune
-from autotune.env import Env
-from autotune.result import WindowResult
-from autotune.runner import TrialRequest, Watch, run_window
-from autotune.study import Driver
+from autotune.core.env import Env
+from autotune.measure.protocol import WindowResult
+from autotune.measure.runner import TrialRequest, Watch, run_window
+from autotune.search.study import Driver
 
 # The modules whose code decides a measured figure: a change to them invalidates the store.
 MEASURING_CODE = ("window.py", "training.py", "runner.py", "launch.py", "profiling.py",

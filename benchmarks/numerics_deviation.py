@@ -3,17 +3,17 @@ behind numerics.DEFAULT_TOLERANCE: max relative loss deviation from the baseline
 seed and data order. Run: PYTHONPATH=. python benchmarks/numerics_deviation.py"""
 from __future__ import annotations
 
-from autotune.env import probe
-from autotune.knobs import build_space
-from autotune.numerics import deviation
-from autotune.training import Training
-from autotune.window import Batches
-from autotune.workload import build_workload
+from autotune.core.env import probe
+from autotune.core.knobs import build_space
+from autotune.core.training import Training
+from autotune.core.workload import build_workload
+from autotune.measure.window import Batches
+from autotune.search.numerics import deviation
 
 SPECS = {
- "mlp": {"_target_": "workloads.mlp.MLPWorkload"},
- "resnet18": {"_target_": "workloads.resnet18.ResNet18Workload", "image_size": 32, "n_images": 256, "batch_size": 16},
- "gpt": {"_target_": "workloads.gpt.GPTWorkload", "vocab": 256, "seq_len": 32, "d_model": 64, "n_layer": 2, "n_head": 4, "n_sequences": 256, "batch_size": 8},
+ "mlp": {"_target_": "autotune.workloads.mlp.MLPWorkload"},
+ "resnet18": {"_target_": "autotune.workloads.resnet18.ResNet18Workload", "image_size": 32, "n_images": 256, "batch_size": 16},
+ "gpt": {"_target_": "autotune.workloads.gpt.GPTWorkload", "vocab": 256, "seq_len": 32, "d_model": 64, "n_layer": 2, "n_head": 4, "n_sequences": 256, "batch_size": 8},
 }
 env = probe("cpu")
 def losses(wl, knobs, n=10):  # noqa: ANN001, ANN201

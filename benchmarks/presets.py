@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from autotune.app import CPU_WINDOW
+from autotune.cli.app import CPU_WINDOW
 
 __all__ = ["PRESETS", "Preset"]
 
@@ -47,7 +47,7 @@ PRESETS: dict[str, Preset] = {
     # ResNet-18 at 32 px, 48 configurations, each measured 3 times (one window can read far
     # low on a shared VM), autotune's CPU window, 12 trials x 5 seeds.
     "cpu": Preset(
-        workload={"_target_": "workloads.resnet18.ResNet18Workload", "image_size": 32,
+        workload={"_target_": "autotune.workloads.resnet18.ResNet18Workload", "image_size": 32,
                   "n_images": 2048, "batch_size": 32},
         device="cpu",
         space={**_PINNED_CPU, "num_workers": [0, 2], "batch_size": [32, 64, 128],
@@ -59,7 +59,7 @@ PRESETS: dict[str, Preset] = {
     # configurations. Workers 8/16, not 0: a window of the in-process PIL loader at 224 px
     # (the defaults row measures it) would take ~25 s of the budget per grid point.
     "gpu": Preset(
-        workload={"_target_": "workloads.resnet18.ResNet18Workload", "image_size": 224,
+        workload={"_target_": "autotune.workloads.resnet18.ResNet18Workload", "image_size": 224,
                   "n_images": 10000, "batch_size": 32},
         device="cuda",
         space={"num_workers": [8, 16], "prefetch_factor": [2], "persistent_workers": [True],
@@ -74,7 +74,7 @@ PRESETS: dict[str, Preset] = {
              "the recipe alone compiles"),
     # One H100/H200, est. under 20 minutes (not run yet): the GPT workload, 64 configurations.
     "gpu-gpt": Preset(
-        workload={"_target_": "workloads.gpt.GPTWorkload"}, device="cuda",
+        workload={"_target_": "autotune.workloads.gpt.GPTWorkload"}, device="cuda",
         space={"num_workers": [0, 4], "prefetch_factor": [2], "persistent_workers": [True],
                "pin_memory": [False, True], "non_blocking": [True], "batch_size": [16, 32, 64, 128],
                "transfer_dtype": ["float32"], "amp": ["off", "bf16"], "compile": ["off"],

@@ -18,8 +18,8 @@ from pathlib import Path
 import optuna
 
 import autotune
-from autotune.runner import TrialRequest, run_window
-from autotune.storage import open_storage
+from autotune.measure.runner import TrialRequest, run_window
+from autotune.results.storage import open_storage
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import autotune  # noqa: E402
-from autotune.env import probe  # noqa: E402
-from autotune.knobs import build_space  # noqa: E402
-from autotune.result import WindowResult  # noqa: E402
-from autotune.runner import TrialRequest, run_window  # noqa: E402
-from autotune.workload import build_workload  # noqa: E402
+from autotune.core.env import probe  # noqa: E402
+from autotune.core.knobs import build_space  # noqa: E402
+from autotune.core.workload import build_workload  # noqa: E402
+from autotune.measure.protocol import WindowResult  # noqa: E402
+from autotune.measure.runner import TrialRequest, run_window  # noqa: E402
 from benchmarks.strategies import recipe_knobs  # noqa: E402
 
 

@@ -54,12 +54,12 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.config import StudyConfig, WindowConfig  # noqa: E402
-from autotune.env import Env, probe  # noqa: E402
-from autotune.knobs import Space, build_space  # noqa: E402
-from autotune.runner import TrialRequest  # noqa: E402
-from autotune.study import StudySetup, create_study  # noqa: E402
-from autotune.workload import build_workload  # noqa: E402
+from autotune.cli.config import StudyConfig, WindowConfig  # noqa: E402
+from autotune.core.env import Env, probe  # noqa: E402
+from autotune.core.knobs import Space, build_space  # noqa: E402
+from autotune.core.workload import build_workload  # noqa: E402
+from autotune.measure.runner import TrialRequest  # noqa: E402
+from autotune.search.study import StudySetup, create_study  # noqa: E402
 from benchmarks.fidelity import fidelity_row, fidelity_sets, long_window  # noqa: E402
 from benchmarks.figures import Rec, config_key  # noqa: E402
 from benchmarks.figures import noise as window_noise  # noqa: E402
@@ -169,7 +169,7 @@ def confirmed(setup: StudySetup, study: optuna.Study, cache: MeasurementCache) -
     configurations and the baseline, ``confirm_runs`` fresh windows each, in turn), its windows
     stored under their own tags (never a search window's) and charged their seconds: one
     ``confirm`` record whose key is the winner, or none when it could not confirm."""
-    from autotune.confirm import confirm
+    from autotune.search.confirm import confirm
 
     defaults = StudyConfig()
     rounds: dict[str, int] = {}

@@ -15,10 +15,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune.env import probe  # noqa: E402
-from autotune.knobs import build_space  # noqa: E402
-from autotune.training import Training, build_loader  # noqa: E402
-from workloads.resnet18 import ResNet18Workload  # noqa: E402
+from autotune.core.env import probe  # noqa: E402
+from autotune.core.knobs import build_space  # noqa: E402
+from autotune.core.training import Training, build_loader  # noqa: E402
+from autotune.workloads.resnet18 import ResNet18Workload  # noqa: E402
 
 
 def loader_rate(wl: ResNet18Workload, knobs: dict, batches: int = 20) -> tuple[float, torch.Tensor]:

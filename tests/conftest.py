@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autotune.env import Env, probe
+from autotune.core.env import Env, probe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,9 +21,58 @@ TINY_ARGS = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_
              "window.min_measure_steps=2", "window.profile=false"]
 
 
+#: What makes a test slow: it starts a study, a trial window or a subprocess. A test is marked
+#: ``slow`` when its function, a fixture it requests, or a module-level helper either of them
+#: calls (followed through the test module) names one of these. ``python -m pytest -m "not
+#: slow"`` is the fast tier (README).
+SLOW_NAMES = frozenset({
+    "run_cli", "run_window", "run_study", "run_worker", "Driver", "confirm", "check_numerics",
+    "subprocess", "Popen", "TrialProcess", "start_server", "pg_server", "run_bench",
+})
+
+
+def _names(obj: Any, module: Any, seen: set[int]) -> set[str]:
+    """Global names a function uses, through the module-level functions it calls."""
+    import inspect
+    import types
+
+    fn = inspect.unwrap(obj)
+    code = getattr(fn, "__code__", None)
+    if code is None or id(code) in seen:
+        return set()
+    seen.add(id(code))
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    for name in list(names):
+        helper = getattr(module, name, None)
+        if inspect.isfunction(helper) and helper.__module__ == module.__name__:
+            names |= _names(helper, module, seen)
+    return names
+
+
+def _is_slow(item: Any) -> bool:
+    fn = getattr(item, "function", None)
+    if fn is None:
+        return False
+    seen: set[int] = set()
+    names = _names(fn, item.module, seen) | set(item.fixturenames)
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        for d in defs:
+            names |= _names(d.func, item.module, seen)
+    return bool(names & SLOW_NAMES)
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     import torch
 
+    slow = pytest.mark.slow
+    for item in items:
+        if "slow" not in item.keywords and _is_slow(item):
+            item.add_marker(slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
@@ -64,7 +113,7 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str
     full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                 **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", "from autotune.cli import main; main()", *args],
+        [sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
     )
 

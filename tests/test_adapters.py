@@ -14,10 +14,10 @@ import torch
 import yaml
 
 import autotune
-from autotune.env import Env
-from autotune.knobs import build_space
-from autotune.training import Training
-from autotune.workload import WorkloadError, build_workload
+from autotune.core.env import Env
+from autotune.core.knobs import build_space
+from autotune.core.training import Training
+from autotune.core.workload import WorkloadError, build_workload
 from tests.conftest import ROOT, TINY_ARGS, run_cli
 
 L = pytest.importorskip("lightning")
@@ -292,8 +292,8 @@ def test_autotune_imports_without_the_frameworks() -> None:
     """Without lightning / transformers installed, autotune imports and the adapter says
     which extra to install."""
     code = ("import sys; sys.modules['lightning'] = None; sys.modules['transformers'] = None\n"
-            "import autotune, autotune.adapters, autotune.cli\n"
-            "from autotune.workload import build_workload, WorkloadError\n"
+            "import autotune, autotune.adapters, autotune.cli.main\n"
+            "from autotune.core.workload import build_workload, WorkloadError\n"
             "for spec in ({'_target_': 'autotune.adapters.lightning.LightningWorkload',"
             " 'module': 'x'}, {'_target_': 'autotune.adapters.hf.HFWorkload', 'model': 'x',"
             " 'dataset': 'x'}):\n"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from autotune.env import probe
-from autotune.knobs import IO_WORKERS_PER_CORE
+from autotune.core.env import probe
+from autotune.core.knobs import IO_WORKERS_PER_CORE
 from tests.conftest import TINY_ARGS, run_cli
 
 SLEEPY = "workload._target_=tests.workloads_diag.SleepyLoaderWorkload"

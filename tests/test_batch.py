@@ -11,10 +11,10 @@ import pytest
 import torch
 import yaml
 
-from autotune import batch as tree
-from autotune.env import Env
-from autotune.knobs import KnobError, build_space
-from autotune.training import Training
+from autotune.core import batch as tree
+from autotune.core.env import Env
+from autotune.core.knobs import KnobError, build_space
+from autotune.core.training import Training
 from tests.conftest import TINY_ARGS, run_cli
 from tests.workloads_batch import DictBatchLM, NestedWorkload, VariableShapeLM
 
@@ -101,7 +101,7 @@ def test_dict_batch_workload_runs_a_study_and_exports(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_pinned_dict_batches_reach_the_gpu(cpu_env: Env) -> None:
-    from autotune.env import probe
+    from autotune.core.env import probe
 
     env = probe("cuda")
     wl = DictBatchLM()

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from autotune.ceilings import _slope
-from autotune.runner import TrialRequest, run_window
+from autotune.measure.ceilings import _slope
+from autotune.measure.runner import TrialRequest, run_window
 from tests.conftest import TINY_WINDOW
 from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
 
@@ -59,8 +59,8 @@ def test_slope_reads_rounds_of_arrivals_without_bias() -> None:
 
 
 def _setup(tmp_path: Path, **study: Any) -> Any:
-    from autotune.app import build_setup
-    from autotune.config import Config, StudyConfig, WindowConfig
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
 
     cfg = Config(workload=spec(SleepyLoaderWorkload, n=512), device="cpu",
                  study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False, **study),
@@ -73,9 +73,9 @@ def test_a_beaten_ceiling_is_recorded_and_never_prunes(tmp_path: Path) -> None:
     recorded on the trial and in trials.csv, and the study stops trusting it."""
     import csv
 
-    from autotune.export import write_exports
-    from autotune.pruning import cache_ceilings, cached_ceilings, ceiling_verdict
-    from autotune.study import Driver
+    from autotune.results.export import write_exports
+    from autotune.search.pruning import cache_ceilings, cached_ceilings, ceiling_verdict
+    from autotune.search.study import Driver
 
     setup = _setup(tmp_path)
     driver = Driver(setup)

@@ -83,9 +83,9 @@ def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     assert set(doc) >= {"workload", "device", "knobs", "metrics", "baseline", "speedup", "study"}
     assert doc["metrics"]["samples_per_sec"] > 0
     assert doc["study"]["trials"] == 3
-    from autotune.env import _cpu_model
+    from autotune.core.env import cpu_model
 
-    assert doc["device"]["name"] == (_cpu_model() or doc["device"]["name"])  # which processor
+    assert doc["device"]["name"] == (cpu_model() or doc["device"]["name"])  # which processor
     for name in ("best.yaml", "trials.csv"):  # the team can read them, as any file it writes
         assert (out / name).stat().st_mode & 0o044 == 0o044 & ~_umask(), name
     best = autotune.load_best(out / "best.yaml")
@@ -94,7 +94,7 @@ def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     assert len(rows) == 3 and rows[0]["source"] == "baseline"
     assert "speedup" in proc.stdout
     # The exported knobs drive a real training run through the same code.
-    from workloads.mlp import MLPWorkload
+    from autotune.workloads.mlp import MLPWorkload
 
     run = autotune.Training(MLPWorkload(n_samples=256), best.knobs, "cpu")
     inputs, targets = next(iter(run.loader))
@@ -135,7 +135,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tmp_path / "driver.log"
     with log.open("w") as out:
-        driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli import main; main()", *args],
+        driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
                                   cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     # Wait on the second trial's heartbeat file, not on the database: reading an SQLite study
     # while the driver is still creating its schema races with that creation.
@@ -176,7 +176,7 @@ def test_ctrl_c_and_sigterm_end_the_trial_cleanly(tmp_path: Path, sig: signal.Si
             "device=cpu", "study.name=intr", "study.n_trials=2", *TINY_ARGS,
             "window.measure_steps=30", "window.measure_seconds=60"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli import main; main()", *args],
+    driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     progress = tmp_path / "studies" / "intr" / "trials" / "0" / "progress.json"
     deadline = time.time() + 120

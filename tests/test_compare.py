@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autotune.compare import REGRESSION_EXIT
+from autotune.results.compare import REGRESSION_EXIT
 from tests.conftest import TINY_ARGS, run_cli
 
 # Input-bound by construction: every item sleeps, in the training process (no workers), so the

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autotune.compile_cost import break_even, effective_rate
-from autotune.runner import TrialRequest, run_window
+from autotune.measure.runner import TrialRequest, run_window
+from autotune.results.compile_cost import break_even, effective_rate
 from tests.conftest import TINY_WINDOW
 from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
 
@@ -29,7 +29,7 @@ def test_effective_rate_and_break_even_arithmetic() -> None:
 def test_loader_ceiling_can_prune_before_the_compile(tmp_path: Path) -> None:
     """The loader ceiling is measured before the first step, where torch.compile runs: a
     compiled trial on a loader far below the best is stopped without compiling."""
-    from autotune.pruning import partial_verdict
+    from autotune.search.pruning import partial_verdict
 
     knobs = {**baseline_knobs(SleepyLoaderWorkload()), "compile": "default"}
     req = TrialRequest(workload=spec(SleepyLoaderWorkload), device="cpu", knobs=knobs,
@@ -47,10 +47,10 @@ def test_loader_ceiling_can_prune_before_the_compile(tmp_path: Path) -> None:
 
 
 def _setup(tmp_path: Path, run_steps: int | None) -> Any:
-    from autotune.app import build_setup
-    from autotune.config import Config, KnobsConfig, StudyConfig, WindowConfig
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, KnobsConfig, StudyConfig, WindowConfig
 
-    cfg = Config(workload={"_target_": "workloads.mlp.MLPWorkload"}, device="cpu",
+    cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",
                  study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False, prune=False,
                                    confirm_runs=0, run_steps=run_steps),
                  window=WindowConfig(**TINY_WINDOW),
@@ -64,8 +64,8 @@ def test_compiled_trials_record_cold_and_warm_compiles_and_break_even(tmp_path: 
     the first compile is cold, the second warm from the study's shared inductor cache;
     best.yaml states both and the compiled finalist's break-even; with run_steps, the
     objective is the whole run's samples/s."""
-    from autotune.export import write_exports
-    from autotune.study import Driver
+    from autotune.results.export import write_exports
+    from autotune.search.study import Driver
 
     setup = _setup(tmp_path, run_steps=50)
     driver = Driver(setup)

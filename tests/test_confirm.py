@@ -55,7 +55,7 @@ def test_publishing_the_same_trace_again_leaves_nothing_behind(tmp_path: Path) -
     """Exports are rewritten after every trial, so the best trial's trace is published again
     and again: renaming a hard link onto another link of the same file is a no-op in POSIX,
     which left best_trace.json.tmp in the study folder."""
-    from autotune.export import _publish_trace
+    from autotune.results.export import _publish_trace
 
     trace, dest = tmp_path / "trace.json", tmp_path / "best_trace.json"
     trace.write_text('{"traceEvents": []}')

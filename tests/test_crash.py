@@ -25,7 +25,7 @@ def test_unwritable_export_fails_readably_and_the_study_resumes(tmp_path: Path) 
     assert len(paragraph) == 1, err[-3000:]
     text = paragraph[0]
     assert "the study driver failed unexpectedly: IsADirectoryError" in text, text
-    assert "autotune/export.py:" in text and "run the same command again to resume" in text
+    assert "autotune/results/export.py:" in text and "run the same command again to resume" in text
     tb_file = Path(text.split("the full traceback is in ")[1].split(". Finished")[0])
     assert tb_file.parent == out / "errors", tb_file
     assert "Traceback (most recent call last)" in tb_file.read_text()

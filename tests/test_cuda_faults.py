@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autotune.runner import TrialRequest, run_window
+from autotune.measure.runner import TrialRequest, run_window
 from tests.workloads_diag import SyncWorkload, baseline_knobs, spec
 
 pytestmark = pytest.mark.gpu
@@ -16,11 +16,11 @@ pytestmark = pytest.mark.gpu
 WINDOW: dict[str, Any] = {"warmup_steps": 3, "measure_steps": 6, "measure_seconds": 3.0,
                           "min_measure_steps": 2, "timeout_s": 180.0, "stall_s": 120.0,
                           "profile": False, "profile_steps": 2}
-MLP = {"_target_": "workloads.mlp.MLPWorkload", "n_samples": 512}
+MLP = {"_target_": "autotune.workloads.mlp.MLPWorkload", "n_samples": 512}
 
 
 def _knobs(**pins: Any) -> dict[str, Any]:
-    from workloads.mlp import MLPWorkload
+    from autotune.workloads.mlp import MLPWorkload
 
     return {**baseline_knobs(MLPWorkload(n_samples=512), "cuda"), **pins}
 
@@ -39,9 +39,9 @@ def test_cuda_oom_trial_is_recorded_infeasible(tmp_path: Path) -> None:
     study goes on (the baseline beside it is measured)."""
     from optuna.trial import TrialState
 
-    from autotune.app import build_setup
-    from autotune.config import Config, StudyConfig, WindowConfig
-    from autotune.study import Driver
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
+    from autotune.search.study import Driver
 
     cfg = Config(workload={"_target_": "tests.workloads_cuda.HugeActivation"}, device="cuda",
                  study=StudyConfig(out_dir=str(tmp_path), agent=False, confirm_runs=0),

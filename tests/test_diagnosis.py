@@ -1,4 +1,4 @@
-"""autotune.diagnosis: verdicts from real measured windows on this machine (an input-bound and a
+"""autotune.diagnose.verdicts: verdicts from real measured windows on this machine (an input-bound and a
 compute-bound workload; a sync-bound one on CUDA), and every CUDA branch of the pure rules from
 hand-written evidence."""
 
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-from autotune import thresholds as th
-from autotune import window
-from autotune.diagnosis import BOTTLENECKS, diagnose
-from autotune.env import Env, _probe_here
-from autotune.profiling import summarize_trace
-from autotune.result import WindowResult
-from autotune.runner import TrialRequest, run_window
+from autotune.core.env import Env, _probe_here
+from autotune.diagnose import thresholds as th
+from autotune.diagnose.verdicts import BOTTLENECKS, diagnose
+from autotune.measure import window
+from autotune.measure.profiling import summarize_trace
+from autotune.measure.protocol import WindowResult
+from autotune.measure.runner import TrialRequest, run_window
 from tests.workloads_diag import (
     BigActivationWorkload,
     BusyLoaderWorkload,
@@ -54,7 +54,7 @@ def _knobs_of(fixes: list[dict[str, Any]]) -> list[str]:
 @pytest.fixture(scope="module")
 def sleepy_window(tmp_path_factory: pytest.TempPathFactory) -> tuple[WindowResult, dict, Path]:
     """The sleeping-loader workload through the study's real path: a child process running
-    ``python -m autotune.window`` under the runner, with the profiler capture on."""
+    ``python -m autotune.measure.window`` under the runner, with the profiler capture on."""
     knobs = baseline_knobs(SleepyLoaderWorkload())
     trial_dir = tmp_path_factory.mktemp("sleepy")
     req = TrialRequest(workload=spec(SleepyLoaderWorkload, sleep_ms=SLEEPY_MS), knobs=knobs,

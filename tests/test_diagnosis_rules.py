@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from autotune.diagnosis import diagnose
-from autotune.runner import TrialRequest, run_window
+from autotune.diagnose.verdicts import diagnose
+from autotune.measure.runner import TrialRequest, run_window
 from tests.conftest import TINY_WINDOW
 from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autotune.cli import force_workload_args
-from autotune.failfast import NOTHING_EXPORTED, user_frame
+from autotune.cli.main import force_workload_args
+from autotune.search.failfast import NOTHING_EXPORTED, user_frame
 from tests.conftest import TINY_ARGS, run_cli
 
 CRASH = "workload._target_=tests.workloads_user.CrashesEveryStep"

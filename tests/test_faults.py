@@ -105,14 +105,14 @@ def test_torn_journal_is_repaired_and_resumed(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "torn record" in proc.stdout + proc.stderr
     assert journal.read_bytes().startswith(good)
-    from autotune.storage import open_storage
+    from autotune.results.storage import open_storage
 
     trials = optuna.load_study(study_name="torn", storage=open_storage(f"journal:{journal}")).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
 
 
 def test_interrupted_export_keeps_the_previous_file(tmp_path: Path) -> None:
-    from autotune.export import atomic_write
+    from autotune.core.files import atomic_write
 
     path = tmp_path / "best.yaml"
     atomic_write(path, yaml.safe_dump({"speedup": 2.0}))

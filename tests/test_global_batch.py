@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from autotune.env import Env
-from autotune.knobs import KnobError, build_space, keep_global_batch
-from autotune.training import Training
+from autotune.core.env import Env
+from autotune.core.knobs import KnobError, build_space, keep_global_batch
+from autotune.core.training import Training
+from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import TINY_ARGS, run_cli
-from workloads.mlp import MLPWorkload
 
 
 def test_micro_batches_divide_the_global_batch(cpu_env: Env) -> None:

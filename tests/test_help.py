@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.knobs import KNOBS
+from autotune.core.knobs import KNOBS
 from tests.conftest import ROOT, run_cli
 
 
@@ -16,7 +16,7 @@ def test_help_names_autotune_workloads_and_knobs(tmp_path: Path) -> None:
     assert out.startswith("autotune - "), out[:200]
     assert "powered by Hydra" not in out
     assert "autotune workload=resnet18" in out and "study.n_trials=" in out
-    for wl in sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml")):
+    for wl in sorted(p.stem for p in (ROOT / "autotune" / "conf" / "workload").glob("*.yaml")):
         assert wl in out, wl
     for knob in KNOBS:
         assert f"  {knob.name} " in out, knob.name

@@ -9,11 +9,11 @@ import optuna
 import pytest
 import torch
 
-from autotune.env import Env
-from autotune.knobs import KNOBS, KnobError, build_space
-from autotune.training import Training
-from workloads.mlp import MLPWorkload
-from workloads.resnet18 import ResNet18Workload
+from autotune.core.env import Env
+from autotune.core.knobs import KNOBS, KnobError, build_space
+from autotune.core.training import Training
+from autotune.workloads.mlp import MLPWorkload
+from autotune.workloads.resnet18 import ResNet18Workload
 
 
 def small_resnet() -> ResNet18Workload:
@@ -124,7 +124,7 @@ def test_cuda_graphs_refused_without_cuda(cpu_env: Env) -> None:
 
 @pytest.mark.gpu
 def test_cuda_knobs_run_on_gpu(cpu_env: Env) -> None:
-    from autotune.env import probe
+    from autotune.core.env import probe
 
     env = probe("cuda")
     # The compile modes on a tiny MLP: max-autotune on even a 32 px ResNet-18 benchmarks every
@@ -180,7 +180,7 @@ def test_invalid_pin_names_valid_values(cpu_env: Env) -> None:
 def test_a_trial_stored_before_a_knob_existed_resumes_with_what_it_ran(cpu_env: Env) -> None:
     """An old resnet18 study's trials lack transform_split: they ran every input stage on
     the host, not the domain's first value (0, all on the device)."""
-    from autotune.agent import candidate
+    from autotune.search.agent import candidate
 
     wl = small_resnet()
     space = build_space(cpu_env, wl, {})
@@ -194,7 +194,7 @@ def test_a_trial_stored_before_a_knob_existed_resumes_with_what_it_ran(cpu_env: 
     assert proposed is not None and proposed["transform_split"] == 3
     assert proposed["num_workers"] == 1
     # and it counts as tried: the agent does not re-run it as a "new" split-3 configuration
-    from autotune.agent import tried
+    from autotune.search.agent import tried
 
     study = optuna.create_study()
     study.enqueue_trial({}, user_attrs={"knobs": old})

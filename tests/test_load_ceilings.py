@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.pruning import cached_ceilings
+from autotune.search.pruning import cached_ceilings
+from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import TINY_WINDOW
-from workloads.mlp import MLPWorkload
 
 WINDOW = {**TINY_WINDOW, "min_measure_seconds": 1.0}
 
@@ -45,9 +45,9 @@ class PlantedCeilingWorkload(MLPWorkload):
 
 
 def _study(tmp_path: Path, workload: dict[str, Any]) -> Any:
-    from autotune.app import build_setup
-    from autotune.config import Config, StudyConfig, WindowConfig
-    from autotune.study import Driver
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
+    from autotune.search.study import Driver
 
     cfg = Config(workload=workload, device="cpu",
                  study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False),
@@ -60,7 +60,7 @@ def _study(tmp_path: Path, workload: dict[str, Any]) -> Any:
     return driver.study
 
 
-MLP = {"_target_": "workloads.mlp.MLPWorkload", "n_samples": 4096}
+MLP = {"_target_": "autotune.workloads.mlp.MLPWorkload", "n_samples": 4096}
 
 
 @pytest.mark.skipif(shutil.which("stress-ng") is None, reason="needs stress-ng")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from autotune.readings import thread_busy_s
+from autotune.measure.readings import thread_busy_s
 
 
 def test_a_sleep_is_not_cpu_demand_but_computing_is() -> None:

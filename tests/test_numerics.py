@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.numerics import DEFAULT_TOLERANCE, check_tolerance, deviation, families
+from autotune.search.numerics import DEFAULT_TOLERANCE, check_tolerance, deviation, families
 from tests.conftest import TINY_ARGS, run_cli
 
 

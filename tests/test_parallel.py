@@ -15,10 +15,10 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from autotune.ownership import owner_alive
+from autotune.search.ownership import owner_alive
 from tests.conftest import PG_PASSWORD, ROOT, TINY_ARGS, run_cli
 
-WORKER = [sys.executable, "-c", "from autotune.cli import main; main()"]
+WORKER = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
 
 
 def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -137,6 +137,6 @@ def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "workers=2", "study.name=j", "study.n_trials=3",
                     f"study.storage={url}", *TINY_ARGS], tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    from autotune.storage import open_storage
+    from autotune.results.storage import open_storage
 
     _check_study(open_storage(url), "j", 3)

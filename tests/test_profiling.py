@@ -1,4 +1,4 @@
-"""autotune.profiling: the capture (real, on this CPU) and the pure trace summary (stored real
+"""autotune.measure.profiling: the capture (real, on this CPU) and the pure trace summary (stored real
 CPU traces, plus a hand-built CUDA trace for the GPU-only fields)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from autotune.profiling import capture, is_low_precision_kernel, summarize_trace
-from autotune.training import Training
+from autotune.core.training import Training
+from autotune.measure.profiling import capture, is_low_precision_kernel, summarize_trace
 from tests.workloads_diag import ComputeWorkload, SleepyLoaderWorkload, baseline_knobs
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -66,7 +66,7 @@ def test_report_md_tables_and_no_password(study_dir: tuple[Path, str], tmp_path:
     assert not re.search(r"<script[^>]*\ssrc=|<link[^>]*\shref=", html)
     assert html.count("<script") >= 4
     # Any storage URL in the report goes through redact(): write one with a password.
-    from autotune.report_html import write_report
+    from autotune.results.report_html import write_report
 
     study = optuna.load_study(study_name="rep", storage=f"sqlite:///{out_dir}/study.db")
     write_report(study, tmp_path, "postgresql://tuner:pw-SENTINEL-99@db.example/autotune")
@@ -78,7 +78,7 @@ def test_report_md_tables_and_no_password(study_dir: tuple[Path, str], tmp_path:
 def test_report_command_on_a_stored_study(study_dir: tuple[Path, str], tmp_path: Path) -> None:
     out_dir, _ = study_dir
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "autotune.report_html", "--storage",
+    cmd = [sys.executable, "-m", "autotune.results.report_html", "--storage",
            f"sqlite:///{out_dir}/study.db"]
     proc = subprocess.run([*cmd, "--study", "rep", "--out", str(tmp_path)], capture_output=True,
                           text=True, env=env, timeout=120)

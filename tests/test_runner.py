@@ -12,11 +12,11 @@ from typing import Any
 import psutil
 import pytest
 
-from autotune.env import Env
-from autotune.knobs import build_space
-from autotune.runner import TrialRequest, run_window
+from autotune.core.env import Env
+from autotune.core.knobs import build_space
+from autotune.measure.runner import TrialRequest, run_window
+from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import TINY_WINDOW, leftover_trials
-from workloads.mlp import MLPWorkload
 
 FAULTY = "tests.workloads_faulty."
 
@@ -31,7 +31,7 @@ def request(cpu_env: Env, target: str, window: dict[str, Any] | None = None,
 
 
 def test_ok_window_reports_measurements(cpu_env: Env, tmp_path: Path) -> None:
-    res = run_window(request(cpu_env, "workloads.mlp.MLPWorkload"), tmp_path)
+    res = run_window(request(cpu_env, "autotune.workloads.mlp.MLPWorkload"), tmp_path)
     assert res.outcome == "ok", res.stderr_tail
     assert res.samples_per_sec > 0 and res.steps >= TINY_WINDOW["min_measure_steps"]
     assert {"median", "p10", "p90"} <= set(res.step_ms)
@@ -131,7 +131,7 @@ def test_memory_peak_is_measured(cpu_env: Env, tmp_path: Path) -> None:
 
 
 def test_env_passes_to_child(cpu_env: Env, tmp_path: Path) -> None:
-    req = request(cpu_env, "workloads.mlp.MLPWorkload")
+    req = request(cpu_env, "autotune.workloads.mlp.MLPWorkload")
     req.env = {"AUTOTUNE_MARK": "x"}
     assert run_window(req, tmp_path).outcome == "ok"
     assert os.environ.get("AUTOTUNE_MARK") is None
@@ -140,7 +140,7 @@ def test_env_passes_to_child(cpu_env: Env, tmp_path: Path) -> None:
 def test_slow_loader_is_stopped_while_its_ceiling_is_measured(cpu_env: Env, tmp_path: Path) -> None:
     """The loader ceiling streams its rate: a loader already far below the best is stopped
     after a few batches, not after the whole measurement (and no ceiling is cached from it)."""
-    from autotune.pruning import PARTIAL_MIN_BATCHES, partial_verdict
+    from autotune.search.pruning import PARTIAL_MIN_BATCHES, partial_verdict
     from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
 
     req = TrialRequest(workload=spec(SleepyLoaderWorkload), device="cpu",
@@ -166,7 +166,7 @@ def test_slow_loader_is_stopped_while_its_ceiling_is_measured(cpu_env: Env, tmp_
 def test_short_steps_are_measured_for_min_measure_seconds(cpu_env: Env, tmp_path: Path) -> None:
     """Six ~1 ms steps are too few batches for a stable figure: the window goes on past
     measure_steps until min_measure_seconds have been measured (and stays within bounds)."""
-    req = request(cpu_env, "workloads.mlp.MLPWorkload",
+    req = request(cpu_env, "autotune.workloads.mlp.MLPWorkload",
                   {"measure_steps": 6, "min_measure_seconds": 1.0, "measure_seconds": 30.0})
     res = run_window(req, tmp_path)
     assert res.outcome == "ok", res.stderr_tail
@@ -188,7 +188,7 @@ def test_a_raising_progress_callback_does_not_leave_the_trial_running(cpu_env: E
         raise RuntimeError("bug in the driver")
 
     with pytest.raises(RuntimeError, match="bug in the driver"):
-        run_window(request(cpu_env, "workloads.mlp.MLPWorkload", {"measure_seconds": 30.0,
+        run_window(request(cpu_env, "autotune.workloads.mlp.MLPWorkload", {"measure_seconds": 30.0,
                                                                   "min_measure_seconds": 30.0}),
                    tmp_path, on_progress=broken)
     assert leftover_trials(since, tmp_path) == []

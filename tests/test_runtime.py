@@ -15,9 +15,9 @@ import yaml
 from torch import nn
 
 import autotune
-from autotune.training import Training
+from autotune.core.training import Training
+from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import ROOT, TINY_ARGS, run_cli
-from workloads.mlp import MLPWorkload
 
 # Knobs a real study is pinned to: every one differs from the mlp workload's defaults where
 # the CPU allows it, so "applied as measured" cannot pass by accident.
@@ -249,12 +249,12 @@ def test_override_list_composes_to_the_best_knobs(study_dir: Path) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from autotune.config import register_configs
+    from autotune.cli.config import register_configs
 
     lines = (study_dir / "overrides.txt").read_text().splitlines()
     assert "knobs.num_workers=1" in lines and "knobs.transfer_dtype='float32'" in lines
     register_configs()
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(str(ROOT / "autotune" / "conf"), version_base=None):
         cfg = compose("config", overrides=["workload=mlp", *lines])
     assert OmegaConf.to_container(cfg.knobs) == autotune.load_best(study_dir / "best.yaml").knobs
 
@@ -346,8 +346,8 @@ class _StagedData(MLPWorkload):
             torch.randint(0, 256, (64, 64), dtype=torch.uint8, generator=g),
             torch.randint(0, 10, (64,), generator=g))
 
-    def stages(self) -> list[autotune.stages.Stage]:
-        from autotune.stages import Stage
+    def stages(self) -> list[autotune.core.stages.Stage]:
+        from autotune.core.stages import Stage
         return [Stage("to_float", lambda x: x.float() / 255, lambda b: b.float() / 255),
                 Stage("normalize", lambda x: (x - 0.5) / 0.5, lambda b: (b - 0.5) / 0.5)]
 
@@ -379,7 +379,7 @@ def test_transform_split_applied_to_the_users_loader_as_in_the_trial(study_dir: 
     assert ref_inputs.dtype == torch.uint8 and ref_inputs.shape == inputs.shape
     mine = run.prepare(run.to_device(inputs, targets)[0])
     torch.testing.assert_close(mine, ref.prepare(ref.to_device(inputs, targets)[0]))
-    host = autotune.stages.StagedDataset(wl.raw_dataset(), wl.stages())  # every stage per item
+    host = autotune.core.stages.StagedDataset(wl.raw_dataset(), wl.stages())  # every stage per item
     all_host = torch.stack([host[i][0] for i in range(len(inputs))])
     torch.testing.assert_close(mine, all_host)  # and what the all-host pipeline gives
     assert torch.isfinite(run.step(*run.to_device(inputs, targets)))
@@ -406,8 +406,8 @@ def test_compile_warning_only_for_another_mode(study_dir: Path) -> None:
     """A model the user compiled in the measured mode is silent; another mode names both."""
     doc = yaml.safe_load((study_dir / "best.yaml").read_text())
     best = {**doc, "knobs": {**doc["knobs"], "compile": "default"}}
-    assert autotune.runtime.compiled_mode(torch.compile(_user_model())) == "default"
-    assert autotune.runtime.compiled_mode(
+    assert autotune.production.runtime.compiled_mode(torch.compile(_user_model())) == "default"
+    assert autotune.production.runtime.compiled_mode(
         torch.compile(_user_model(), mode="max-autotune")) == "max-autotune"
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -10,16 +10,16 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from autotune.agent import candidate
-from autotune.diagnosis import diagnose
-from autotune.env import Env
-from autotune.knobs import KnobError, build_space
-from autotune.stages import Stage
-from autotune.training import Training
-from autotune.workload import Workload
-from workloads.jpeg_folder import JPEGFolderWorkload, write_random_jpegs
-from workloads.mlp import MLPWorkload
-from workloads.resnet18 import ResNet18Workload
+from autotune.core.env import Env
+from autotune.core.knobs import KnobError, build_space
+from autotune.core.stages import Stage
+from autotune.core.training import Training
+from autotune.core.workload import Workload
+from autotune.diagnose.verdicts import diagnose
+from autotune.search.agent import candidate
+from autotune.workloads.jpeg_folder import JPEGFolderWorkload, write_random_jpegs
+from autotune.workloads.mlp import MLPWorkload
+from autotune.workloads.resnet18 import ResNet18Workload
 
 SIZE = 48
 # The device resize (torchvision, bilinear, antialias) against the host's PIL bilinear resize:
@@ -162,7 +162,7 @@ def test_an_input_bound_diagnosis_moves_the_stages_and_the_agent_lands_on_a_vali
     fix = next(f for f in fixes if f["knob"] == "transform_split")
     assert fix["value"] == 0
     # The jitter stage has no batched version: 0 is capped at the nearest valid split, 2.
-    from autotune.agent import _within
+    from autotune.search.agent import _within
     value = _within(space, fix, base["transform_split"])
     proposed = candidate(space, base, {**fix, "value": value})
     assert proposed is not None and proposed["transform_split"] == 2

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def _open(url: str, start: float, results: Any) -> None:
-    from autotune.storage import open_storage
+    from autotune.results.storage import open_storage
 
     while time.time() < start:  # all openers hit the empty database at once
         time.sleep(0.001)

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.diagnosis import diagnose
-from autotune.profiling import summarize_trace
-from autotune.runner import TrialRequest, run_window
+from autotune.diagnose.verdicts import diagnose
+from autotune.measure.profiling import summarize_trace
+from autotune.measure.runner import TrialRequest, run_window
 from tests.make_adamw_trace import PARAMS, build
 from tests.workloads_diag import DATA, baseline_knobs
 
-GPT_TINY = {"_target_": "workloads.gpt.GPTWorkload", "vocab": 512, "seq_len": 64, "d_model": 64,
+GPT_TINY = {"_target_": "autotune.workloads.gpt.GPTWorkload", "vocab": 512, "seq_len": 64, "d_model": 64,
             "n_layer": 4, "n_head": 4, "n_sequences": 512, "batch_size": 16}
 
 
@@ -56,7 +56,7 @@ def test_adamw_trace_is_not_diagnosed_sync() -> None:
 @pytest.mark.gpu
 def test_adamw_on_cuda_is_not_diagnosed_sync(tmp_path: Any) -> None:
     """A real gpt step with AdamW on CUDA: its counter reads are there, its syncs are not."""
-    from workloads.gpt import GPTWorkload
+    from autotune.workloads.gpt import GPTWorkload
 
     args = {k: v for k, v in GPT_TINY.items() if k != "_target_"}
     knobs = baseline_knobs(GPTWorkload(**args), "cuda")

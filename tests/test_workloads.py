@@ -6,18 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.env import Env
-from autotune.knobs import build_space
-from autotune.training import Training
-from autotune.workload import Workload, WorkloadError, build_workload, workload_name
+from autotune.core.env import Env
+from autotune.core.knobs import build_space
+from autotune.core.training import Training
+from autotune.core.workload import Workload, WorkloadError, build_workload, workload_name
 
 SHIPPED = {
-    "mlp": {"_target_": "workloads.mlp.MLPWorkload", "n_samples": 128},
-    "resnet18": {"_target_": "workloads.resnet18.ResNet18Workload", "image_size": 32, "n_images": 64,
+    "mlp": {"_target_": "autotune.workloads.mlp.MLPWorkload", "n_samples": 128},
+    "resnet18": {"_target_": "autotune.workloads.resnet18.ResNet18Workload", "image_size": 32, "n_images": 64,
                  "batch_size": 8},
-    "gpt": {"_target_": "workloads.gpt.GPTWorkload", "vocab": 256, "seq_len": 32, "d_model": 64,
+    "gpt": {"_target_": "autotune.workloads.gpt.GPTWorkload", "vocab": 256, "seq_len": 32, "d_model": 64,
             "n_layer": 2, "n_head": 4, "n_sequences": 64, "batch_size": 4},
-    "jpeg_folder": {"_target_": "workloads.jpeg_folder.JPEGFolderWorkload", "image_size": 32,
+    "jpeg_folder": {"_target_": "autotune.workloads.jpeg_folder.JPEGFolderWorkload", "image_size": 32,
                     "n_images": 16, "batch_size": 4},
 }
 
@@ -53,4 +53,4 @@ def test_cpu_sized_copy_is_smaller(name: str) -> None:
 
 def test_gpt_rejects_bad_heads() -> None:
     with pytest.raises(WorkloadError, match="divisible"):
-        build_workload({"_target_": "workloads.gpt.GPTWorkload", "d_model": 100, "n_head": 3})
+        build_workload({"_target_": "autotune.workloads.gpt.GPTWorkload", "d_model": 100, "n_head": 3})

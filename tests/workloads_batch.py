@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from autotune.workload import Workload
+from autotune.core.workload import Workload
 
 
 class TokenDataset(Dataset):

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workloads.mlp import MLPWorkload
+from autotune.workloads.mlp import MLPWorkload
 
 
 class HugeActivation(MLPWorkload):

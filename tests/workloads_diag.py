@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
-from autotune.workload import Workload
+from autotune.core.workload import Workload
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -180,8 +180,8 @@ def spec(cls: type[Workload], **kwargs: Any) -> dict[str, Any]:
 
 def baseline_knobs(workload: Workload, device: str = "cpu") -> dict[str, Any]:
     """Trial 0's knobs for this workload on this machine, as the study would run them."""
-    from autotune.env import Env, _probe_here
-    from autotune.knobs import build_space
+    from autotune.core.env import Env, _probe_here
+    from autotune.core.knobs import build_space
 
     env = Env.from_dict(_probe_here(device))
     return build_space(env, workload, {}).baseline
@@ -189,8 +189,8 @@ def baseline_knobs(workload: Workload, device: str = "cpu") -> dict[str, Any]:
 
 def record_trace(workload: Workload, path: Path, steps: int = 2, warmup: int = 2) -> dict[str, Any]:
     """A real capture on CPU: warm up like the window, then profiling.capture()."""
-    from autotune.profiling import capture
-    from autotune.training import Training
+    from autotune.core.training import Training
+    from autotune.measure.profiling import capture
 
     run = Training(workload, baseline_knobs(workload), "cpu")
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from workloads.mlp import MLPWorkload
+from autotune.workloads.mlp import MLPWorkload
 
 
 class _Sleepy(Dataset):

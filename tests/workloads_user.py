@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from workloads.mlp import MLPWorkload
+from autotune.workloads.mlp import MLPWorkload
 
 
 class CrashesEveryStep(MLPWorkload):

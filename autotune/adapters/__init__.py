@@ -4,7 +4,8 @@ the study's result handed back in the framework's own terms (Trainer / TrainingA
 Import-light on purpose: ``autotune`` imports without Lightning or Transformers installed; each
 adapter module imports its framework itself (``pip install -e '.[lightning]'`` / ``'.[hf]'``).
 What they share lives here: reading a best.yaml in any of its forms, resolving the user's
-dotted paths, and writing the framework files beside best.yaml.
+dotted paths (best.yaml's framework files are written by
+``autotune.results.export`` through ``Workload.framework_exports``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from autotune.workload import Workload, WorkloadError, resolve_target
+from autotune.core.workload import WorkloadError, resolve_target
+from autotune.production.best import load_best
 
 log = logging.getLogger("autotune")
 
@@ -29,8 +28,6 @@ RETAIN_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 def best_document(best: Any) -> dict[str, Any]:
     """best.yaml's document from a path, a ``BestConfig`` (``autotune.load_best``) or the dict."""
     if isinstance(best, (str, os.PathLike)):
-        from autotune.export import load_best
-
         return dict(load_best(best).document)
     document = getattr(best, "document", best)
     if not isinstance(document, Mapping) or "knobs" not in document:
@@ -65,24 +62,3 @@ def load_object(path: str, args: Mapping[str, Any] | None, what: str) -> Any:
             f"{what}={path!r} could not be called with {what}_args={dict(args or {})!r}: {exc}. "
             f"Give the arguments it takes as +workload.{what}_args={{name: value}}."
         ) from exc
-
-
-def write_framework_exports(target: Any, best: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Write the exported workload's framework files (``Workload.framework_exports``) beside
-    best.yaml. A workload class that cannot be imported here writes nothing (best.yaml stands)."""
-    if not target:
-        return []
-    try:
-        cls = resolve_target(str(target))
-    except WorkloadError:
-        return []
-    if not (isinstance(cls, type) and issubclass(cls, Workload)):
-        return []
-    from autotune.export import atomic_write
-
-    written = []
-    for name, document in cls.framework_exports(best).items():
-        path = out_dir / name
-        atomic_write(path, yaml.safe_dump(document, sort_keys=False))
-        written.append(path)
-    return written

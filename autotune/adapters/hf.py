@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
-from autotune.workload import Workload, WorkloadError, resolve_target
+from autotune.core.workload import Workload, WorkloadError, resolve_target
 
 #: TrainingArguments.optim values and the optimizer_impl knob they are.
 OPTIM_IMPL = {"adamw_torch": "default", "adamw_torch_fused": "fused"}

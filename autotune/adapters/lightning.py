@@ -33,8 +33,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from autotune.adapters import accumulation, best_document, environment, load_object
-from autotune.training import loader_kwargs, optimizer_kwargs
-from autotune.workload import Workload, WorkloadError
+from autotune.core.training import loader_kwargs, optimizer_kwargs
+from autotune.core.workload import Workload, WorkloadError
 
 #: Trainer(precision=...) values and the amp knob they are.
 PRECISION_AMP = {"32-true": "off", "32": "off", "bf16-mixed": "bf16", "16-mixed": "fp16",
@@ -248,7 +248,7 @@ def trainer_kwargs(best: Any) -> dict[str, Any]:
 
 def dataloader_kwargs(best: Any) -> dict[str, Any]:
     """``DataLoader(dataset, **dataloader_kwargs(best), shuffle=..., collate_fn=...)``: the
-    same loader arguments the trials ran with (``autotune.training.loader_kwargs``)."""
+    same loader arguments the trials ran with (``autotune.core.training.loader_kwargs``)."""
     return loader_kwargs(best_document(best)["knobs"])
 
 

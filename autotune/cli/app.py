@@ -1,0 +1,198 @@
+"""From a validated Config to a finished study: resolve the device, workload, space and storage,
+run the worker(s), export. Every user error surfaces here as one paragraph and exit code 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.cli.config import Config
+from autotune.cli.crash import explain, fail
+from autotune.core.env import DeviceError, Env, probe
+from autotune.core.knobs import KnobError, build_space, keep_global_batch
+from autotune.core.workload import WorkloadError, build_workload, workload_name
+from autotune.results.compare import CompareError, load_other, start_knobs
+from autotune.results.storage import (
+    ENV_VAR,
+    StorageError,
+    is_sqlite,
+    open_storage,
+    redact,
+    resolve_url,
+)
+from autotune.search.numerics import check_tolerance
+from autotune.search.run import run_study
+from autotune.search.study import StudySetup
+
+log = logging.getLogger("autotune")
+
+# CPU-sized defaults, applied to keys the user did not set, so a CPU run takes minutes.
+CPU_WINDOW = {"warmup_steps": 3, "measure_steps": 16, "measure_seconds": 5.0,
+              "min_measure_steps": 4, "profile_steps": 2}
+CPU_TRIALS = 12
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _overridden(overrides: list[str], prefix: str) -> set[str]:
+    keys = set()
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key.startswith(prefix):
+            keys.add(key[len(prefix):])
+    return keys
+
+
+def resolve_workers(value: Any, env: Env) -> int:
+    if value == "auto":
+        return max(1, env.gpu_count) if env.device == "cuda" else 1
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"workers={value!r} is not valid: use a positive integer or 'auto'.") from None
+    if n < 1:
+        raise UsageError(f"workers={n} is not valid: use a positive integer or 'auto'.")
+    return n
+
+
+def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int]:
+    """The study's setup, its worker count and its trial count (CPU-sized when unset)."""
+    spec = dict(cfg.workload)
+    user_keys = _overridden(overrides, "workload.")
+    if "_target_" in user_keys:
+        # A user workload: the default group's arguments (resnet18's image_size, ...) belong to
+        # another factory, so only the keys given on the command line are passed.
+        spec = {k: v for k, v in spec.items() if k in user_keys}
+    workload = build_workload(spec)
+    env = probe(cfg.device)
+    user_sizes = user_keys - {"_target_"}
+    cpu_sized = False
+    if env.device == "cpu" and not user_sizes:
+        small = workload.cpu_sized()
+        if small is not workload:
+            cpu_sized, workload = True, small
+    window = dataclasses.asdict(cfg.window)
+    if env.device == "cpu":
+        for key, value in CPU_WINDOW.items():
+            if key not in _overridden(overrides, "window."):
+                window[key] = value
+    n_trials = cfg.study.n_trials
+    if env.device == "cpu" and "n_trials" not in _overridden(overrides, "study."):
+        n_trials = CPU_TRIALS
+    knob_overrides = {k: v for k, v in dataclasses.asdict(cfg.knobs).items() if v is not None}
+    space = build_space(env, workload, knob_overrides)
+    global_batch = None
+    if cfg.study.keep_global_batch:
+        global_batch = int(workload.defaults.get("batch_size", space.baseline["batch_size"]))
+        space = keep_global_batch(space, global_batch)
+
+    label = workload_name(spec)
+    name = cfg.study.name or f"{label}-{env.device}"
+    out_dir = Path(cfg.study.out_dir) / name
+    url = resolve_url(cfg.study.storage, out_dir / "study.db")
+    workers = resolve_workers(cfg.workers, env)
+    if workers > 1 and is_sqlite(url):
+        raise UsageError(
+            f"workers={workers} with SQLite storage ({redact(url)}) is refused: SQLite is for one "
+            "worker. Point study.storage (or AUTOTUNE_STORAGE) at PostgreSQL, e.g. "
+            "postgresql://user:password@host/db, or use journal:PATH for several workers on one "
+            "machine."
+        )
+    if cfg.study.run_steps is not None and cfg.study.run_steps < 1:
+        raise UsageError(f"study.run_steps={cfg.study.run_steps} must be a positive number of "
+                         "training steps (the length of your run), or null to optimize the "
+                         "steady-state throughput.")
+    if cfg.memory.limit_gb is not None and cfg.memory.limit_gb <= 0:
+        raise UsageError(f"memory.limit_gb={cfg.memory.limit_gb} must be positive.")
+    if not 0 < cfg.memory.limit_fraction <= 1:
+        raise UsageError(f"memory.limit_fraction={cfg.memory.limit_fraction} must be in (0, 1].")
+    limit = cfg.memory.limit_gb or cfg.memory.limit_fraction * env.total_memory_gb
+    setup = StudySetup(
+        name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
+        workload_label=workload.describe(), window=window, memory_limit_gb=limit, seed=cfg.seed,
+        cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
+        timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
+        confirm_top=max(1, cfg.study.confirm_top), run_steps=cfg.study.run_steps,
+        global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
+        numerics_tolerance=_tolerance(cfg),
+    )
+    _nightly(setup, cfg)
+    return setup, workers, n_trials
+
+
+def _tolerance(cfg: Config) -> dict[str, float]:
+    try:
+        check_tolerance(dict(cfg.study.numerics_tolerance))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return dict(cfg.study.numerics_tolerance)
+
+
+def _nightly(setup: StudySetup, cfg: Config) -> None:
+    """study.compare_to / study.start_from: where the earlier study lives; its best knobs.
+    A storage that does not answer is a usage error (exit 2, before any trial); a study that is
+    not in it is a warning and this study runs without it, because a nightly schedule's first
+    night, or the night after a missed one, names a study that never ran: failing then would
+    lose the night's study too."""
+    s = cfg.study
+    setup.regression_pct = s.regression_pct
+    for name in dict.fromkeys(filter(None, (s.compare_to, s.start_from))):
+        url = (s.compare_storage or s.storage or os.environ.get(ENV_VAR)
+               or f"sqlite:///{Path(s.out_dir) / name / 'study.db'}")
+        try:
+            load_other(name, url)
+        except CompareError as exc:
+            roles = " and ".join(r for r, v in (("study.compare_to", s.compare_to),
+                                                 ("study.start_from", s.start_from)) if v == name)
+            why = (f"{roles}: {exc} This study runs without it (nothing to compare with, or "
+                   "to start from).")
+            print(f"autotune: warning: {why}", file=sys.stderr)
+            setup.nightly_missing = " ".join(filter(None, (setup.nightly_missing, why)))
+            continue
+        if name == s.compare_to:
+            setup.compare_to, setup.compare_storage = name, url
+        if name == s.start_from:
+            setup.start_knobs = start_knobs(name, url)
+
+
+def run(cfg: Config, overrides: list[str]) -> int:
+    try:
+        setup, workers, n_trials = build_setup(cfg, overrides)
+        storage = open_storage(setup.storage)
+    except (WorkloadError, KnobError, DeviceError, StorageError, UsageError, CompareError) as exc:
+        fail(str(exc))
+        return 2
+    _print_header(setup, workers, n_trials)
+    try:
+        return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
+    except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
+        return explain(exc, setup.out_dir, str(setup.storage))
+
+
+def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
+    e = s.env
+    mem = f"{e.total_memory_gb:.1f} GB"
+    print(f"autotune: study '{s.name}' on {e.device} ({e.device_name}, {mem}, torch {e.torch_version})")
+    print(f"  workload: {s.workload_label}")
+    if s.cpu_sized:
+        print("  CPU run with no sizes set: using the workload's CPU-sized defaults "
+              "(set any workload.* key to choose sizes yourself)")
+    if s.env.device == "cpu":
+        print(f"  CPU run: CPU-sized window and {n_trials} trials unless window.* / "
+              "study.n_trials are set")
+    w = s.window
+    print(f"  window: {w['warmup_steps']} warm-up steps, {w['measure_steps']} measured steps (at "
+          f"least {w['min_measure_seconds']}s, at most {w['measure_seconds']}s); timeout "
+          f"{w['timeout_s']}s per trial")
+    print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
+    for name, (value, why) in s.space.fixed.items():
+        print(f"  fixed {name}={value}: {why}")
+    for name, (values, why) in s.space.narrowed.items():
+        print(f"  {name} searched over {values} only: {why}")
+    sys.stdout.flush()

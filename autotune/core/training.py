@@ -1,0 +1,335 @@
+"""Applying knobs to a real training loop: the one place both trials and production runs use.
+
+``Training(workload, knobs, device)`` builds the loader, model and optimizer with the knobs
+applied and exposes the step in phases (copy, forward+backward, optimizer) so the window can
+time each one. A production run with its own loader, model and optimizer gets the same step
+through ``autotune.Runtime`` (``Training.around`` and the functions below); one built from a
+``Workload`` uses the same object::
+
+    best = autotune.load_best("studies/resnet18-cuda/best.yaml")
+    run = autotune.Training(my_workload, best.knobs, "cuda")
+    for batch in run.loader:
+        loss = run.step(*run.to_device(*run.split(batch)))
+
+Batches may be pairs or Mappings of any nesting (``autotune.core.batch``); every knob that touches
+a batch walks its structure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import nvtx
+import torch
+from torch.utils.data import DataLoader
+
+from autotune.core import batch as tree
+from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
+from autotune.core.workload import Workload
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """An NVTX range (seen by ``nsys profile``) that is also a torch.profiler label."""
+    with nvtx.annotate(name, domain="autotune"), torch.profiler.record_function(name):
+        yield
+
+
+def apply_backend_flags(knobs: Mapping[str, Any]) -> None:
+    """Process-wide switches: TF32 matmuls and cuDNN autotuning.
+
+    cuDNN convolutions already use TF32 by PyTorch's default (``cudnn.allow_tf32=True``) and
+    are left so: switching them off for ``tf32=False`` would make the baseline slower than the
+    user's real setup and overstate every speedup. The knob decides fp32 matmuls, which
+    PyTorch keeps in full fp32 by default."""
+    torch.backends.cuda.matmul.allow_tf32 = bool(knobs["tf32"])
+    torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
+
+
+# glibc mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+
+
+def apply_host_allocator(knobs: Mapping[str, Any]) -> None:
+    """host_allocator=retain: glibc serves blocks above its mmap threshold (up to 32 MiB) with
+    fresh mmaps and unmaps them on free, so a CPU step that frees and re-allocates its
+    activations faults every page back in and zeroes it, every step. With mmap off and no heap
+    trimming, freed memory stays in the process for reuse. Process-wide and one-way (set it
+    before the loader forks its workers); a fresh trial process per configuration."""
+    if knobs.get("host_allocator", "default") != "retain":
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
+        raise RuntimeError("host_allocator=retain: glibc mallopt refused the settings")
+
+
+def loader_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The DataLoader arguments the loader knobs decide (batch size, workers, pinning,
+    prefetch, persistence): the trial's loader and a production loader get the same ones."""
+    workers = int(knobs["num_workers"])
+    kwargs: dict[str, Any] = {
+        "batch_size": int(knobs["batch_size"]),
+        "num_workers": workers,
+        "pin_memory": bool(knobs["pin_memory"]),
+    }
+    if workers > 0:  # DataLoader refuses these without workers
+        kwargs["prefetch_factor"] = int(knobs["prefetch_factor"] or 2)
+        kwargs["persistent_workers"] = bool(knobs["persistent_workers"])
+    return kwargs
+
+
+def input_dataset(workload: Workload, knobs: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The loader's dataset and collate_fn: a staged workload's source with its first
+    ``transform_split`` stages run per sample on the host (the rest run in ``prepare``), else
+    the workload's own ``dataset(transfer_dtype)``."""
+    stages = workload.stages()
+    if not stages:
+        return workload.dataset(knobs["transfer_dtype"]), workload.collate_fn()
+    split = int(knobs.get("transform_split", len(stages)))
+    check_split(stages, split)
+    return (StagedDataset(workload.raw_dataset(), stages[:split]),
+            collate_for(stages, split) or workload.collate_fn())
+
+
+def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0) -> DataLoader:
+    dataset, collate = input_dataset(workload, knobs)
+    return DataLoader(
+        dataset,
+        shuffle=True,
+        drop_last=True,  # static shapes: a short last batch would recompile / break a graph
+        collate_fn=collate,
+        generator=torch.Generator().manual_seed(seed),
+        **loader_kwargs(knobs),
+    )
+
+
+def optimizer_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The optimizer constructor's implementation flags (foreach= / fused=); {} = torch's
+    default choice."""
+    impl = knobs["optimizer_impl"]
+    return {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
+
+
+def place_model(model: torch.nn.Module, knobs: Mapping[str, Any],
+                device: torch.device) -> torch.nn.Module:
+    """The model on its device, in the knobs' memory format, in training mode."""
+    model = model.to(device)
+    if bool(knobs["channels_last"]):
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    return model
+
+
+def compile_model(model: torch.nn.Module, knobs: Mapping[str, Any]) -> Callable[..., Any]:
+    """The module the step calls: the model itself (compile=off) or its torch.compile wrapper
+    in the chosen mode (lazy: nothing compiles before the first call)."""
+    mode = knobs["compile"]
+    if mode == "off" or isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        return model  # already compiled by the user's code: used as it is (runtime.py warns)
+    return torch.compile(model, mode=None if mode == "default" else mode)
+
+
+def grad_scaler(knobs: Mapping[str, Any], device: torch.device) -> torch.amp.GradScaler | None:
+    """fp16 autocast needs a GradScaler (bf16 has fp32's range and needs none)."""
+    return torch.amp.GradScaler(device.type) if knobs["amp"] == "fp16" else None
+
+
+class CaptureFailed(RuntimeError):
+    """CUDA Graph capture of the step failed (a sync, a CPU op or a dynamic shape in it)."""
+
+
+class Training:
+    """A training step with every knob applied. Not thread-safe; one per process."""
+
+    def __init__(
+        self, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device, seed: int = 0,
+        grad_accum: int = 1,
+    ):
+        """``grad_accum`` > 1: each step is one micro-batch, gradients add up over that many and
+        the optimizer steps once per ``grad_accum * batch_size`` samples (the global batch)."""
+        self.workload = workload
+        self.grad_accum = int(grad_accum)
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum={grad_accum}: must be a positive integer")
+        self._micro = 0  # micro-batches done in the current accumulation cycle
+        self.knobs = dict(knobs)
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        apply_backend_flags(self.knobs)
+        apply_host_allocator(self.knobs)
+        self.loader: Any = build_loader(workload, self.knobs, seed)
+        model = place_model(workload.model(), self.knobs, self.device)
+        self._attach(model, workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs)))
+
+    @classmethod
+    def around(cls, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device,
+               model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               loader: Any = None, grad_accum: int = 1) -> Training:
+        """The same step around objects the user built (autotune/production/runtime.py): their model
+        (already placed with ``place_model``), optimizer and loader; nothing is rebuilt.
+        The backend flags are the caller's to apply (once per process)."""
+        self = cls.__new__(cls)
+        self.workload = workload
+        self.grad_accum = int(grad_accum)
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum={grad_accum}: must be a positive integer")
+        self._micro = 0
+        self.knobs = dict(knobs)
+        self.device = torch.device(device)
+        self.loader = loader
+        self._attach(model, optimizer)
+        return self
+
+    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Every per-step knob, set up around a placed model and its optimizer."""
+        self.channels_last = bool(self.knobs["channels_last"])
+        self.uint8 = self.knobs["transfer_dtype"] == "uint8"
+        stages = self.workload.stages()  # the device part of a staged input pipeline
+        self.device_stages = stages[int(self.knobs.get("transform_split", len(stages))):]
+        # decode_jpeg(device=cuda) reads host bytes itself: that batch is not copied first.
+        self.copy_inputs = not (self.device_stages and self.device_stages[0].host_input)
+        self.non_blocking = bool(self.knobs["non_blocking"])
+        self.set_to_none = bool(self.knobs["set_to_none"])
+        self.model = model
+        self.optimizer = optimizer
+        self.amp_dtype = AMP_DTYPES.get(self.knobs["amp"])
+        self.scaler = grad_scaler(self.knobs, self.device)
+        # the model, or its compiled wrapper
+        self.forward_module: Callable[..., Any] = compile_model(model, self.knobs)
+        self.graph: _GraphedStep | None = None
+        if self.knobs["cuda_graphs"]:
+            if self.device.type != "cuda":
+                raise ValueError("cuda_graphs=True needs a CUDA device")
+            if self.grad_accum > 1:
+                raise CaptureFailed("cuda_graphs=True captures the whole optimizer step: it "
+                                    f"cannot accumulate gradients (grad_accum={self.grad_accum})")
+            if self.device_stages and self.device_stages[0].ragged:
+                raise CaptureFailed(
+                    f"cuda_graphs=True with transform_split={self.knobs['transform_split']}: the "
+                    f"device stage {self.device_stages[0].name!r} takes inputs of varying "
+                    "shapes (a list), which a captured graph cannot replay")
+            try:
+                self.graph = _GraphedStep(self)
+            except torch.OutOfMemoryError:
+                raise
+            except RuntimeError as exc:
+                raise CaptureFailed(f"CUDA Graph capture failed: {exc}") from exc
+
+    # --- the step, in the phases the window times -------------------------------------------
+    def split(self, batch: Any) -> tuple[Any, Any]:
+        """``(inputs, targets)`` of one loader batch, by the workload's convention."""
+        return self.workload.split_batch(batch)
+
+    def to_device(self, inputs: Any, targets: Any) -> tuple[Any, Any]:
+        """Both sides on the device, whatever their structure (targets may be None)."""
+        with phase("copy"):
+            if self.copy_inputs:  # not when decode_jpeg(device=) reads the host bytes itself
+                inputs = tree.move(inputs, self.device, self.non_blocking)
+            targets = tree.move(targets, self.device, self.non_blocking)
+        return inputs, targets
+
+    def prepare(self, inputs: Any) -> Any:
+        """Device half of the input transform (given the whole inputs structure): the
+        staged workload's device stages, or the two-way split's ``device_transform``; then the
+        model's memory format for every 4-D tensor inside it."""
+        if self.device_stages:
+            inputs = run_device_stages(self.device_stages, inputs, self.device)
+        if self.uint8:
+            inputs = self.workload.device_transform(inputs)
+        if self.channels_last:
+            inputs = tree.channels_last(inputs)
+        return inputs
+
+    def compute_loss(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """The forward pass under autocast: the model called by the batch convention, then the
+        workload's loss (by default the model's own ``.loss``)."""
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None
+        ):
+            return self.workload.loss(tree.call_model(self.forward_module, self.prepare(inputs)),
+                                      targets)
+
+    def forward_backward(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """One micro-batch's forward and backward; gradients are cleared only at the start of
+        an accumulation cycle and each micro-batch's loss is divided by the cycle's length, so
+        the optimizer sees the mean gradient over the global batch."""
+        if self._micro == 0:
+            self.optimizer.zero_grad(set_to_none=self.set_to_none)
+        with phase("forward"):
+            loss = self.compute_loss(inputs, targets)
+        with phase("backward"):
+            scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        """Step the optimizer once the accumulation cycle is complete (every call when
+        grad_accum is 1)."""
+        self._micro += 1
+        if self._micro < self.grad_accum:
+            return
+        self._micro = 0
+        with phase("optimizer"):
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+
+    def step(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """One whole training step on device-resident inputs; returns the (device) loss."""
+        if self.graph is not None:
+            return self.graph.replay(inputs, targets)
+        loss = self.forward_backward(inputs, targets)
+        self.optimizer_step()
+        return loss
+
+
+class _GraphedStep:
+    """Whole-step CUDA Graph capture (PyTorch's "whole network capture" recipe): forward,
+    backward and optimizer.step recorded once on static tensors, then replayed per batch.
+    Removes per-kernel launch overhead; needs static shapes and no host syncs in the step."""
+
+    def __init__(self, run: Training, warmup: int = 3):
+        self.run = run
+        for group in run.optimizer.param_groups:
+            if "capturable" in group:  # Adam-style step counters must live on the device
+                group["capturable"] = True
+        inputs, targets = run.split(next(iter(run.loader)))
+        # Static copies of every tensor leaf; replay copies each new batch into them.
+        self.static_inputs = tree.static_copy(tree.move(inputs, run.device))
+        self.static_targets = tree.static_copy(tree.move(targets, run.device))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
+            for _ in range(warmup):
+                run.forward_backward(self.static_inputs, self.static_targets)
+                run.optimizer.step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        run.optimizer.zero_grad(set_to_none=True)
+        # thread_local: the DataLoader's pin-memory thread goes on allocating pinned buffers
+        # and querying events while we capture; in the default "global" mode any such call
+        # from another thread invalidates the capture.
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            with torch.autocast(
+                "cuda", dtype=run.amp_dtype or torch.float32, enabled=run.amp_dtype is not None,
+                cache_enabled=False,
+            ):
+                out = tree.call_model(run.forward_module, run.prepare(self.static_inputs))
+                self.static_loss = run.workload.loss(out, self.static_targets)
+            self.static_loss.backward()
+            run.optimizer.step()
+
+    def replay(self, inputs: Any, targets: Any) -> torch.Tensor:
+        with phase("graph_replay"):
+            tree.copy_into(self.static_inputs, inputs)
+            tree.copy_into(self.static_targets, targets)
+            self.graph.replay()
+        return self.static_loss.detach().clone()

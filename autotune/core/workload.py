@@ -1,0 +1,188 @@
+"""The Workload protocol: what a user implements so autotune can train their model.
+
+A workload owns what must not change while tuning (data, model, loss, optimizer family);
+autotune owns how it is fed and executed (the knobs). Implement a subclass of ``Workload``,
+expose a factory, and run ``autotune workload._target_=my_pkg.my_module.MyWorkload``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune.core.batch import model_loss, split_batch
+from autotune.core.stages import Stage, StagedDataset
+
+
+class WorkloadError(ValueError):
+    """A workload could not be loaded or built; the message names what is wrong."""
+
+
+class Workload:
+    """Base class for a trainable workload.
+
+    A loader batch is a pair ``(inputs, targets)`` or a Mapping of model inputs (labels inside,
+    targets ``None``); either side may be a tensor or any nesting of tuples, lists and dicts of
+    them (see ``autotune.core.batch``). A Mapping is passed to the model as ``model(**inputs)``.
+
+    Input pipelines in stages (``autotune/core/stages.py``): implement ``raw_dataset()`` (raw items, e.g.
+    uint8 images or encoded bytes) and ``stages()`` (decode, resize, to float, normalize...,
+    each with a per-sample host version and, where it can run on a batch, a device version);
+    the ``transform_split`` knob then chooses how many stages run on the host before the copy.
+
+    The older two-way split still works: set ``splits_transform = True``, and
+    ``dataset("uint8")`` yields raw uint8 inputs that ``device_transform`` finishes on the
+    device (the ``transfer_dtype`` knob), so a 4x smaller batch crosses the bus.
+    """
+
+    name: str = "workload"
+    #: Knob values of the user's current setup: trial 0 (the baseline) runs exactly these.
+    defaults: dict[str, Any] = {}
+    splits_transform: bool = False
+    #: 4-D image inputs, so channels_last can apply.
+    image_inputs: bool = False
+    #: Every batch has the same shapes (the loader drops the last partial batch), so CUDA Graphs
+    #: and compile's reduce-overhead can replay one captured step.
+    static_shapes: bool = True
+    #: Knobs this workload's framework cannot express, narrowed to what it can:
+    #: ``{knob: (allowed values, why)}``. The adapters use it so that the study never picks a
+    #: configuration their export could not hand back (e.g. CUDA Graphs for Lightning's loop).
+    knob_limits: dict[str, tuple[list[Any], str]] = {}
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        """The training data as ``(inputs, target)`` items. A staged workload need not
+        implement it: by default its source with every stage run on the host."""
+        if self.stages():
+            return StagedDataset(self.raw_dataset(), self.stages())
+        raise NotImplementedError
+
+    def collate_fn(self) -> Callable[[list[Any]], Any] | None:
+        """How the loader merges samples into a batch (e.g. a Hugging Face data collator).
+        Default: None, PyTorch's ``default_collate``."""
+        return None
+
+    def raw_dataset(self) -> Dataset:
+        """Staged workloads: the raw ``(inputs, target)`` items the first stage reads."""
+        raise NotImplementedError
+
+    def stages(self) -> list[Stage]:
+        """Staged workloads: the input pipeline, in order (see ``autotune.core.stages.Stage``).
+        Default: none (the knob ``transform_split`` is then fixed)."""
+        return []
+
+    def device_transform(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Finish on the device what ``dataset("uint8")`` left undone. Default: nothing."""
+        return inputs
+
+    def model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def split_batch(self, batch: Any) -> tuple[Any, Any]:
+        """``(inputs, targets)`` of one loader batch. Default: a pair as it is, a Mapping as
+        the inputs with no targets. Override for another layout."""
+        return split_batch(batch)
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        """Default: the loss the model computed itself (``outputs.loss`` or
+        ``outputs["loss"]``, as a Hugging Face model given labels returns)."""
+        return model_loss(outputs)
+
+    def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
+        """Build the optimizer; pass ``**impl`` on (it carries foreach= / fused=)."""
+        raise NotImplementedError
+
+    def cpu_sized(self) -> Workload:
+        """A smaller copy for CPU runs when the user set no sizes. Default: unchanged."""
+        return self
+
+    def describe(self) -> str:
+        return self.name
+
+    @classmethod
+    def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Extra files written beside best.yaml for this workload's framework, as
+        ``{file name: plain YAML document}`` built from best.yaml's document. Default: none;
+        the Lightning and Hugging Face adapters write their Trainer / TrainingArguments forms."""
+        return {}
+
+
+def resolve_target(target: str) -> Any:
+    """Import ``package.module.attr``; raise WorkloadError naming what failed."""
+    module_name, _, attr = target.rpartition(".")
+    if not module_name:
+        raise WorkloadError(
+            f"workload._target_={target!r} is not a dotted path; expected "
+            "'package.module.Factory', e.g. 'autotune.workloads.resnet18.ResNet18Workload'."
+        )
+    if module_name.split(".")[0] == "workloads" and importlib.util.find_spec("workloads") is None:
+        # Studies stored before the shipped workloads moved inside the package name them
+        # ``workloads.<name>``: resuming or comparing with one still finds them.
+        module_name = "autotune." + module_name
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see
+        raise WorkloadError(
+            f"workload._target_={target!r}: importing module {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}. Check that the package is installed or on PYTHONPATH."
+        ) from exc
+    if not hasattr(module, attr):
+        public = sorted(n for n in dir(module) if not n.startswith("_"))
+        raise WorkloadError(
+            f"workload._target_={target!r}: module {module_name!r} has no attribute {attr!r}. "
+            f"It defines: {', '.join(public) or 'nothing public'}."
+        )
+    return getattr(module, attr)
+
+
+def build_workload(spec: dict[str, Any]) -> Workload:
+    """Instantiate a workload from its config node (``_target_`` + keyword arguments).
+
+    Done by hand rather than with ``hydra.utils.instantiate`` so that a wrong argument name is
+    reported with the factory's real parameter list instead of a nested Hydra traceback.
+    """
+    spec = dict(spec)
+    target = spec.pop("_target_", None)
+    if not target:
+        raise WorkloadError(
+            "The workload config has no _target_. Pick a shipped one (workload=mlp, "
+            "workload=resnet18, workload=gpt) or set workload._target_=package.module.Factory."
+        )
+    factory = resolve_target(str(target))
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        valid = [n for n in sig.parameters if n != "self"]
+        unknown = [k for k in spec if k not in valid]
+        if unknown and not accepts_any:
+            raise WorkloadError(
+                f"workload {target}: unknown argument(s) {', '.join(unknown)}. "
+                f"Valid arguments: {', '.join(valid) or 'none'}."
+            )
+    try:
+        workload = factory(**spec)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(
+            f"workload {target} raised while being built: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(workload, Workload):
+        raise WorkloadError(
+            f"workload {target} returned {type(workload).__name__}, not an "
+            "autotune.Workload subclass instance."
+        )
+    return workload
+
+
+def workload_name(spec: dict[str, Any]) -> str:
+    """A short name for study naming, without importing the workload."""
+    target = str(spec.get("_target_", "workload"))
+    return str(spec.get("name") or target.rpartition(".")[0].rpartition(".")[2] or target)

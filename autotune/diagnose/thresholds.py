@@ -1,0 +1,45 @@
+"""The diagnosis's thresholds, each with the field note it comes from, so that a verdict can be
+traced to a number (used by ``autotune/diagnose/verdicts.py`` and ``autotune/diagnose/fixes.py``)."""
+
+#: Host waits on the DataLoader for this share of the step: input-bound. Seed 003: the loader
+#: wait (t2-t1) "should be much smaller" than the training time (t3-t2).
+DATA_WAIT_SHARE = 0.20
+#: The loader's processes spent less than this share of their time on a CPU: they wait on
+#: I/O (storage, network, a remote service), and more workers than cores can still help.
+#: Seed 002: "GPU idle, CPU idle" is a wait, not a computation.
+IO_BOUND_CPU_SHARE = 0.5
+#: The share of the loader wait spent starting epochs (non-persistent workers shut down and
+#: start again) above which the wait is worker start-up, neither I/O nor loading work: the gpt
+#: run's 9-worker loader read as "waiting on I/O" at 7% worker CPU while its workers were
+#: restarted every 32 steps.
+EPOCH_START_SHARE_OF_WAIT = 0.5
+#: The optimizer's share of the step above which its per-parameter work is worth a fused
+#: implementation (one kernel, or one vectorized loop, for all parameters).
+OPTIMIZER_SHARE = 0.25
+#: On a compute-bound step, a loader wait this large is still worth one more worker.
+DATA_WAIT_NOTABLE = 0.05
+#: Minor page faults per step in the training process (4 KiB each: 1,000 is 4 MiB of memory
+#: mapped and zeroed anew every step). On CPU a step that allocates its activations afresh.
+PAGE_FAULTS_PER_STEP = 1000
+#: Host-to-device copies take this share of the step: copy-bound. Seed 004 flagged 10 of 37 ms.
+H2D_SHARE = 0.20
+#: GPU busy (kernels + copies) at or above this: compute-bound. Seed 000: ">90% GPU utilization".
+GPU_BUSY_HIGH_PCT = 90.0
+#: GPU busy below this: starved by the host. Seed 002: "GPU utilization < 80%".
+GPU_STARVED_PCT = 80.0
+#: Kernels shorter than this are launch-dominated. Seed 002: "Many tiny GPU kernels (< 10 us)".
+SHORT_KERNEL_US = 10.0
+#: ...and launch overhead needs at least this share of them to be tiny,
+SHORT_KERNEL_SHARE = 0.5
+#: ...and at least this many launches (or kernels) per step (a replayed graph launches once).
+MIN_LAUNCHES_PER_STEP = 20
+#: Host-device synchronizations per step outside the input copy. A per-step loss.item() for
+#: logging is 1, fp16's GradScaler 1: four or more is a pattern (seed 000: "post-processing" of
+#: interleaved small device ops and host reads).
+SYNCS_PER_STEP = 4
+#: Peak memory at or above this share of the limit: memory-bound (no headroom, allocator
+#: retries, OOM risk).
+MEMORY_HIGH_SHARE = 0.90
+#: A bigger batch is suggested only below this share of the limit (doubling the batch roughly
+#: doubles activation memory). Seed 004: 1 of 16 GB used -> batch size up.
+BATCH_HEADROOM_SHARE = 0.50

@@ -1,0 +1,410 @@
+"""The summary of a torch.profiler capture: pure functions over the parsed Chrome trace.
+
+``summarize_trace`` is a pure function over the parsed Chrome-trace JSON, so stored traces can
+be re-summarised and unit-tested. It is evidence, not a gate: a category the trace lacks gives
+``None``, and an unexpected event shape is skipped rather than raised on.
+
+Summary fields (``*_per_step`` are divided by the number of active steps found):
+
+=============================  ==============================================================
+steps                          active steps found (ProfilerStep# events; else ``steps``)
+device                         "cuda" when the trace holds GPU activity or CUDA runtime
+                               calls, else "cpu"
+wall_ms_per_step               span of the ProfilerStep# events / steps (host clock)
+gpu_busy_pct                   0-100: union of kernel + memcpy + memset intervals over the
+                               step span (extended to the last GPU activity that started in
+                               it, since the GPU lags the host). None without GPU activity
+kernels_per_step               GPU kernels per step (None on CPU)
+kernel_median_us               median kernel duration, us (None on CPU)
+short_kernel_share             0-1: share of kernels shorter than SHORT_KERNEL_US
+low_precision_kernel_share     0-1: share of kernel *time* in kernels whose name suggests
+                               fp16/bf16/tensor cores. A name heuristic (see
+                               LOW_PRECISION_MARKERS): cuBLAS/cuDNN/CUTLASS name their kernels by
+                               data type and instruction (hmma, xmma, tensorop, f16, bf16), but
+                               it is a hint, not a proof. None on CPU
+top_kernels                    up to 5 {name, ms_per_step} by total GPU time
+h2d_ms_per_step                Memcpy HtoD time (None on CPU)
+h2d_bytes_per_step             bytes copied HtoD, where the trace records them (else None)
+d2h_copies_per_step            Memcpy DtoH count (small ones are the trace of .item() syncs)
+syncs_per_step                 host<->device synchronizations: the aten::_local_scalar_dense
+                               ops (what .item()/float(t)/bool(t) run; aten::item where the
+                               trace has no _local_scalar_dense) that wait on the device (a
+                               runtime copy or sync call inside them: a CUDA tensor's value),
+                               plus the runtime calls in SYNC_CALLS not nested inside one. A
+                               read of a CPU tensor (AdamW's step counters; any read on a CPU
+                               run) is not a sync
+scalar_reads_per_step          all scalar reads, device or host
+host_scalar_reads_per_step     of those, the reads of CPU tensors (no device wait)
+copy_syncs_per_step            of those, the ones inside the ``copy`` phase (a blocking
+                               host-to-device copy synchronizes; that is the copy's cost, not a
+                               sync in the step)
+sync_ms_per_step               host time spent in those synchronizations
+launches_per_step              kernel-launch runtime/driver calls (cudaLaunchKernel*,
+                               cuLaunchKernel*, cudaGraphLaunch); None on CPU
+data_ms_per_step               the ``data`` range: waiting for the next batch (host)
+phase_ms_per_step              {copy, forward, backward, optimizer} host-side durations of the
+                               Training.phase() ranges (None where absent; ``graph_replay``
+                               added when CUDA Graphs replay the step)
+phase_gpu_ms_per_step          the same ranges on the GPU timeline (None on CPU)
+cpu_op_ms_per_step             self time of all CPU ops (per thread: union of op intervals)
+top_cpu_ops                    up to 5 {name, self_ms_per_step}
+peak_allocated_mb              {cpu, cuda}: peak "Total Allocated" of the [memory] events
+=============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from autotune.core.numbers import finite
+from autotune.diagnose.thresholds import SHORT_KERNEL_US  # seed 002: tiny kernels = launch overhead
+
+PHASES = ("copy", "forward", "backward", "optimizer")
+# Runtime/driver calls that block the host until the device catches up. ``cudaMemcpy`` (the
+# synchronous one) is matched exactly; cudaMemcpyAsync is not a sync by itself.
+SYNC_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cuStreamSynchronize",
+    "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD",
+})
+SCALAR_READS = ("aten::_local_scalar_dense", "aten::item")
+# Copy calls of the runtime/driver (cudaMemcpy, cudaMemcpyAsync, cuMemcpyDtoHAsync...): inside a
+# scalar read, the device-to-host copy of its value.
+MEMCPY_RE = re.compile(r"cu(da)?Memcpy")
+LAUNCH_RE = re.compile(r"Launch\w*Kernel|GraphLaunch")
+# Kernel-name fragments that suggest fp16/bf16 or tensor-core math (heuristic, lower case).
+LOW_PRECISION_MARKERS = (
+    "fp16", "bf16", "bfloat16", "half", "f16", "hmma", "tensorop", "xmma", "wgmma", "gmma",
+    "h16816", "s16816", "h1688", "s1688", "h884", "s884",
+)
+_GEMM_16 = re.compile(r"(?<![x\d])16")  # "gemm" with a 16 that is not a tile size (x16)
+TOP_N = 5
+NAME_CHARS = 160
+
+
+# --- the summary (pure) -----------------------------------------------------------------------
+class _Ev:
+    __slots__ = ("name", "cat", "ts", "dur", "tid", "args")
+
+    def __init__(self, name: str, cat: str, ts: float, dur: float, tid: Any, args: dict[str, Any]):
+        self.name, self.cat, self.ts, self.dur, self.tid, self.args = name, cat, ts, dur, tid, args
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+def _events(trace: Any) -> tuple[list[_Ev], list[dict[str, Any]]]:
+    """Complete ('X') events with numeric times, and memory instant events."""
+    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    spans: list[_Ev] = []
+    memory: list[dict[str, Any]] = []
+    if not isinstance(raw, list):
+        return spans, memory
+    for e in raw:
+        if not isinstance(e, dict):
+            continue
+        name = e.get("name")
+        args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
+        if e.get("ph") == "i" and name == "[memory]":
+            memory.append(args)
+            continue
+        if e.get("ph") != "X" or not isinstance(name, str):
+            continue
+        ts, dur = finite(e.get("ts")), finite(e.get("dur"))
+        if ts is None or dur is None or dur < 0:
+            continue
+        spans.append(_Ev(name, str(e.get("cat", "")).lower(), ts, dur, e.get("tid"), args))
+    return spans, memory
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> float:
+    total = 0.0
+    current: tuple[float, float] | None = None
+    for s, e in sorted(intervals):
+        if current is None or s > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = (s, e)
+        else:
+            current = (current[0], max(current[1], e))
+    if current is not None:
+        total += current[1] - current[0]
+    return total
+
+
+class _Spans:
+    """Intervals per thread, for "is this event inside one of them?" in O(log n): sorted
+    starts with a running maximum of ends (exists start <= ts with end >= event end)."""
+
+    def __init__(self, evs: Iterable[_Ev]):
+        per: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+        for ev in evs:
+            per[ev.tid].append((ev.ts, ev.end))
+        self.tids: dict[Any, tuple[list[float], list[float]]] = {}
+        for tid, spans in per.items():
+            spans.sort()
+            starts, max_ends, top = [], [], -math.inf
+            for s, e in spans:
+                top = max(top, e)
+                starts.append(s)
+                max_ends.append(top)
+            self.tids[tid] = (starts, max_ends)
+
+    def contain(self, ev: _Ev) -> bool:
+        found = self.tids.get(ev.tid)
+        if not found:
+            return False
+        i = bisect.bisect_right(found[0], ev.ts) - 1
+        return i >= 0 and found[1][i] >= ev.end
+
+
+class _Points:
+    """Event start times per thread, for "does this event contain one of them?"."""
+
+    def __init__(self, evs: Iterable[_Ev]):
+        self.tids: dict[Any, list[float]] = defaultdict(list)
+        for ev in evs:
+            self.tids[ev.tid].append(ev.ts)
+        for times in self.tids.values():
+            times.sort()
+
+    def any_within(self, ev: _Ev) -> bool:
+        times = self.tids.get(ev.tid, [])
+        i = bisect.bisect_left(times, ev.ts)
+        return i < len(times) and times[i] <= ev.end
+
+
+def _by_tid(evs: Iterable[_Ev]) -> dict[Any, list[tuple[float, float]]]:
+    out: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for e in evs:
+        out[e.tid].append((e.ts, e.end))
+    return out
+
+
+def _self_times(ops: list[_Ev]) -> dict[str, float]:
+    """Self time per op name: duration minus the direct children's, per thread (a stack)."""
+    self_us: dict[str, float] = defaultdict(float)
+    threads: dict[Any, list[_Ev]] = defaultdict(list)
+    for op in ops:
+        threads[op.tid].append(op)
+    for evs in threads.values():
+        evs.sort(key=lambda e: (e.ts, -e.dur))
+        stack: list[list[Any]] = []  # [event, children's total]
+        for ev in evs:
+            while stack and ev.ts >= stack[-1][0].end:
+                done, child = stack.pop()
+                self_us[done.name] += max(0.0, done.dur - child)
+            if stack:
+                stack[-1][1] += ev.dur
+            stack.append([ev, 0.0])
+        while stack:
+            done, child = stack.pop()
+            self_us[done.name] += max(0.0, done.dur - child)
+    return self_us
+
+
+def is_low_precision_kernel(name: str) -> bool:
+    """Heuristic: does a kernel name suggest fp16/bf16 or tensor-core math?"""
+    low = name.lower()
+    if any(m in low for m in LOW_PRECISION_MARKERS):
+        return True
+    return "gemm" in low and bool(_GEMM_16.search(low))
+
+
+def _ms(us: float, n: int) -> float:
+    return round(us / n / 1e3, 4)
+
+
+def summarize_trace(trace: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Per-step numbers from a parsed torch.profiler Chrome trace (see the module docstring).
+    Pure and total: never raises on a trace shape it does not expect."""
+    try:
+        return _summarize(trace, steps)
+    except Exception as exc:  # noqa: BLE001 - evidence, not a gate
+        return {"error": f"summarize_trace: {type(exc).__name__}: {exc}"[:500]}
+
+
+def _summarize(trace: dict[str, Any], steps: int) -> dict[str, Any]:
+    """The summary in its phases: parse the events, find the profiled steps, then the GPU's
+    activity, the host's phases, its ops, its synchronizations and the memory peaks."""
+    spans, memory = _events(trace)
+    device_cats = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation")
+    host = [e for e in spans if e.cat not in device_cats and e.cat != "trace"]
+    n, start, end = _step_window(host, steps)
+    host = [e for e in host if start <= e.ts <= end]
+    gpu = {cat: [e for e in spans if e.cat in cats and e.ts >= start] for cat, cats in (
+        ("kernel", ("kernel",)), ("memcpy", ("gpu_memcpy", "memcpy")),
+        ("memset", ("gpu_memset", "memset")), ("annotation", ("gpu_user_annotation",)))}
+    # GPU numbers need GPU activity records; a CPU-only run on a GPU host lists the GPUs in
+    # deviceProperties but has none, and a CUDA run whose activity records were lost reports
+    # None rather than a misleading 0% busy.
+    has_gpu = bool(gpu["kernel"] or gpu["memcpy"] or gpu["memset"])
+    out: dict[str, Any] = {
+        "steps": n,
+        "device": "cuda" if has_gpu or any(e.cat.startswith("cuda") for e in host) else "cpu",
+        "wall_ms_per_step": _ms(end - start, n),
+    }
+    out |= _gpu_fields(gpu, n, start, end) if has_gpu else _NO_GPU_FIELDS
+    by_name = _labelled(host)
+    out |= _phase_fields(by_name, gpu["annotation"] if has_gpu else None, n)
+    ops = [e for e in host if e.cat in ("cpu_op", "operator")]
+    out |= _cpu_op_fields(ops, n)
+    runtime = [e for e in host if e.cat in ("cuda_runtime", "cuda_driver", "runtime", "driver")]
+    out |= _sync_fields(ops, runtime, by_name.get("copy", []), n)
+    if has_gpu:
+        launches = [e for e in runtime if LAUNCH_RE.search(e.name)]
+        rt_launch_at = _Spans(e for e in launches if e.cat in ("cuda_runtime", "runtime"))
+        counted = [e for e in launches if e.cat in ("cuda_runtime", "runtime")
+                   or not rt_launch_at.contain(e)]
+        out["launches_per_step"] = round(len(counted) / n, 2)
+    else:
+        out["launches_per_step"] = None
+    out["peak_allocated_mb"] = _memory_peaks(memory)
+    return out
+
+
+def _step_window(host: list[_Ev], steps: int) -> tuple[int, float, float]:
+    """(steps, start, end): the span of the ProfilerStep# events, else of all host events."""
+    step_evs = [e for e in host if e.name.startswith("ProfilerStep#")]
+    if step_evs:
+        return len(step_evs), min(e.ts for e in step_evs), max(e.end for e in step_evs)
+    n = max(1, int(steps or 1))
+    return (n, min((e.ts for e in host), default=0.0), max((e.end for e in host), default=0.0))
+
+
+_NO_GPU_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(("gpu_busy_pct", "kernels_per_step", "kernel_median_us",
+                     "short_kernel_share", "low_precision_kernel_share", "h2d_ms_per_step",
+                     "h2d_bytes_per_step", "d2h_copies_per_step")),
+    "top_kernels": [],
+}
+
+
+def _gpu_fields(gpu: dict[str, list[_Ev]], n: int, start: float, end: float) -> dict[str, Any]:
+    """Busy share, kernel shape and copies on the GPU timeline."""
+    kernels, memcpy = gpu["kernel"], gpu["memcpy"]
+    acts = kernels + memcpy + gpu["memset"]
+    out: dict[str, Any] = {}
+    # GPU work lags the host: the window runs to the end of the last activity that started
+    # in it (and past the host's last step end only if the GPU is still busy then).
+    gpu_end = max([end] + [e.end for e in acts])
+    window = gpu_end - start
+    busy = _union((max(e.ts, start), min(e.end, gpu_end)) for e in acts)
+    out["gpu_busy_pct"] = round(100.0 * busy / window, 2) if window > 0 else None
+    out["kernels_per_step"] = round(len(kernels) / n, 2)
+    durs = [e.dur for e in kernels]
+    out["kernel_median_us"] = round(statistics.median(durs), 3) if durs else None
+    out["short_kernel_share"] = (
+        round(sum(d < SHORT_KERNEL_US for d in durs) / len(durs), 4) if durs else None
+    )
+    ktime = sum(durs)
+    lp = sum(e.dur for e in kernels if is_low_precision_kernel(e.name))
+    out["low_precision_kernel_share"] = round(lp / ktime, 4) if ktime > 0 else None
+    per_kernel: dict[str, float] = defaultdict(float)
+    for e in kernels:
+        per_kernel[e.name[:NAME_CHARS]] += e.dur
+    out["top_kernels"] = [
+        {"name": k, "ms_per_step": _ms(v, n)}
+        for k, v in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:TOP_N]
+    ]
+    h2d = [e for e in memcpy if "htod" in e.name.lower().replace(" ", "") or "h2d" in e.name.lower()]
+    d2h = [e for e in memcpy if "dtoh" in e.name.lower().replace(" ", "") or "d2h" in e.name.lower()]
+    out["h2d_ms_per_step"] = _ms(sum(e.dur for e in h2d), n)
+    sizes = [finite(e.args.get("bytes", e.args.get("Bytes"))) for e in h2d]
+    out["h2d_bytes_per_step"] = (
+        round(sum(s for s in sizes if s is not None) / n) if h2d and all(s is not None for s in sizes) else None
+    )
+    out["d2h_copies_per_step"] = round(len(d2h) / n, 2)
+    return out
+
+
+def _labelled(host: list[_Ev]) -> dict[str, list[_Ev]]:
+    """The window's and Training's record_function ranges by name ("user_annotation"; older
+    traces filed them as ops)."""
+    labels = ("data", *PHASES, "graph_replay")
+    by_name: dict[str, list[_Ev]] = defaultdict(list)
+    for e in host:
+        if e.name in labels and e.cat in ("user_annotation", "cpu_op", "operator", ""):
+            by_name[e.name].append(e)
+    return by_name
+
+
+def _phase_fields(by_name: dict[str, list[_Ev]], gpu_ann: list[_Ev] | None, n: int) -> dict[str, Any]:
+    """Per-step time in each phase: host ranges, and the same ranges on the GPU timeline."""
+    data = by_name.get("data", [])
+    phases: dict[str, float | None] = {
+        p: (_ms(sum(e.dur for e in by_name[p]), n) if by_name.get(p) else None) for p in PHASES
+    }
+    if by_name.get("graph_replay"):
+        phases["graph_replay"] = _ms(sum(e.dur for e in by_name["graph_replay"]), n)
+    out: dict[str, Any] = {
+        "data_ms_per_step": _ms(sum(e.dur for e in data), n) if data else None,
+        "phase_ms_per_step": phases,
+        "phase_gpu_ms_per_step": None,
+    }
+    if gpu_ann is not None:
+        gpu_by_name: dict[str, float] = defaultdict(float)
+        for e in gpu_ann:
+            gpu_by_name[e.name] += e.dur
+        gphases = {p: (_ms(gpu_by_name[p], n) if p in gpu_by_name else None) for p in PHASES}
+        if "graph_replay" in gpu_by_name:
+            gphases["graph_replay"] = _ms(gpu_by_name["graph_replay"], n)
+        out["phase_gpu_ms_per_step"] = gphases
+    return out
+
+
+def _cpu_op_fields(ops: list[_Ev], n: int) -> dict[str, Any]:
+    selfs = _self_times(ops)
+    return {
+        "cpu_op_ms_per_step": _ms(sum(_union(v) for v in _by_tid(ops).values()), n),
+        "top_cpu_ops": [
+            {"name": k[:NAME_CHARS], "self_ms_per_step": _ms(v, n)}
+            for k, v in sorted(selfs.items(), key=lambda kv: -kv[1])[:TOP_N]
+        ],
+    }
+
+
+def _sync_fields(ops: list[_Ev], runtime: list[_Ev], copy_ranges: list[_Ev], n: int) -> dict[str, Any]:
+    """Host-device synchronizations: the scalar reads that wait on the device, plus the sync
+    runtime calls outside them.
+
+    A scalar read (``.item()``, ``float(t)``) waits on the device only when its tensor is on
+    the device: then a device-to-host copy and a stream synchronize run inside it. One on a
+    CPU tensor runs no runtime call and waits for nothing: AdamW reads its per-parameter step
+    counters (CPU tensors) that way, two per parameter per step, and counting them made every
+    transformer trained with AdamW read as sync-bound (152 "syncs" a step on gpt)."""
+    scalar = [e for e in ops if e.name == SCALAR_READS[0]]
+    if not scalar:
+        scalar = [e for e in ops if e.name == SCALAR_READS[1]]
+    sync_calls = [e for e in runtime if e.name.strip() in SYNC_CALLS]
+    waits = _Points(e for e in runtime if e.name.strip() in SYNC_CALLS or MEMCPY_RE.match(e.name))
+    device_reads = [e for e in scalar if waits.any_within(e)]
+    scalar_at = _Spans(scalar)
+    syncs = device_reads + [e for e in sync_calls if not scalar_at.contain(e)]
+    copy_at = _Spans(copy_ranges)
+    return {
+        "syncs_per_step": round(len(syncs) / n, 2),
+        "copy_syncs_per_step": round(sum(copy_at.contain(e) for e in syncs) / n, 2),
+        "sync_ms_per_step": _ms(sum(e.dur for e in syncs), n),
+        "scalar_reads_per_step": round(len(scalar) / n, 2),
+        "host_scalar_reads_per_step": round((len(scalar) - len(device_reads)) / n, 2),
+    }
+
+
+def _memory_peaks(memory: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Peak allocations seen by the memory profiler (Device Type 0 = CPU, 1 = CUDA)."""
+    peaks: dict[str, float | None] = {"cpu": None, "cuda": None}
+    for args in memory:
+        dev = finite(args.get("Device Type"))
+        kind = {0: "cpu", 1: "cuda"}.get(int(dev)) if dev is not None else None
+        total = finite(args.get("Total Allocated"))
+        if kind and total is not None:
+            peaks[kind] = max(peaks[kind] or 0.0, total / 2**20)
+    return {k: (round(v, 3) if v is not None else None) for k, v in peaks.items()}

@@ -1,0 +1,304 @@
+"""PARENT side: from one trial's measurements to a named bottleneck and knob fixes.
+
+Pure functions over plain data (the WindowResult as a dict, its ``trace`` summary from
+``autotune/measure/profiling.py``, the trial's knobs): no torch, no CUDA, so the driver can call it.
+
+``diagnose(result, knobs, device, memory_limit_gb)`` returns::
+
+    {"bottleneck": "input_pipeline" | "host_to_device" | "cpu_launch_overhead" | "sync"
+                   | "gpu_compute" | "memory" | "cpu_compute",
+     "evidence": {named numbers, see _evidence()},
+     "rule": "the test that fired, with its numbers",
+     "fixes": [{"knob": name, "value": v, "why": "..."}, ...],   # most promising first
+     "summary": "one sentence"}
+
+Fixes only name knob values that differ from the trial's; whether a value is valid on this
+device / workload (and whether it is active given the other knobs) is the caller's check.
+
+The rules encode the symptom -> cause -> fix tables of the field notes (seeds 000, 002, 003,
+004), checked in this order on CUDA (first match wins):
+
+================================  ======================  =====================================
+symptom                           bottleneck              fixes
+================================  ======================  =====================================
+host waits on the loader for      input_pipeline          num_workers up (as many as keep pace;
+>= DATA_WAIT_SHARE of the step                            beyond the cores when the loader is
+and the GPU is not saturated                              on a CPU < IO_BOUND_CPU_SHARE of the
+                                                          time: it waits on I/O),
+                                                          persistent_workers, prefetch_factor
+                                                          up, pin_memory (CUDA), uint8 transfer,
+                                                          transform_split=0 (device stages)
+copies take >= H2D_SHARE          host_to_device          pin_memory, non_blocking,
+                                                          transfer_dtype=uint8, transform_split=0
+>= SYNCS_PER_STEP host-device     sync                    user code (.item(), .cpu(), print of
+syncs outside the input copy,                             a tensor): none by knob; amp bf16
+GPU not saturated                                         instead of fp16 (GradScaler syncs),
+                                                          a bigger batch dilutes them
+GPU busy < GPU_STARVED_PCT,       cpu_launch_overhead     cuda_graphs, compile reduce-overhead,
+mostly short kernels, many                                bigger batch, fused/foreach optimizer
+launches per step
+peak memory >= MEMORY_HIGH_SHARE  memory                  amp bf16, smaller batch, set_to_none
+of the limit
+GPU busy >= GPU_BUSY_HIGH_PCT     gpu_compute             amp bf16, channels_last (images),
+                                                          tf32, compile, bigger batch
+none of the above, GPU idle       cpu_launch_overhead     (host-side Python/launch overhead)
+none of the above, no trace       gpu_compute             (assumed; no profiler evidence)
+================================  ======================  =====================================
+
+On CPU: input_pipeline (same test), then memory, else cpu_compute (bf16 autocast with
+channels_last for images, channels_last, host_allocator=retain when the step faults in more than
+PAGE_FAULTS_PER_STEP pages, a bigger batch, and one more worker only when the loader wait is
+still notable).
+A bigger batch is only suggested while peak memory is below BATCH_HEADROOM_SHARE of the limit.
+
+The thresholds, with their sources, are in ``autotune/diagnose/thresholds.py``; the fixes each rule
+proposes, in ``autotune/diagnose/fixes.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.core.numbers import finite
+from autotune.diagnose.fixes import (
+    Fixes,
+    bigger_batch,
+    compute_fixes,
+    copy_fixes,
+    input_fixes,
+    int_knob,
+    launch_fixes,
+    loader_kind,
+    more_workers,
+    optimizer_fixes,
+    pct,
+)
+from autotune.diagnose.thresholds import (
+    DATA_WAIT_NOTABLE,
+    DATA_WAIT_SHARE,
+    GPU_BUSY_HIGH_PCT,
+    GPU_STARVED_PCT,
+    H2D_SHARE,
+    MEMORY_HIGH_SHARE,
+    MIN_LAUNCHES_PER_STEP,
+    PAGE_FAULTS_PER_STEP,
+    SHORT_KERNEL_SHARE,
+    SHORT_KERNEL_US,
+    SYNCS_PER_STEP,
+)
+
+BOTTLENECKS = ("input_pipeline", "host_to_device", "cpu_launch_overhead", "sync", "gpu_compute",
+               "memory", "cpu_compute")
+
+
+def _as_dict(result: Any) -> dict[str, Any]:
+    if isinstance(result, Mapping):
+        return dict(result)
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    return {}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> dict[str, Any]:
+    """The named numbers every verdict is read from (None where not measured).
+
+    Shares are 0-1 of the measured step; *_pct are 0-100."""
+    timers, trace, step_ms = (_mapping(result.get(k)) for k in ("timers", "trace", "step_ms"))
+    wall = finite(trace.get("wall_ms_per_step"))
+
+    def trace_share(key: str) -> float | None:
+        v = finite(trace.get(key))
+        return round(v / wall, 4) if v is not None and wall else None
+
+    data_wait = finite(timers.get("data_wait"))
+    if data_wait is None:
+        data_wait = trace_share("data_ms_per_step")
+    h2d = finite(timers.get("h2d"))
+    if h2d is None:
+        h2d = trace_share("h2d_ms_per_step")
+    syncs = finite(trace.get("syncs_per_step"))
+    copy_syncs = finite(trace.get("copy_syncs_per_step")) or 0.0
+    peak = finite(result.get("peak_memory_gb"))
+    limit = finite(memory_limit_gb)
+    return {
+        "device": device,
+        "samples_per_sec": finite(result.get("samples_per_sec")),
+        "step_ms": finite(step_ms.get("median")) or finite(timers.get("step_ms")),
+        "data_wait_share": data_wait,
+        "h2d_share": h2d,
+        "compute_share": finite(timers.get("compute")),
+        "page_faults_per_step": finite(timers.get("page_faults_per_step")),
+        "loader_cpu_share": finite(timers.get("loader_cpu_share")),
+        "optimizer_share": finite(timers.get("optimizer")),
+        "epoch_starts": finite(timers.get("epoch_starts")),
+        "epoch_start_share": finite(timers.get("epoch_start_share")),
+        "gpu_busy_pct": finite(trace.get("gpu_busy_pct")),
+        "kernels_per_step": finite(trace.get("kernels_per_step")),
+        "launches_per_step": finite(trace.get("launches_per_step")),
+        "kernel_median_us": finite(trace.get("kernel_median_us")),
+        "short_kernel_share": finite(trace.get("short_kernel_share")),
+        "syncs_per_step": syncs,
+        "step_syncs_per_step": max(0.0, syncs - copy_syncs) if syncs is not None else None,
+        "sync_share": trace_share("sync_ms_per_step"),
+        "low_precision_share": finite(trace.get("low_precision_kernel_share")),
+        "cpu_op_share": trace_share("cpu_op_ms_per_step"),
+        "peak_memory_gb": peak,
+        "memory_share_of_limit": round(peak / limit, 4) if peak and limit and limit > 0 else None,
+        "trace": "error: " + str(trace["error"]) if trace.get("error") else
+                 ("yes" if trace else "none"),
+    }
+
+
+def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb: float, *,
+             image_inputs: bool | None = None) -> dict[str, Any]:
+    """Name the trial's bottleneck and the knob values most likely to relieve it.
+
+    ``result``: the WindowResult (or its dict); ``knobs``: the trial's full knob assignment;
+    ``device``: "cuda" or "cpu"; ``memory_limit_gb``: the study's memory limit (GPU memory on
+    CUDA, host RAM on CPU). ``image_inputs=False`` drops channels_last from the fixes (None:
+    unknown, the caller's domain check decides)."""
+    res = _as_dict(result)
+    knobs = knobs or {}
+    cuda = str(device).startswith("cuda")
+    ev = _evidence(res, "cuda" if cuda else "cpu", memory_limit_gb)
+    f = Fixes(knobs)
+    if cuda:
+        bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)
+    else:
+        bottleneck, rule, summary = _diagnose_cpu(ev, knobs, f, image_inputs)
+    return {"bottleneck": bottleneck, "evidence": ev, "rule": rule, "fixes": f.items,
+            "summary": summary}
+
+
+def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) -> tuple[str, str, str]:
+    share = ev["memory_share_of_limit"]
+    if knobs.get("amp", "off") == "off":
+        f.add("amp", "bf16", "16-bit activations roughly halve activation memory (and run "
+              "faster)")
+    b = int_knob(knobs, "batch_size", 0)
+    if b > 1:
+        f.add("batch_size", max(1, b // 2), "halve the batch to get back below the limit "
+              "(changes training dynamics)")
+    f.add("set_to_none", True, "free gradients between steps instead of zeroing them in place")
+    where = "GPU memory" if cuda else "host memory"
+    return ("memory", f"memory_share_of_limit {share:.2f} >= {MEMORY_HIGH_SHARE}",
+            f"Memory-bound: peak {where} is {pct(share)} of the limit, leaving no headroom "
+            f"(allocator retries, OOM risk); reduce activation memory with {_first(f)}.")
+
+
+def _first(f: Fixes) -> str:
+    if not f.items:
+        return "no knob change"
+    return ", ".join(f"{x['knob']}={x['value']}" for x in f.items[:2])
+
+
+def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
+                   image_inputs: bool | None) -> tuple[str, str, str]:
+    busy = ev["gpu_busy_pct"]
+    not_saturated = busy is None or busy < GPU_BUSY_HIGH_PCT
+    busy_txt = f"GPU busy {busy:.0f}%" if busy is not None else "no GPU trace"
+    dw, h2d = ev["data_wait_share"], ev["h2d_share"]
+
+    if dw is not None and dw >= DATA_WAIT_SHARE and not_saturated:
+        input_fixes(f, knobs, True, ev)
+        return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE} and {busy_txt}",
+                f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time while the "
+                f"GPU idles ({busy_txt}){loader_kind(ev, knobs)}; feed it faster with {_first(f)}.")
+
+    if h2d is not None and h2d >= H2D_SHARE and not_saturated:
+        copy_fixes(f, ev)
+        return ("host_to_device", f"h2d_share {h2d:.2f} >= {H2D_SHARE}",
+                f"Copy-bound: host-to-device copies take {pct(h2d)} of the step ({busy_txt}); "
+                f"make them cheaper and asynchronous with {_first(f)}.")
+
+    syncs = ev["step_syncs_per_step"]
+    if syncs is not None and syncs >= SYNCS_PER_STEP and not_saturated:
+        if knobs.get("amp") == "fp16":
+            f.add("amp", "bf16", "fp16's GradScaler reads found-inf on the host every step; bf16 "
+                  "needs no scaler")
+        bigger_batch(f, knobs, ev, "the syncs are per step: a bigger batch spreads their cost "
+                     "over more samples (softens, does not fix)")
+        return ("sync", f"step_syncs_per_step {syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
+                f"Sync-bound: {syncs:.0f} host-device synchronizations per step (.item(), .cpu(), "
+                f"float(t), print of a tensor, data-dependent control flow) stall the host and "
+                f"idle the GPU ({busy_txt}); the fix is in the training code (remove them, or "
+                f"log every N steps); knobs can only soften it.")
+
+    launches = ev["launches_per_step"] if ev["launches_per_step"] is not None else ev["kernels_per_step"]
+    short = ev["short_kernel_share"]
+    median = ev["kernel_median_us"]
+    tiny = (short is not None and short >= SHORT_KERNEL_SHARE) or (
+        median is not None and median < SHORT_KERNEL_US)
+    starved = busy is not None and busy < GPU_STARVED_PCT
+    if starved and tiny and launches is not None and launches >= MIN_LAUNCHES_PER_STEP:
+        launch_fixes(f, knobs, ev)
+        return ("cpu_launch_overhead",
+                f"gpu_busy_pct {busy:.0f} < {GPU_STARVED_PCT}, short kernels "
+                f"({pct(short)} < {SHORT_KERNEL_US:.0f} us), {launches:.0f} launches/step",
+                f"Launch-bound: {launches:.0f} mostly tiny kernels per step (median "
+                f"{median if median is not None else float('nan'):.1f} us) leave the GPU idle "
+                f"({busy_txt}) while the host enqueues them; cut launches with {_first(f)}.")
+
+    share = ev["memory_share_of_limit"]
+    if share is not None and share >= MEMORY_HIGH_SHARE:
+        return _memory(ev, knobs, f, True)
+
+    if busy is not None and busy >= GPU_BUSY_HIGH_PCT:
+        compute_fixes(f, knobs, ev, image_inputs)
+        return ("gpu_compute", f"gpu_busy_pct {busy:.0f} >= {GPU_BUSY_HIGH_PCT}",
+                f"Compute-bound: the GPU is busy {busy:.0f}% of the step; make each step "
+                f"cheaper with {_first(f)}.")
+
+    if busy is not None:  # idle GPU, not data, copies or syncs: host-side overhead
+        launch_fixes(f, knobs, ev)
+        return ("cpu_launch_overhead", f"gpu_busy_pct {busy:.0f} < {GPU_BUSY_HIGH_PCT} with no "
+                "data, copy or sync cause",
+                f"Host-bound: the GPU idles ({busy_txt}) without waiting on data, copies or syncs: "
+                f"Python/launch overhead on the host; try {_first(f)}.")
+
+    compute_fixes(f, knobs, ev, image_inputs)
+    return ("gpu_compute", "no profiler trace and no input/copy cause: assumed compute-bound",
+            f"Probably compute-bound (no profiler trace to confirm; loader wait {pct(dw)}, "
+            f"copies {pct(h2d)}); try {_first(f)}.")
+
+
+def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
+                  image_inputs: bool | None) -> tuple[str, str, str]:
+    dw = ev["data_wait_share"]
+    if dw is not None and dw >= DATA_WAIT_SHARE:
+        input_fixes(f, knobs, False, ev)
+        return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE}",
+                f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time"
+                f"{loader_kind(ev, knobs)}; load batches in parallel with {_first(f)}.")
+    share = ev["memory_share_of_limit"]
+    if share is not None and share >= MEMORY_HIGH_SHARE:
+        return _memory(ev, knobs, f, False)
+    images = image_inputs is not False
+    # Precision and layout first: they leave the training dynamics (nearly) alone; a bigger
+    # batch does not. The amp domain on CPU is bf16 only where the CPU has native bf16.
+    if knobs.get("amp", "off") == "off":
+        f.add("amp", "bf16", "bf16 autocast runs convolutions/matmuls on the CPU's native bf16 "
+              "units (AVX512-BF16/AMX)" + (", best reached in NHWC" if images else ""),
+              with_={"channels_last": True} if images else None)
+    if images:
+        f.add("channels_last", True, "oneDNN convolutions prefer NHWC (4-D image inputs only)")
+    faults = ev["page_faults_per_step"]
+    if faults is not None and faults >= PAGE_FAULTS_PER_STEP:
+        f.add("host_allocator", "retain", f"{faults:,.0f} page faults per step: the allocator "
+              "unmaps the step's freed tensors and the kernel maps and zeroes them again next "
+              "step; retaining freed memory removes that work")
+    optimizer_fixes(f, ev)
+    bigger_batch(f, knobs, ev, "bigger matrix products use the cores' vector units better and "
+                 "amortize per-op overhead (changes training dynamics)")
+    if dw is not None and dw >= DATA_WAIT_NOTABLE:
+        f.add("num_workers", more_workers(knobs), f"the loader still takes {pct(dw)} of the "
+              "step: overlap it with compute")
+    return ("cpu_compute", f"data_wait_share {pct(dw)} < {DATA_WAIT_SHARE:.0%}: the CPU computes",
+            f"Compute-bound on CPU: the loader wait is only {pct(dw)} of the step and the "
+            f"cores spend it in the model's ops; try {_first(f)}.")

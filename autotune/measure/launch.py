@@ -1,0 +1,130 @@
+"""How a trial's process is started: forked from a fork server that has torch preloaded.
+
+Every trial still gets a fresh process of its own (own session and process group, own CUDA
+context), but it starts in milliseconds instead of re-importing torch (seconds per trial). The
+server imports modules only: it never runs a torch op or touches CUDA, so forking from it is
+safe. If the driver dies, the trial notices within a second and kills its own process group.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing.context import ForkServerContext
+from typing import Any
+
+PRELOAD = ["autotune.measure.window", "torchvision"]
+PROCESS_NAME = b"autotune-trial"  # what ps/psutil show for a trial (Linux comm, <= 15 bytes)
+
+_context: ForkServerContext | None = None
+
+
+def context() -> ForkServerContext:
+    global _context
+    if _context is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([m for m in PRELOAD if _importable(m)])
+        _context = ctx
+    return _context
+
+
+def start_server() -> None:
+    """Start the fork server now (it imports torch: seconds), so that cost is the study's
+    start-up and not the first trial's wall time, which pruning statistics compare with."""
+    probe = context().Process(target=_noop, daemon=True)  # returns once the server forked it
+    probe.start()
+    probe.join()
+
+
+def _noop() -> None:
+    pass
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _prctl(option: int, arg: Any) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the next driver reaps lost trials instead
+        pass
+
+
+def _follow_driver(driver_pid: int, interval_s: float = 1.0) -> None:
+    """If the driver is killed (even by SIGKILL), end this trial's whole process group.
+
+    The fork server cannot do it for us: Python hands every forked child the server's
+    keep-alive pipe, so the server outlives the driver for as long as a trial runs."""
+    while True:
+        time.sleep(interval_s)
+        if not _alive(driver_pid):
+            os.killpg(0, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely an unreaped zombie."""
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except ProcessLookupError:
+        return False
+    except OSError:  # no /proc: existence is all we can tell
+        return True
+
+
+def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
+                 driver_pid: int) -> None:
+    """In the new process: detach into its own session, die with the driver, log to a file."""
+    os.setsid()
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server too
+    threading.Thread(target=_follow_driver, args=(driver_pid,), daemon=True).start()
+    _prctl(15, ctypes.c_char_p(PROCESS_NAME))  # PR_SET_NAME
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.environ.update(env)  # e.g. CUDA_VISIBLE_DEVICES: read when CUDA initializes, later
+    # A fork-server child inherits "forkserver" as its start method, so its DataLoader workers
+    # would start through a second, empty fork server that re-imports torch: seconds per worker
+    # start (at every epoch without persistent_workers), and semaphores left to the driver's
+    # resource tracker. Production starts them with the interpreter's default; so do trials.
+    multiprocessing.set_start_method(None, force=True)
+    from autotune.measure.window import main
+
+    code = main(request, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+class TrialProcess:
+    """A started trial: a Popen-like view of a fork-server child."""
+
+    def __init__(self, request: str, result: str, log: str, env: dict[str, str]):
+        self._proc = context().Process(target=_trial_entry,
+                                       args=(request, result, log, env, os.getpid()), daemon=False)
+        self._proc.start()
+        assert self._proc.pid is not None  # set by start()
+        self.pid: int = self._proc.pid  # also its session and process-group id
+
+    def poll(self) -> int | None:
+        return self._proc.exitcode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._proc.join(timeout)
+        return self._proc.exitcode
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.exitcode

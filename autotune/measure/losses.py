@@ -1,0 +1,30 @@
+"""CHILD side: a numerics request's first N losses (``autotune.search.numerics`` compares them
+with the reference run's)."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune.core.training import Training
+from autotune.core.workload import build_workload
+from autotune.measure.batches import Batches
+from autotune.measure.protocol import TrialRequest, WindowResult
+
+
+def record_losses(req: TrialRequest, result: WindowResult) -> None:
+    """The first N optimizer steps' losses from the request's seed, each the mean over its
+    micro-batches (window.main runs this for a numerics request)."""
+    workload = build_workload(req.workload)
+    if req.cpu_sized:
+        workload = workload.cpu_sized()
+    run = Training(workload, req.knobs, torch.device(req.device), seed=req.seed,
+                   grad_accum=req.grad_accum)
+    batches = Batches(run)
+    losses = []
+    for _ in range(req.numerics_steps):
+        total = 0.0
+        for _ in range(run.grad_accum):
+            total += float(run.step(*run.to_device(*next(batches))).float().item())
+        losses.append(total / run.grad_accum)
+    result.losses = losses
+    result.outcome = "ok"

@@ -1,0 +1,120 @@
+"""The process boundary: ``TrialRequest`` (driver → trial) and ``WindowResult`` (trial →
+driver), both plain data that serialize and parse themselves, and the words both sides use to
+name an out-of-memory failure."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+R = TypeVar("R", bound="_Record")
+
+#: Text that names an out-of-memory failure: the trial's exception (``window.is_oom``) or, when
+#: the child died before it could say, its stderr (``runner``). CUDA, cuDNN, cuBLAS, the CPU
+#: allocator and Python's own MemoryError.
+OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+               "std::bad_alloc", "OutOfMemoryError", "can't allocate memory", "MemoryError")
+
+
+def mentions_oom(text: str) -> bool:
+    return any(m in text for m in OOM_MARKERS)
+
+
+class _Record:
+    """Parsing for the boundary's dataclasses: unknown keys (from a newer or older autotune on
+    the other side) are ignored rather than fatal."""
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def read(cls: type[R], path: Path) -> R:
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+@dataclass
+class TrialRequest(_Record):
+    """What the driver asks one trial process to run. The runner fills ``progress_path`` and
+    ``trace_path`` (the trial folder's files) before it writes the request for the child."""
+
+    workload: dict[str, Any]
+    knobs: dict[str, Any]
+    device: str
+    window: dict[str, Any]
+    seed: int = 0
+    cpu_sized: bool = False
+    trace: bool = False  # capture a torch.profiler trace after the window
+    env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES for a worker
+    ceilings: dict[str, bool] = field(default_factory=dict)  # which ceilings to measure
+    grad_accum: int = 1  # micro-batches per optimizer step (study.keep_global_batch)
+    numerics_steps: int = 0  # > 0: record this many steps' losses instead of measuring
+    progress_path: str | None = None  # the heartbeat the watchdog reads
+    trace_path: str | None = None  # where the trace goes (with ``trace``)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+
+# ok: measured. The others end a trial with a reason and never stop the study.
+OUTCOMES = ("ok", "oom", "timeout", "stalled", "crash", "nan", "pruned", "compile_fallback",
+            "capture_failed", "interrupted", "driver_lost")
+
+
+@dataclass
+class WindowResult(_Record):
+    outcome: str = "crash"
+    samples_per_sec: float = 0.0
+    step_ms: dict[str, float] = field(default_factory=dict)  # median, p10, p90, mean
+    steps: int = 0
+    samples: int = 0
+    measure_s: float = 0.0
+    peak_memory_gb: float = 0.0
+    compile_s: float = 0.0  # first warm-up step minus a steady step: compile/autotune cost
+    # torch.compile's FX graph cache in the first step: {"hits": n, "misses": n} (compiled
+    # trials only); hits without misses = a warm compile from the study's shared cache.
+    compile_cache: dict[str, int] = field(default_factory=dict)
+    warmup_s: float = 0.0
+    final_loss: float | None = None
+    # Share of the measured step spent in each phase (see window.py for how each is timed).
+    timers: dict[str, float | None] = field(default_factory=dict)  # None: not measured
+    trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
+    chunks: list[float] = field(default_factory=list)  # samples/sec so far, at each chunk edge
+    # Seed 003's mock components, samples/sec: "loader" (input pipeline alone), "compute" (the
+    # step alone on one cached device batch). Only those the driver asked for (not cached).
+    ceilings: dict[str, float] = field(default_factory=dict)
+    # Each measured ceiling's noise: the relative spread of its rate within its measurement.
+    ceiling_noise: dict[str, float] = field(default_factory=dict)
+    error: str = ""  # one line; the full stderr tail is kept by the runner
+    notes: list[str] = field(default_factory=list)
+    # A numerics request (numerics.py): the first N optimizer steps' losses.
+    losses: list[float] = field(default_factory=list)
+    # Filled by the runner (parent side):
+    wall_s: float = 0.0
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    def to_json(self) -> str:
+        return json.dumps(_finite(asdict(self)))
+
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/inf: store them as strings so the record survives (and says so)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,213 @@
+"""PARENT side: run one trial window in a fresh subprocess under a watchdog, classify its end.
+
+The child gets its own session (process group), so a timeout kills it with its DataLoader
+workers and anything they spawned; a CUDA context it poisoned dies with it. The watchdog reads
+the child's heartbeat file to tell a hang (no progress) from a slow trial, and can stop a trial
+early when the caller's ``should_stop`` says it cannot win (pruning).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune.measure.launch import TrialProcess
+from autotune.measure.protocol import TrialRequest, WindowResult, mentions_oom
+
+STDERR_TAIL_LINES = 30
+
+
+class Interrupted(Exception):
+    """The driver was asked to stop (SIGINT/SIGTERM) while a trial ran; the child is dead."""
+
+
+@dataclass
+class Watch:
+    """What the watchdog saw of a running child; handed to ``on_progress`` callbacks."""
+
+    stage: str = "start"
+    step: int = 0
+    chunks: list[float] = field(default_factory=list)
+    ceilings: dict[str, float] = field(default_factory=dict)
+    partial: dict[str, Any] = field(default_factory=dict)  # a ceiling still being measured
+    ceiling_noise: dict[str, float] = field(default_factory=dict)
+    compile_s: float | None = None  # the first step's seconds, once it is done
+    compiling_since: float | None = None  # monotonic time the first step began
+
+    def compile_spent(self, now: float) -> float:
+        """The first step's seconds: done, or so far (a trial stopped while it compiles)."""
+        if self.compile_s is not None:
+            return float(self.compile_s)
+        return now - self.compiling_since if self.compiling_since is not None else 0.0
+
+
+def kill_tree(proc: TrialProcess) -> None:
+    """Kill the child's whole process group, and any descendant that left it (setsid)."""
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in descendants:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+    _wait_dead(descendants, timeout_s=5.0)
+
+
+def _wait_dead(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Wait until each process has exited. Orphaned DataLoader workers are reaped by init,
+    which may take a second or more; an exited but unreaped zombie holds no memory or GPU
+    context any more, so it counts as dead (psutil.wait_procs would wait for the reaping)."""
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:  # gone (or its pid reused, which means gone too)
+                break
+            time.sleep(0.01)
+
+
+def run_window(
+    req: TrialRequest,
+    trial_dir: Path,
+    on_progress: Callable[[Watch], str | None] | None = None,
+    stop_requested: Callable[[], str | None] = lambda: None,
+    poll_s: float = 0.1,
+) -> WindowResult:
+    """Run the window; return its result with the outcome classified. Never raises for a
+    trial's own failure; raises Interrupted when ``stop_requested`` fires (after cleanup).
+
+    ``on_progress`` may return a reason to stop the trial early (it then ends ``pruned``).
+    """
+    trial_dir = trial_dir.resolve()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    request_path, result_path = trial_dir / "request.json", trial_dir / "result.json"
+    progress_path, stderr_path = trial_dir / "progress.json", trial_dir / "stderr.log"
+    for p in (result_path, progress_path):
+        p.unlink(missing_ok=True)
+    child = replace(req, progress_path=str(progress_path),
+                    trace_path=str(trial_dir / "trace.json") if req.trace else None)
+    request_path.write_text(child.to_json())
+    timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
+    compile_s = compile_allowance(req)
+
+    start = time.monotonic()
+    proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
+    try:
+        ended_by, watch = _watch(proc, progress_path, on_progress, stop_requested,
+                                 timeout_s + compile_s, stall_s, compile_s, poll_s)
+    finally:
+        # Ended, stopped, finished, or the caller's callback raised: kill the group whatever
+        # happened, which also reaps anything the child left behind (a grandchild, a
+        # DataLoader worker). A trial must never outlive the watch over it.
+        kill_tree(proc)
+    wall = time.monotonic() - start
+    return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+
+
+def compile_allowance(req: TrialRequest) -> float:
+    """Extra seconds a compiling trial may spend silent before its first step: a cold
+    torch.compile (max-autotune above all) can take minutes to build and autotune kernels."""
+    if req.knobs.get("compile", "off") == "off":
+        return 0.0
+    return float(req.window.get("compile_timeout_s", 0.0))
+
+
+def _watch(proc: TrialProcess, progress_path: Path,
+           on_progress: Callable[[Watch], str | None] | None,
+           stop_requested: Callable[[], str | None],
+           timeout_s: float, stall_s: float, compile_s: float,
+           poll_s: float) -> tuple[str | None, Watch]:
+    """Poll the child until it exits or must be ended; return why it was ended (None: it
+    exited by itself) and what was last seen of it. Raises Interrupted on a stop request.
+
+    Silence is a hang after ``stall_s``, except while the child builds and runs its first
+    step (stages "start" and "compile"), where a compiling trial gets ``compile_s`` more."""
+    start = time.monotonic()
+    watch, last_change, seen = Watch(), start, None
+    while proc.poll() is None:
+        time.sleep(poll_s)
+        now = time.monotonic()
+        stop = stop_requested()
+        if stop:
+            raise Interrupted(stop)
+        beat = _read_progress(progress_path)
+        if beat is not None and beat != seen:
+            seen, last_change = beat, now
+            watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
+                          beat.get("ceilings", {}), beat.get("partial") or {},
+                          beat.get("ceiling_noise") or {}, beat.get("compile_s"),
+                          watch.compiling_since)
+            if watch.stage == "compile" and watch.compiling_since is None:
+                watch.compiling_since = now
+            if on_progress is not None:
+                reason = on_progress(watch)
+                if reason:
+                    return f"pruned: {reason}", watch
+        if now - start > timeout_s:
+            return f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})", watch
+        limit = stall_s + (compile_s if watch.stage in ("start", "compile") else 0.0)
+        if now - last_change > limit:
+            return f"stalled: no progress for {limit:.0f}s (at {watch.stage} step {watch.step})", watch
+    return None, watch
+
+
+def _read_progress(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _classify(code: int | None, ended_by: str | None, result_path: Path, stderr_path: Path,
+              wall: float, watch: Watch) -> WindowResult:
+    tail = _tail(stderr_path)
+    if ended_by is not None:
+        outcome, _, why = ended_by.partition(": ")
+        res = WindowResult(outcome=outcome, error=why, chunks=list(watch.chunks),
+                           ceilings=dict(watch.ceilings), ceiling_noise=dict(watch.ceiling_noise),
+                           compile_s=watch.compile_spent(time.monotonic()))
+    elif result_path.exists():
+        res = WindowResult.read(result_path)
+    else:
+        res = WindowResult(outcome="crash")
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            res.signal = name
+            # A SIGKILL we did not send is the kernel's OOM killer in practice.
+            if name == "SIGKILL":
+                res.outcome, res.error = "oom", "killed by SIGKILL (host OOM killer?)"
+            else:
+                res.error = f"child died from {name}"
+        else:
+            res.error = f"child exited with code {code} and wrote no result"
+        if mentions_oom(tail):
+            res.outcome = "oom"
+    res.exit_code = code
+    res.wall_s = wall
+    res.stderr_tail = tail
+    return res
+
+
+def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])

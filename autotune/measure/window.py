@@ -1,0 +1,392 @@
+"""CHILD side: one trial's measured training window, run in a fresh subprocess.
+
+    python -m autotune.measure.window request.json result.json
+
+Read top to bottom: build the workload with the trial's knobs, warm up (compile, cuDNN
+autotuning, allocator growth and worker start-up happen here and are not measured), run the
+measured window with the device synchronized at its edges, optionally a short profiler capture,
+then write a WindowResult. Failures are outcomes written to the result, not exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import resource
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune.core.files import atomic_write
+from autotune.core.training import CaptureFailed, Training, phase
+from autotune.core.workload import Workload, build_workload
+from autotune.measure.batches import Batches
+from autotune.measure.ceilings import compute_ceiling, loader_ceiling
+from autotune.measure.clock import Clock
+from autotune.measure.losses import record_losses
+from autotune.measure.profiling import capture
+from autotune.measure.protocol import TrialRequest, WindowResult, mentions_oom
+from autotune.measure.readings import (
+    Progress,
+    loader_cpu_share,
+    peak_rss_bytes,
+    thread_busy_s,
+    workers_cpu_s,
+)
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def _check_finite(loss: torch.Tensor, where: str) -> float:
+    value = float(loss.float().item())  # a sync point: only at window edges
+    if not math.isfinite(value):
+        raise NonFiniteLoss(f"loss is {value} after {where}")
+    return value
+
+
+def _percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def measure(req: TrialRequest, result: WindowResult, progress: Progress,
+            compile_watch: CompileWatch) -> None:
+    """The whole window, in the order it runs: build, loader ceiling, warm-up, measured loop,
+    summary, compute ceiling, profiler capture."""
+    device = torch.device(req.device)
+    win = req.window
+    workload: Workload = build_workload(req.workload)
+    if req.cpu_sized:
+        workload = workload.cpu_sized()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    run = Training(workload, req.knobs, device, seed=req.seed, grad_accum=req.grad_accum)
+    batches = Batches(run)
+    clock = Clock(device)
+    batch_size = int(req.knobs["batch_size"])
+    workers = int(req.knobs["num_workers"])
+    wanted = req.ceilings
+
+    # The input-pipeline ceiling comes before the first step, i.e. before torch.compile runs
+    # (compilation is lazy: it happens inside the first step): if the loader alone cannot beat
+    # the best trial, the driver prunes this trial before any compile or warm-up is spent on it.
+    if wanted.get("loader"):
+        rate, noise = loader_ceiling(batches, batch_size, workers, win, progress)
+        result.ceilings["loader"] = rate
+        result.ceiling_noise["loader"] = noise
+        progress.partial = {}
+        progress.ceilings = dict(result.ceilings)
+        progress.ceiling_noise = dict(result.ceiling_noise)
+        progress.beat("ceiling", 0, force=True)
+
+    first_step_s, loss = warm_up(run, batches, clock, win, progress, result)
+    _check_finite(loss, "warm-up")
+
+    loop = measured_loop(run, batches, clock, win, progress, batch_size)
+    result.final_loss = _check_finite(loop.loss, "the measured window")
+    summarize(result, loop, clock, progress, batch_size, workers)
+    result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
+
+    progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
+    if wanted.get("compute"):
+        rate, noise = compute_ceiling(run, batches, batch_size, win, clock)
+        if result.samples_per_sec > rate * (1 + max(noise, 0.1)):
+            # Beaten (pruning.ceiling_violations): measured again before the driver reports
+            # it. An upper bound may take the higher reading; their gap is noise too.
+            again, noise2 = compute_ceiling(run, batches, batch_size, win, clock)
+            noise = max(noise, noise2, abs(again - rate) / max(again, rate))
+            rate = max(rate, again)
+        result.ceilings["compute"], result.ceiling_noise["compute"] = rate, noise
+    # A ceiling and the window are taken at different moments: on a loaded machine the trial's
+    # share of the cores changes between them (a 0.5 ms mlp step waiting 100 ms for a core now
+    # and then: intra-op threads as many as the cores, each op waiting for its partner thread
+    # to get a core), so the window states its own noise too (pruning.ceiling_violations).
+    result.ceiling_noise["window"] = window_spread(loop, clock, batch_size)
+
+    if win.get("profile") and req.trace_path:
+        result.trace = capture(run, batches, win.get("profile_steps", 3), req.trace_path)
+    result.outcome = "ok"
+    if compile_watch.hits:
+        result.outcome = "compile_fallback"
+        result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
+
+
+def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], progress: Progress,
+            result: WindowResult) -> tuple[float, torch.Tensor]:
+    """First step alone (compile, cuDNN autotune, worker start-up), then the rest, then the
+    batches the workers prefetched while the first step compiled. Returns the first step's
+    seconds and the last loss. The "compile" stage tells the watchdog that a long silence now
+    is a compiler at work; the heartbeat then carries the compile time, so a trial pruned
+    later still has it recorded."""
+    progress.beat("compile", 0, force=True)
+    t0 = time.perf_counter()
+    loss = run.step(*run.to_device(*next(batches)))
+    clock.sync(run.device)
+    first_step_s = time.perf_counter() - t0
+    progress.compile_s = first_step_s
+    if run.knobs.get("compile", "off") != "off":
+        from torch._dynamo.utils import counters
+
+        result.compile_cache = {"hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+                                "misses": int(counters["inductor"]["fxgraph_cache_miss"])}
+    progress.beat("warmup", 1, force=True)
+    for i in range(1, win["warmup_steps"]):
+        loss = run.step(*run.to_device(*next(batches)))
+        progress.beat("warmup", i + 1)
+    loss = _drain_prefetched(run, batches, win, progress) or loss
+    clock.sync(run.device)
+    result.warmup_s = time.perf_counter() - t0
+    return first_step_s, loss
+
+
+# A next() that returns faster than this took a batch the workers had already prefetched.
+PREFETCHED_S = 1e-3
+
+
+def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
+                      progress: Progress) -> torch.Tensor | None:
+    """Step through the batches the workers buffered (num_workers x prefetch_factor) while the
+    first step compiled, until one has to be waited for. A window that starts on a full buffer
+    times that burst as throughput: a step faster than its loader then reads above the
+    loader's own ceiling. A step slower than its loader never empties the buffer and does not
+    need to: capped at the buffer's size and a quarter of the measuring time."""
+    workers = int(run.knobs["num_workers"])
+    if workers == 0:
+        return None
+    buffered = workers * int(run.knobs["prefetch_factor"] or 2)
+    loss, deadline = None, time.perf_counter() + float(win["measure_seconds"]) / 4
+    for _ in range(buffered):
+        w0 = time.perf_counter()
+        inputs, targets = next(batches)
+        waited = time.perf_counter() - w0
+        loss = run.step(*run.to_device(inputs, targets))
+        progress.beat("warmup", 0)
+        if waited > PREFETCHED_S or time.perf_counter() > deadline:
+            break
+    return loss
+
+
+@dataclass
+class Loop:
+    """What the measured loop recorded: per step, the host's wait for its batch and four marks
+    on the device's timeline (copy start, copy end, forward+backward end, optimizer end)."""
+
+    loss: torch.Tensor
+    marks: list[tuple[Any, Any, Any, Any]]
+    data_wait_ms: list[float]
+    elapsed_s: float
+    page_faults: int
+    data_cpu_s: float  # loading in this process while it waited (num_workers=0)
+    workers_cpu_s: float  # the DataLoader workers' CPU over the window
+    epoch_starts: int = 0  # epochs begun inside the window
+    epoch_start_s: float = 0.0  # seconds waiting for those epochs' first batches
+
+
+def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
+                  progress: Progress, batch_size: int) -> Loop:
+    """The measured window. Host clock for the wait on the loader (a host-side stall); device
+    marks for copy, forward+backward and optimizer; only the window's edges are synchronized,
+    so the device keeps its queue (and copies their overlap) all through it.
+
+    Chunk edges are where the pruner looks: the first one decides whether a trial is far below
+    the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5 on
+    CUDA); never a single step, which one stall on a shared machine can halve, and never
+    shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
+    samples/s where the trial ran at 1,250: a false prune)."""
+    max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
+    min_seconds = float(win.get("min_measure_seconds", 0.0))
+    chunk, chunk_s = min(max_steps, max(2, max_steps // 8)), min_seconds / 8
+    data_wait_ms: list[float] = []
+    marks: list[tuple[Any, Any, Any, Any]] = []
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    data_cpu_s, workers_cpu0 = 0.0, workers_cpu_s()
+    epochs0, epoch_s0 = batches.epochs, batches.epoch_start_s
+    start = time.perf_counter()
+    edges = [(clock.mark(), 0)]  # chunk edges on the device's timeline: (mark, steps so far)
+    edge_t = start
+    while True:  # ends at a chunk edge: enough steps for long enough, or out of time
+        w0, c0 = time.perf_counter(), thread_busy_s()
+        with phase("data"):
+            inputs, targets = next(batches)
+        data_wait_ms.append((time.perf_counter() - w0) * 1e3)
+        data_cpu_s += thread_busy_s() - c0
+        m0 = clock.mark()
+        inputs, targets = run.to_device(inputs, targets)
+        m1 = clock.mark()
+        if run.graph is not None:
+            loss = run.step(inputs, targets)
+            m2 = m3 = clock.mark()
+        else:
+            loss = run.forward_backward(inputs, targets)
+            m2 = clock.mark()
+            run.optimizer_step()
+            m3 = clock.mark()
+        marks.append((m0, m1, m2, m3))
+        now = time.perf_counter()
+        at_edge = len(marks) - edges[-1][1] >= chunk and now - edge_t >= chunk_s
+        if at_edge:
+            edges.append((m3, len(marks)))
+            edge_t = now
+        progress.beat("measure", len(marks), force=_report_chunks(clock, edges, progress, batch_size))
+        if at_edge:
+            if len(marks) >= min_steps and now - start > win["measure_seconds"]:
+                break
+            if len(marks) >= max_steps:
+                if now - start >= min_seconds:
+                    break
+                chunk = max_steps  # past the nominal window: fewer, longer chunks
+    clock.sync(run.device)
+    elapsed = time.perf_counter() - start
+    _report_chunks(clock, edges, progress, batch_size)
+    return Loop(loss, marks, data_wait_ms, elapsed,
+                resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0,
+                data_cpu_s, workers_cpu_s() - workers_cpu0, batches.epochs - epochs0,
+                batches.epoch_start_s - epoch_s0)
+
+
+def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
+    """The measured window's noise: the relative spread of its two halves' throughputs (the
+    same estimate the compute ceiling states for itself). 0 for a window too short to split."""
+    marks, n = loop.marks, len(loop.marks)
+    if n < 5:
+        return 0.0
+    half = n // 2
+    ms = [clock.ms(marks[0][3], marks[half][3]), clock.ms(marks[half][3], marks[-1][3])]
+    if min(ms) <= 0:
+        return 0.0
+    rates = [half * batch_size / ms[0], (n - 1 - half) * batch_size / ms[1]]
+    return abs(rates[0] - rates[1]) / (sum(rates) / 2)
+
+
+def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress,
+              batch_size: int, workers: int) -> None:
+    """Throughput, step-time percentiles and each phase's share of the window."""
+    n, marks = len(loop.marks), loop.marks
+    total_ms = loop.elapsed_s * 1e3
+    step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [total_ms]
+    result.steps, result.samples, result.measure_s = n, n * batch_size, loop.elapsed_s
+    result.samples_per_sec = n * batch_size / loop.elapsed_s
+    result.chunks = list(progress.chunks)
+    result.step_ms = {
+        "median": statistics.median(step_ms),
+        "p10": _percentile(step_ms, 0.1),
+        "p90": _percentile(step_ms, 0.9),
+        "p25": _percentile(step_ms, 0.25),  # the quartiles: the window's noise, IQR/median
+        "p75": _percentile(step_ms, 0.75),
+        "mean": total_ms / n,
+    }
+    wait_s = sum(loop.data_wait_ms) / 1e3
+    result.timers = {
+        "data_wait": wait_s * 1e3 / total_ms,
+        "h2d": sum(clock.ms(m[0], m[1]) for m in marks) / total_ms,
+        "compute": sum(clock.ms(m[1], m[2]) for m in marks) / total_ms,
+        "optimizer": sum(clock.ms(m[2], m[3]) for m in marks) / total_ms,
+        "step_ms": total_ms / n,
+        # Pages the training process faulted in per step (freshly mapped memory, zeroed by
+        # the kernel): the symptom of an allocator that unmaps what the step frees.
+        "page_faults_per_step": loop.page_faults / n,
+        # The share of the loader's time its processes spent on a CPU: near 1, loading is
+        # computation (decode, augment) and workers beyond the cores cannot help; near 0, it
+        # waits (storage, network, a sleep) and more workers than cores can.
+        "loader_cpu_share": loader_cpu_share(workers, loop.data_cpu_s, wait_s,
+                                              loop.workers_cpu_s, loop.elapsed_s),
+        # Epochs begun inside the window, and the share of it spent getting their first
+        # batches: without persistent workers, shutting down and starting up every worker.
+        "epoch_starts": loop.epoch_starts,
+        "epoch_start_share": loop.epoch_start_s * 1e3 / total_ms,
+    }
+
+
+def _report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
+                   batch_size: int) -> bool:
+    """For every chunk edge the device has reached, add the window's throughput so far (from
+    its start to that edge) to the heartbeat: what the pruner reads. Return whether there was
+    one. Never waits for the device. Cumulative, so that one slow chunk late in a good
+    trial (another process took the cores for a moment) does not condemn it, while a trial
+    that is slow from the start is caught at its first edge."""
+    new = False
+    start = edges[0][0]
+    while len(progress.chunks) < len(edges) - 1:
+        edge, steps = edges[len(progress.chunks) + 1]
+        if not clock.done(edge):
+            break
+        progress.chunks.append(steps * batch_size / (clock.ms(start, edge) / 1e3))
+        new = True
+    return new
+
+
+class CompileWatch(logging.Handler):
+    """torch.compile that hits its recompile limit logs one warning and silently runs eager
+    from then on; the measured figure is then not the compiled one, so the trial is flagged."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("torch._dynamo hit config."):
+            self.hits.append(message.splitlines()[0])
+
+    def __enter__(self) -> CompileWatch:
+        logging.getLogger("torch._dynamo").addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        logging.getLogger("torch._dynamo").removeHandler(self)
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return mentions_oom(str(exc))
+
+
+def _cuda_peak_gb(device: torch.device) -> float:
+    """The allocator's peak reservation; 0 if CUDA never started (or failed to): asking would
+    start it now, or raise again, and lose the result that says why the trial ended."""
+    try:
+        if torch.cuda.is_initialized():
+            return torch.cuda.max_memory_reserved(device) / 2**30
+    except Exception:  # noqa: BLE001 - a broken context: the outcome already says so
+        pass
+    return 0.0
+
+
+def main(request_path: str, result_path: str) -> int:
+    req = TrialRequest.read(Path(request_path))
+    result = WindowResult()
+    progress = Progress(req.progress_path)
+    device = torch.device(req.device)
+    with CompileWatch() as compile_watch:
+        try:
+            if req.numerics_steps:
+                record_losses(req, result)
+            else:
+                measure(req, result, progress, compile_watch)
+        except NonFiniteLoss as exc:
+            result.outcome, result.error = "nan", str(exc)
+        except CaptureFailed as exc:
+            result.outcome, result.error = "capture_failed", str(exc)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded outcome
+            result.outcome = "oom" if is_oom(exc) else "crash"
+            result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            traceback.print_exc()
+    if device.type == "cuda":
+        result.peak_memory_gb = _cuda_peak_gb(device)
+    else:
+        result.peak_memory_gb = max(progress.peak_rss, peak_rss_bytes()) / 2**30
+    atomic_write(Path(result_path), result.to_json(), durable=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

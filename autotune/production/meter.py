@@ -1,0 +1,147 @@
+"""The production meter: does the user's run get the speed the study measured?
+
+The loop calls ``meter.step(batch_size)`` once per step; after ``warmup_steps`` it reads the
+host clock every ``window_steps`` steps (no device synchronization: over a window of tens of
+steps the host cannot run further ahead of the device than its queue, so the host rate is the
+device's) and compares samples/sec with the study's confirmed figure. The first window more
+than ``tolerance`` below it gives ONE ``SlowerThanMeasured`` warning with the likely cause,
+read by the diagnosis rules of ``autotune/diagnose/verdicts.py`` (same thresholds, same wording)
+from the share of the window the loop spent waiting for its next batch, which ``wrap(loader)``
+times on the host.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from autotune.diagnose import verdicts as diagnosis
+from autotune.production.best import BestConfig
+
+#: A window this far below the study's confirmed samples/sec warns.
+TOLERANCE = 0.15
+
+
+class SlowerThanMeasured(UserWarning):
+    """The production run is slower than the study's confirmed figure."""
+
+
+class Meter:
+    """Samples/sec of the user's loop against ``expected`` (the study's confirmed figure).
+
+    ``knobs``/``device``/``memory_limit_gb`` feed the diagnosis rules that name the cause."""
+
+    def __init__(self, expected_samples_per_sec: float, *, knobs: dict[str, Any] | None = None,
+                 device: str = "cpu", memory_limit_gb: float | None = None,
+                 measured_data_wait: float | None = None, warmup_steps: int = 20,
+                 window_steps: int = 50, tolerance: float = TOLERANCE):
+        if expected_samples_per_sec <= 0:
+            raise ValueError(f"expected_samples_per_sec={expected_samples_per_sec!r}: must be > 0 "
+                             "(best.yaml's metrics.samples_per_sec)")
+        if warmup_steps < 0 or window_steps < 1 or not 0 < tolerance < 1:
+            raise ValueError(f"warmup_steps={warmup_steps} (>= 0), window_steps={window_steps} "
+                             f"(>= 1), tolerance={tolerance} (between 0 and 1) are not all valid")
+        self.expected = float(expected_samples_per_sec)
+        self.knobs = dict(knobs or {})
+        self.device, self.memory_limit_gb = device, memory_limit_gb
+        self.measured_data_wait = measured_data_wait
+        self.warmup_steps, self.window_steps, self.tolerance = warmup_steps, window_steps, tolerance
+        self.steps = 0
+        self.samples_per_sec: float | None = None  # the last full window's figure
+        self.data_wait_share: float | None = None  # ...and its loader wait (wrap() only)
+        self.warning: str | None = None  # the one warning given, if any
+        self._t0: float | None = None
+        self._samples = 0
+        self._wait = 0.0
+        self._wrapped = False
+        self._batch_sizes: set[int] = set()
+
+    @classmethod
+    def from_best(cls, best: BestConfig, *, device: str | None = None, **kwargs: Any) -> Meter:
+        """A meter against best.yaml's confirmed samples/sec."""
+        expected = best.metrics.get("samples_per_sec")
+        if not expected:
+            raise ValueError("best.yaml has no metrics.samples_per_sec to compare with")
+        doc = best.document
+        return cls(float(expected), knobs=best.knobs,
+                   device=device or (doc.get("device") or {}).get("type") or "cpu",
+                   memory_limit_gb=doc.get("memory_limit_gb"),
+                   measured_data_wait=best.metrics.get("data_wait_share"), **kwargs)
+
+    def wrap(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Yield the loader's batches, timing how long the loop waits for each (host clock)."""
+        self._wrapped = True
+        it = iter(loader)
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self._wait += time.perf_counter() - t
+            yield batch
+
+    def step(self, batch_size: int) -> None:
+        """Count one training step of ``batch_size`` samples. Costs a clock read; every
+        ``window_steps`` steps after warm-up the window's figure is compared."""
+        self.steps += 1
+        if self.steps <= self.warmup_steps:
+            if self.steps == self.warmup_steps:
+                self._start(time.perf_counter())
+            return
+        if self._t0 is None:  # warmup_steps=0: the first step opens the first window
+            self._start(time.perf_counter())
+            return
+        self._samples += int(batch_size)
+        self._batch_sizes.add(int(batch_size))
+        if (self.steps - self.warmup_steps) % self.window_steps == 0:
+            now = time.perf_counter()
+            elapsed = now - self._t0
+            self.samples_per_sec = self._samples / elapsed if elapsed > 0 else None
+            self.data_wait_share = min(1.0, self._wait / elapsed) if self._wrapped and elapsed > 0 \
+                else None
+            if (self.warning is None and self.samples_per_sec is not None
+                    and self.samples_per_sec < (1 - self.tolerance) * self.expected):
+                self.warning = self._message()
+                warnings.warn(self.warning, SlowerThanMeasured, stacklevel=2)
+            self._start(now)
+
+    def _start(self, now: float) -> None:
+        self._t0, self._samples, self._wait = now, 0, 0.0
+
+    def _message(self) -> str:
+        rate = self.samples_per_sec or 0.0
+        head = (f"autotune meter: this run trains at {rate:,.1f} samples/s over its last "
+                f"{self.window_steps} steps, {100 * (1 - rate / self.expected):.0f}% below the "
+                f"study's confirmed {self.expected:,.1f} samples/s.")
+        return f"{head} Likely cause: {self._cause()}"
+
+    def _cause(self) -> str:
+        measured_bs = self.knobs.get("batch_size")
+        batch = ""
+        if measured_bs and self._batch_sizes and self._batch_sizes != {int(measured_bs)}:
+            batch = (f" Note: the study measured batch_size={measured_bs}; this loop's "
+                     f"batches are {sorted(self._batch_sizes)}.")
+        dw = self.data_wait_share
+        if dw is None:
+            return ("unknown: iterate over meter.wrap(loader) to tell a loader slower than "
+                    "measured from a slower step." + batch)
+        verdict = diagnosis.diagnose({"samples_per_sec": self.samples_per_sec,
+                                      "timers": {"data_wait": dw}},
+                                     self.knobs, self.device, self.memory_limit_gb or 0.0)
+        was = (f" (the study measured {100 * self.measured_data_wait:.0f}%)"
+               if self.measured_data_wait is not None else "")
+        if verdict["bottleneck"] == "input_pipeline":
+            return (f"the loader is slower than measured: the loop waits for its next batch "
+                    f"{100 * dw:.0f}% of the time{was}, at or above the diagnosis threshold of "
+                    f"{100 * diagnosis.DATA_WAIT_SHARE:.0f}% (slower storage, a different "
+                    f"dataset or transform, fewer free cores?). {verdict['summary']}" + batch)
+        return (f"the step itself is slower than measured: the loop waits for its next batch "
+                f"only {100 * dw:.0f}% of the time{was}, under the diagnosis threshold of "
+                f"{100 * diagnosis.DATA_WAIT_SHARE:.0f}%, so the model's step takes longer: "
+                "another device or library version (load_best warns about those), other "
+                "processes sharing the device, a model, batch or loop that differs from the "
+                "study's, or per-step host syncs (.item(), printing a tensor) in this loop."
+                + batch)

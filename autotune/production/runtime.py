@@ -1,0 +1,326 @@
+"""best.yaml applied to the user's own training loop, through the code the trials ran.
+
+A production run keeps its own DataLoader, model, optimizer and loop; ``Runtime`` hands each
+of them the measured knobs through the functions ``Training`` itself calls
+(``loader_kwargs``, ``place_model``, ``optimizer_kwargs``, ``compile_model``, the step and
+the batch move of ``Training``), so what runs is what was measured::
+
+    rt = autotune.Runtime("studies/mlp-cpu/best.yaml")          # or load_best(...) / a Hydra node
+    loader = rt.dataloader(dataset, shuffle=True)               # workers, pinning, prefetch, batch
+    #   or rt.dataloader(raw_items, stages=stages): the host part of transform_split's split
+    model = rt.model(MyNet())                                   # device, channels_last
+    opt = rt.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)   # fused / foreach
+    run = rt.wrap(model, opt, loss_fn, loader=loader)           # autocast, GradScaler, compile,
+    meter = rt.meter()                                          # CUDA Graphs, set_to_none
+    for inputs, targets in meter.wrap(loader):
+        loss = run.step(*run.to_device(inputs, targets))
+        meter.step(len(targets))
+
+Where the user's code sets a knob otherwise (its own DataLoader arguments, an already compiled
+model, an optimizer without ``fused=``), the user's choice stands and one ``KnobOverridden``
+warning per knob says what differs from the measured configuration.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from autotune.core.stages import Stage, check_split
+from autotune.core.training import (
+    Training,
+    apply_backend_flags,
+    apply_host_allocator,
+    input_dataset,
+    loader_kwargs,
+    optimizer_kwargs,
+    place_model,
+)
+from autotune.core.workload import Workload
+from autotune.production.best import BestConfig, best_from_document, load_best
+from autotune.production.meter import Meter
+
+
+class KnobOverridden(UserWarning):
+    """The user's code sets a knob to another value than the one measured: theirs stands."""
+
+
+def _compiled(model: Any) -> bool:
+    return isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+
+
+#: torch.compile's modes, as the ``compile`` knob names them.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compiled_mode(model: Any) -> str | None:
+    """The torch.compile mode of an already compiled model, or None where it cannot be told.
+
+    torch 2.14's ``OptimizedModule`` keeps no mode attribute: the mode survives only as the
+    inductor options it set (``torch._inductor.list_mode_options``) on the backend wrapper
+    the module's dynamo context holds. The mode is the one whose options are all there (the
+    most specific such); another backend than inductor, or private attributes that moved in
+    another torch version, give None."""
+    try:
+        from torch._inductor import list_mode_options
+
+        backend = model.dynamo_ctx.callback._torchdynamo_orig_backend._torchdynamo_orig_backend
+        wrapper: Any = getattr(backend, "__wrapped__", None)
+        if type(wrapper).__name__ != "_TorchCompileInductorWrapper":
+            return None
+        config = dict(wrapper.config)
+        dynamic = getattr(wrapper, "dynamic", None)
+        fits = [m for m in COMPILE_MODES
+                if all(config.get(k) == v for k, v in list_mode_options(m, dynamic).items())]
+    except Exception:  # noqa: BLE001 - private torch internals: unknown rather than wrong
+        return None
+    return max(fits, key=lambda m: len(list_mode_options(m, dynamic))) if fits else None
+
+
+class _UserParts(Workload):
+    """The user's loss and device transform, seen by ``Training`` as a workload."""
+
+    name = "user"
+
+    def __init__(self, loss_fn: Callable[[Any, Any], torch.Tensor] | None,
+                 device_transform: Callable[[Any], Any] | None,
+                 split: Callable[[Any], tuple[Any, Any]] | None = None,
+                 stages: Sequence[Stage] = (), raw: Dataset | None = None):
+        self.loss_fn, self.transform, self.split = loss_fn, device_transform, split
+        self._stages, self._raw = list(stages), raw
+
+    def stages(self) -> list[Stage]:
+        return self._stages
+
+    def raw_dataset(self) -> Dataset:
+        assert self._raw is not None, "a staged loader is built from its raw dataset"
+        return self._raw
+
+    def split_batch(self, batch: Any) -> tuple[Any, Any]:
+        return self.split(batch) if self.split is not None else super().split_batch(batch)
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        if self.loss_fn is not None:
+            return self.loss_fn(outputs, targets)
+        return super().loss(outputs, targets)  # the model's own loss, where the base has one
+
+    def device_transform(self, inputs: Any) -> Any:
+        return self.transform(inputs) if self.transform is not None else inputs
+
+
+class Runtime:
+    """A study's best configuration, applied piece by piece to the user's own objects.
+
+    ``best``: a path to best.yaml, a ``BestConfig`` (``load_best``), or a mapping with its
+    ``knobs`` (e.g. the node a Hydra app gets from ``+autotune=best``). ``device``: where
+    to train; ``"auto"`` is the study's device type where available here, else the CPU.
+    Process-wide knobs (TF32, cuDNN autotuning, the host allocator) are applied now: build
+    the Runtime before the DataLoader forks its workers."""
+
+    def __init__(self, best: BestConfig | str | os.PathLike[str] | Mapping[str, Any],
+                 device: str | torch.device = "auto"):
+        if isinstance(best, (str, os.PathLike)):
+            best = load_best(best)
+        elif not isinstance(best, BestConfig):
+            best = best_from_document(_plain(best), "the given configuration")
+        self.best = best
+        self.knobs: dict[str, Any] = dict(best.knobs)
+        self.device = torch.device(_resolve_device(device, best))
+        #: Micro-batches per optimizer step where the study kept a global batch
+        #: (``study.keep_global_batch``): best.yaml's ``grad_accum``, 1 when absent.
+        self.grad_accum = int(best.document.get("grad_accum") or 1)
+        self._warned: set[str] = set()
+        #: The input stages given to ``dataloader(stages=)``: ``wrap`` runs their device part.
+        self.stages: list[Stage] = []
+        apply_backend_flags(self.knobs)
+        apply_host_allocator(self.knobs)
+
+    # --- the loader --------------------------------------------------------------------------
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The DataLoader arguments the study measured (batch size, workers, pinning,
+        prefetch, persistence), as the trial's loader got them."""
+        return loader_kwargs(self.knobs)
+
+    def dataloader(self, dataset: Dataset, *, stages: Sequence[Stage] | None = None,
+                   **kwargs: Any) -> DataLoader:
+        """``DataLoader(dataset, **measured, **kwargs)``; a keyword that sets a knob to
+        another value than the measured one wins, with a warning. ``drop_last`` defaults to
+        True, as in the trials (a short last batch recompiles a compiled model and cannot
+        replay a CUDA Graph).
+
+        ``stages``: the input pipeline as stages (``autotune.core.stages``; a workload's
+        ``stages()``), ``dataset`` then being its raw items (``raw_dataset()``). The loader
+        runs the first ``transform_split`` stages per sample, as the trials' loader did
+        (``training.input_dataset``), and ``wrap`` runs the rest on the device after the
+        copy. Without them, a study that moved stages to the device warns: a plain dataset
+        runs its whole pipeline on the host."""
+        measured = self.loader_kwargs()
+        for key, value in kwargs.items():
+            if key in measured and measured[key] != value:
+                self._override(key, value, measured[key], "the DataLoader argument")
+        if stages is None:
+            self._check_split("rt.dataloader() without stages=")
+        else:
+            self.stages = list(stages)
+            dataset, collate = input_dataset(_UserParts(None, None, stages=stages, raw=dataset),
+                                             self.knobs)
+            if collate is not None:
+                kwargs.setdefault("collate_fn", collate)
+        return DataLoader(dataset, **{"drop_last": True, **measured, **kwargs})
+
+    def device_split(self) -> bool | None:
+        """Whether best.yaml runs input stages on the device: its ``transform_split`` below
+        the workload's stage count (``input_stages``, or the stages given here). None: an
+        older best.yaml without ``input_stages`` and no stages given, so it cannot be told."""
+        count = len(self.stages) if self.stages else self.best.document.get("input_stages")
+        if count is None:
+            return None
+        return int(self.knobs.get("transform_split", count)) < int(count)
+
+    def _check_split(self, where: str) -> None:
+        if self.device_split() and not self.stages:
+            self._override("transform_split", "a loader running the whole input pipeline on "
+                           "the host (pass stages= to rt.dataloader())",
+                           self.knobs["transform_split"], where)
+
+    def check_loader(self, loader: DataLoader) -> None:
+        """Warn (once per knob) where a DataLoader built elsewhere differs from the measured
+        arguments."""
+        for key, want in self.loader_kwargs().items():
+            have = getattr(loader, key, want)
+            if have is not None and have != want:
+                self._override(key, have, want, "the DataLoader")
+
+    # --- the model and the optimizer ---------------------------------------------------------
+    def model(self, model: nn.Module) -> nn.Module:
+        """The model on the device, in the measured memory format, in training mode. Build
+        the optimizer from the returned model's parameters. Compilation happens in ``wrap``
+        (as in the trials); an already compiled model is kept, with a warning if the study
+        measured it otherwise (``compiled_mode``; where the mode cannot be told, the warning
+        says so)."""
+        if _compiled(model):
+            mode, want = compiled_mode(model), self.knobs["compile"]
+            if mode is None:
+                self._override("compile", "an already compiled model whose mode cannot be told "
+                               "(not inductor, or another torch version)", want, "the model")
+            elif mode != want:
+                self._override("compile", mode, want, "the model (already compiled)")
+        return place_model(model, self.knobs, self.device)
+
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """``foreach=`` / ``fused=`` as measured (``{}``: torch's default)."""
+        return optimizer_kwargs(self.knobs)
+
+    def optimizer(self, cls: Callable[..., torch.optim.Optimizer], params: Iterable[Any],
+                  **kwargs: Any) -> torch.optim.Optimizer:
+        """``cls(params, **kwargs, **measured)``; an implementation flag the class does not
+        take is left out with a warning; one the caller passes wins, with a warning."""
+        measured = self.optimizer_kwargs()
+        try:
+            accepted = inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            accepted = None
+        for key, value in measured.items():
+            if key in kwargs:
+                if kwargs[key] != value:
+                    self._override("optimizer_impl", f"{key}={kwargs[key]}", f"{key}={value}",
+                                   "the optimizer arguments")
+            elif accepted is not None and key not in accepted and not _takes_kwargs(accepted):
+                self._override("optimizer_impl", f"{getattr(cls, '__name__', cls)} without {key}=",
+                               f"{key}={value}", "the optimizer class")
+            else:
+                kwargs[key] = value
+        return cls(params, **kwargs)
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Warn where an optimizer built elsewhere uses another implementation."""
+        group = optimizer.param_groups[0] if optimizer.param_groups else {}
+        impl = ("fused" if group.get("fused") else "foreach" if group.get("foreach")
+                else "default")
+        want = self.knobs["optimizer_impl"]
+        if impl != want and not (want == "default" and group.get("foreach") is None):
+            self._override("optimizer_impl", impl, want, "the optimizer")
+
+    # --- the step ----------------------------------------------------------------------------
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+             loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, *,
+             loader: DataLoader | None = None,
+             device_transform: Callable[[Any], Any] | None = None,
+             split_batch: Callable[[Any], tuple[Any, Any]] | None = None,
+             stages: Sequence[Stage] | None = None) -> Training:
+        """The trials' own step object around the user's model, optimizer and loss:
+        ``run.to_device(inputs, targets)`` (transfer dtype, non_blocking), then
+        ``run.step(inputs, targets)`` (device transform, memory format, autocast, GradScaler,
+        zero_grad(set_to_none), compile, a captured CUDA Graph where measured). ``loader`` is
+        checked against the measured arguments, and is needed for a CUDA Graph capture (its
+        first batch gives the static shapes). ``device_transform`` finishes uint8 batches on
+        the device when the study chose ``transfer_dtype=uint8``. Batches of any structure
+        (autotune/core/batch.py): ``run.split(batch)`` gives ``(inputs, targets)`` of a pair or a
+        mapping (labels inside, targets None), or as ``split_batch`` says; without
+        ``loss_fn`` the loss is the model's own (``outputs.loss`` / ``outputs["loss"]``).
+        ``stages``: the input stages, where ``rt.dataloader(stages=)`` did not give them:
+        ``prepare`` runs those after ``transform_split`` on the device, as the trial did."""
+        if stages is not None:
+            self.stages = list(stages)
+        if self.stages:  # a split these stages do not allow: the error names the valid ones
+            check_split(self.stages, int(self.knobs.get("transform_split", len(self.stages))))
+        if loader is not None:
+            self.check_loader(loader)
+            self._check_split("the DataLoader given to wrap()")
+        self.check_optimizer(optimizer)
+        if self.knobs["transfer_dtype"] == "uint8" and device_transform is None:
+            self._override("transfer_dtype", "no device_transform given", "uint8",
+                           "wrap()'s arguments")
+        if self.knobs["cuda_graphs"] and loader is None:
+            raise ValueError("cuda_graphs=True: pass loader= to wrap(); its first batch gives "
+                             "the captured step its static shapes")
+        if next(model.parameters(), torch.empty(0, device=self.device)).device.type != \
+                self.device.type:  # not placed by rt.model() yet
+            model = self.model(model)
+        parts = _UserParts(loss_fn, device_transform, split_batch, stages=self.stages)
+        return Training.around(parts, self.knobs,
+                               self.device, model, optimizer, loader, grad_accum=self.grad_accum)
+
+    def meter(self, **kwargs: Any) -> Meter:
+        """A production meter against the study's confirmed samples/sec (see ``Meter``)."""
+        return Meter.from_best(self.best, device=self.device.type, **kwargs)
+
+    def _override(self, knob: str, have: Any, want: Any, where: str) -> None:
+        if knob in self._warned:
+            return
+        self._warned.add(knob)
+        warnings.warn(
+            f"autotune: {where} sets {knob}={have!r} but the study measured {knob}={want!r}; "
+            f"yours is used, so this run may not reach the study's "
+            f"{self.best.metrics.get('samples_per_sec')} samples/s. Remove the setting from "
+            "your code to apply the measured value.", KnobOverridden, stacklevel=3)
+
+
+def _takes_kwargs(params: Mapping[str, inspect.Parameter]) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _plain(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A Hydra/OmegaConf node or a mapping as plain Python data."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(node, DictConfig):
+            return dict(OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - omegaconf comes with hydra, a core dependency
+        pass
+    return dict(node)
+
+
+def _resolve_device(device: str | torch.device, best: BestConfig) -> str:
+    if str(device) != "auto":
+        return str(device)
+    measured = (best.document.get("device") or {}).get("type")
+    return "cuda" if measured == "cuda" and torch.cuda.is_available() else "cpu"

@@ -1,0 +1,243 @@
+"""What a study hands back: best.yaml (the config a production run applies), trials.csv.
+
+Every file is written atomically (temp file + rename), so an interrupted export leaves the
+previous version intact. Only plain YAML types are written: ``yaml.safe_load`` reads it back.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core.files import atomic_write
+from autotune.core.knobs import KNOBS, fix_text
+from autotune.core.numbers import rounded
+from autotune.core.workload import Workload, WorkloadError, resolve_target
+from autotune.results.compile_cost import compile_summary
+from autotune.results.hydra_export import hydra_group_text, overrides_text
+from autotune.results.record import study_attrs, trial_attrs
+from autotune.results.storage import redact
+from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials
+
+SCHEMA = 1
+
+
+def metrics(t: FrozenTrial, confirmed: float | None = None,
+            runs: list[float] | None = None) -> dict[str, Any]:
+    """A trial's figures. ``samples_per_sec`` is the confirmation runs' median when there are
+    some (what production can expect), else the trial's own; the search figure stays beside."""
+    a = trial_attrs(t)
+    search = rounded(a.get("samples_per_sec"))
+    extra: dict[str, Any] = {}
+    if confirmed is not None and runs:
+        extra = {"search_samples_per_sec": search, "confirm_runs": runs,
+                 "confirm_spread_pct": round(100 * (max(runs) - min(runs)) / confirmed, 1)}
+    return {
+        "samples_per_sec": rounded(confirmed) if confirmed is not None else search,
+        **extra,
+        "step_time_ms": rounded((a.get("step_ms") or {}).get("median")),
+        "step_time_p10_ms": rounded((a.get("step_ms") or {}).get("p10")),
+        "step_time_p90_ms": rounded((a.get("step_ms") or {}).get("p90")),
+        "peak_memory_gb": rounded(a.get("peak_memory_gb")),
+        "compile_s": rounded(a.get("compile_s")),
+        # The loop's wait for its next batch, a share of the step: the production meter
+        # tells a loader slower than measured from a slower step with it.
+        "data_wait_share": rounded((a.get("timers") or {}).get("data_wait")),
+    }
+
+
+def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | None:
+    best, conf = chosen_trial(study)
+    if best is None:
+        return None
+    base = baseline_trial(study)
+    attrs = study_attrs(study)
+    dev = attrs.get("device", {})
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "workload": attrs.get("workload"),
+        "device": {
+            "type": dev.get("device"),
+            "name": dev.get("device_name"),
+            "memory_gb": rounded(dev.get("total_memory_gb")),
+            "torch": dev.get("torch_version"),
+            "cuda": dev.get("cuda_version"),
+            "cpu": dev.get("cpu_model"),
+        },
+        "knobs": dict(trial_attrs(best)["knobs"]),
+        # How many input stages the workload declares (transform_split = that: all on the
+        # host): the runtime warns where a split on the device is not applied by the user's loader.
+        **({"input_stages": attrs["input_stages"]} if "input_stages" in attrs else {}),
+        # study.keep_global_batch: knobs.batch_size is the micro-batch; the optimizer steps
+        # once per global_batch samples, after grad_accum micro-batches.
+        **({"global_batch": attrs["global_batch"],
+            "grad_accum": attrs["global_batch"] // int(trial_attrs(best)["knobs"]["batch_size"])}
+           if attrs.get("global_batch") else {}),
+        "metrics": metrics(best, conf.get("best_samples_per_sec"), conf.get("best_runs")),
+        "baseline": (metrics(base, conf.get("baseline_samples_per_sec"), conf.get("baseline_runs"))
+                     if base else None),
+        "speedup": conf.get("speedup") or (
+            round(best.value / base.value, 3) if base and base.value and best.value else None
+        ),
+        "speedup_search": (
+            round(best.value / base.value, 3) if base and base.value and best.value else None
+        ),
+        "ceilings": {k: round(v, 2) for k, v in (trial_attrs(best).get("ceilings") or {}).items()},
+        "fraction_of_ceiling": rounded(trial_attrs(best).get("fraction_of_ceiling")),
+        "diagnosis": _verdict(best),
+        "baseline_diagnosis": _verdict(base) if base else None,
+        "best_trial": best.number,
+        "confirmation": ({"finalists": conf.get("finalists"), "runs": conf.get("runs")}
+                         if conf else None),
+        "numerics": _numerics(attrs.get("numerics")),
+        "memory_limit_gb": rounded(attrs.get("memory_limit_gb")),
+        "compile": _compile_section(study, conf),
+        "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
+        "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
+                  "pruning": pruning_savings(study), "agent_trials": sum(
+                      1 for t in study.get_trials(deepcopy=False)
+                      if trial_attrs(t).get("source") == "agent")},
+    }
+    return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
+
+
+def _compile_section(study: optuna.Study, conf: dict[str, Any]) -> dict[str, Any] | None:
+    """Compile cost (cold/warm) and each compiled finalist's break-even: see compile_cost.py.
+    The finalists are the confirmation's, else the three fastest trials."""
+    trials = study.get_trials(deepcopy=False)
+    numbers = conf.get("finalists") or [t.number for t in ranked_trials(study)[:3]]
+    finals = [trials[n] for n in numbers if n < len(trials)]
+    return compile_summary(trials, finals, study_attrs(study).get("run_steps"))
+
+
+def _numerics(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The numerics check per checked trial, without the loss curves (in the study)."""
+    if not record:
+        return None
+    return {"steps": record.get("steps"), "trials": {
+        n: {k: v for k, v in e.items() if k not in ("losses", "reference_losses")}
+        for n, e in (record.get("trials") or {}).items()}}
+
+
+def _verdict(t: FrozenTrial) -> dict[str, Any] | None:
+    d = trial_attrs(t).get("diagnosis")
+    if not d:
+        return None
+    return {"bottleneck": d.get("bottleneck"), "summary": d.get("summary"),
+            "fixes": [fix_text(f) for f in d.get("fixes", [])]}
+
+
+def pruning_savings(study: optuna.Study) -> dict[str, Any]:
+    """What pruning saved: pruned trials' wall time against a full trial's (the mean of the
+    trials that ran their whole window)."""
+    trials = study.get_trials(deepcopy=False)
+    full = [trial_attrs(t)["wall_s"] for t in trials
+            if t.state == TrialState.COMPLETE and trial_attrs(t).get("wall_s") and "duplicate_of" not in trial_attrs(t)]
+    pruned = [float(trial_attrs(t).get("wall_s") or 0.0) for t in trials
+              if t.state == TrialState.PRUNED and "duplicate_of" not in trial_attrs(t)]
+    if not full or not pruned:
+        return {"pruned": len(pruned), "saved_s": 0.0, "mean_cost_fraction": None}
+    mean_full = sum(full) / len(full)
+    return {
+        "pruned": len(pruned),
+        "full_trial_s": round(mean_full, 2),
+        "saved_s": round(sum(mean_full - w for w in pruned), 2),
+        "mean_cost_fraction": round(sum(pruned) / len(pruned) / mean_full, 3),
+    }
+
+
+def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        a = trial_attrs(t)
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "outcome": a.get("outcome", ""),
+            "reason": a.get("reason", ""),
+            "source": a.get("source", ""),
+            "feasible": all(v <= 0 for v in t.constraints.values()) if t.constraints else "",
+            **{f"knob.{k.name}": (a.get("knobs") or {}).get(k.name, "") for k in KNOBS},
+            **{k: ("" if v is None else v) for k, v in metrics(t).items()},
+            "final_loss": a.get("final_loss", ""),
+            "duplicate_of": a.get("duplicate_of", ""),
+            "agent_reason": a.get("agent_reason", ""),
+            "bottleneck": (a.get("diagnosis") or {}).get("bottleneck", ""),
+            "diagnosis": (a.get("diagnosis") or {}).get("summary", ""),
+            "fixes": "; ".join(fix_text(f) for f in (a.get("diagnosis") or {}).get("fixes", [])),
+            "fraction_of_ceiling": rounded(a.get("fraction_of_ceiling")) or "",
+            **{f"ceiling.{k}": round(v, 2) for k, v in (a.get("ceilings") or {}).items()},
+            "ceiling_violation": a.get("ceiling_violation", ""),
+            "wall_s": rounded(a.get("wall_s")) or "",
+        }
+        for name, share in (a.get("timers") or {}).items():
+            row[f"timer.{name}"] = "" if share is None else round(share, 4)
+        rows.append(row)
+    return rows
+
+
+def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path | None:
+    rows = trials_rows(study)
+    if rows:
+        fields: list[str] = []
+        for r in rows:
+            fields += [k for k in r if k not in fields]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(out_dir / "trials.csv", buf.getvalue())
+    doc = best_document(study, storage_url)
+    if doc is None:
+        return None
+    _publish_trace(out_dir / "trials" / str(doc["best_trial"]) / "trace.json",
+                   out_dir / "best_trace.json")
+    path = out_dir / "best.yaml"
+    atomic_write(path, yaml.safe_dump(doc, sort_keys=False))
+    atomic_write(out_dir / "hydra" / "autotune" / "best.yaml", hydra_group_text(doc, out_dir))
+    atomic_write(out_dir / "overrides.txt", overrides_text(doc))
+    write_framework_exports(study_attrs(study).get("workload_target"), doc, out_dir)
+    return path
+
+
+def _publish_trace(trace: Path, dest: Path) -> None:
+    """best_trace.json = the exported trial's own trace (kept while it was a finalist); a hard
+    link, since GPU traces run to tens of MB and exports are rewritten after every trial."""
+    if not trace.exists() or (dest.exists() and os.path.samefile(trace, dest)):
+        return  # renaming a link onto another link of the same file would leave the .tmp behind
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(trace, tmp)
+    except OSError:  # a filesystem without hard links
+        shutil.copyfile(trace, tmp)
+    os.replace(tmp, dest)
+
+
+def write_framework_exports(target: Any, best: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write the exported workload's framework files (``Workload.framework_exports``: an
+    adapter's lightning.yaml or training_args.yaml) beside best.yaml. A workload class that
+    cannot be imported here writes nothing (best.yaml stands)."""
+    if not target:
+        return []
+    try:
+        cls = resolve_target(str(target))
+    except WorkloadError:
+        return []
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        return []
+    written = []
+    for name, document in cls.framework_exports(best).items():
+        path = out_dir / name
+        atomic_write(path, yaml.safe_dump(document, sort_keys=False))
+        written.append(path)
+    return written

@@ -1,0 +1,113 @@
+"""What a study stores: the one declaration of its Optuna user attributes, with their types.
+
+A trial's attributes are written by the driver (``autotune.search``) and read by everything
+that reports on a study, on any storage, long after the run; the study's own attributes say
+what was tuned, on what, and what the confirmation and the numerics check found. Every read and
+write goes through ``trial_attrs`` / ``set_trial_attrs`` / ``study_attrs`` /
+``set_study_attrs``, so mypy checks each key against these declarations (a misspelt key is a
+type error, not a silently missing column), and ``tests/test_record.py`` checks that no module
+writes a key by its string alone.
+
+Values are JSON (Optuna stores user attributes as JSON): numbers, strings, lists, dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, TypedDict, cast
+
+from optuna.trial import FrozenTrial
+
+Source = Literal["baseline", "sampler", "agent", "requeue", "start_from"]
+
+
+class TrialAttrs(TypedDict, total=False):
+    """One trial's record."""
+
+    # -- who runs it (ownership among workers) and why it was asked
+    owner_host: str
+    owner_pid: int
+    owner_start: float
+    heartbeat: float  # time.time() of the owner's last sign of life
+    source: Source
+    agent_reason: str  # the diagnosis fix the agent enqueued it for
+    requeue_of: int  # the lost trial whose configuration it runs again
+    knobs: dict[str, Any]  # every knob's value, fixed ones included
+    measuring: bool  # its window started (a twin waits for it rather than measuring again)
+    duplicate_of: int  # a twin: the trial whose outcome it reuses
+    # -- what its window measured (WindowResult, see autotune.measure.protocol)
+    outcome: str
+    reason: str  # "" when ok; else "<outcome>: <why>"
+    samples_per_sec: float
+    effective_samples_per_sec: float  # over the user's run, compile time included
+    step_ms: dict[str, float]
+    peak_memory_gb: float
+    compile_s: float
+    compile_cache: dict[str, int]
+    final_loss: float | None
+    timers: dict[str, float | None]
+    chunks: list[float]
+    wall_s: float
+    trace: dict[str, Any]
+    stderr_tail: str
+    signal: str
+    exit_code: int
+    # -- what the driver made of it
+    ceilings: dict[str, float]
+    ceiling_noise: dict[str, float]
+    ceiling_violation: str
+    fraction_of_ceiling: float
+    diagnosis: dict[str, Any]
+
+
+class StudyAttrs(TypedDict, total=False):
+    """The study's record (besides the ceiling cache, whose keys are ``pruning.ceiling_key``)."""
+
+    workload: str  # the workload's one-line description
+    workload_target: str | None  # its factory's import path
+    device: dict[str, Any]  # autotune.core.env.Env.to_dict()
+    versions: dict[str, Any]  # library versions (the nightly comparison reads them)
+    fixed_knobs: dict[str, Any]  # knob -> [value, why]
+    input_stages: int
+    memory_limit_gb: float
+    run_steps: int | None
+    global_batch: int
+    superseded: list[int]  # crashed baselines a later run replaced
+    confirmation: dict[str, Any]
+    numerics: dict[str, Any]
+
+
+class _Settable(Protocol):
+    def set_user_attr(self, key: str, value: Any) -> None: ...
+
+
+def trial_attrs(trial: FrozenTrial | Any) -> TrialAttrs:
+    """A trial's record, typed (``optuna.Trial`` or ``FrozenTrial``)."""
+    return cast(TrialAttrs, trial.user_attrs)
+
+
+def set_trial_attrs(trial: _Settable, attrs: TrialAttrs) -> None:
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def study_attrs(study: Any) -> StudyAttrs:
+    """The study's record, typed (``optuna.Study``)."""
+    return cast(StudyAttrs, study.user_attrs)
+
+
+def set_study_attrs(study: _Settable, attrs: StudyAttrs) -> None:
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+
+
+def set_stored_trial_attrs(storage: Any, trial_id: int, attrs: TrialAttrs) -> None:
+    """Through the storage, for a trial this process holds no ``Trial`` of (the heartbeat, a
+    dead worker's trial)."""
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial_id, key, value)
+
+
+def declared(attrs: Mapping[str, Any], kind: type = TrialAttrs) -> list[str]:
+    """The keys of ``attrs`` that ``kind`` does not declare (a test's check on a real study)."""
+    return sorted(set(attrs) - set(kind.__annotations__))

@@ -1,0 +1,114 @@
+"""The facts a study report shows, read from the stored study alone (any storage, any time).
+
+``report_html`` renders them as report.html and report.md; nothing here formats or plots.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.results.export import best_document
+from autotune.results.record import study_attrs, trial_attrs
+from autotune.results.trials import baseline_trial, chosen_trial, counts, feasible
+
+
+def path_to_best(study: optuna.Study) -> list[dict[str, Any]]:
+    """Seed 004's results table, automatically: the trials that raised the best so far, in
+    the order they ran, each with the knobs it changed from the previous best and its gain.
+
+    The first row is the baseline (trial 0) when it ran; gains are search figures."""
+    rows: list[dict[str, Any]] = []
+    base = baseline_trial(study)
+    prev: FrozenTrial | None = None
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if not feasible(t) or (prev is not None and t.value <= prev.value):  # type: ignore[operator]
+            continue
+        before = trial_attrs(prev or base or t).get("knobs") or {}
+        knobs = trial_attrs(t).get("knobs") or {}
+        changed = {k: [before.get(k), v] for k, v in knobs.items() if before.get(k) != v}
+        rows.append({
+            "trial": t.number,
+            "source": trial_attrs(t).get("source", ""),
+            "changed": changed,
+            "samples_per_sec": float(t.value),  # type: ignore[arg-type]
+            "gain": float(t.value / prev.value) if prev is not None and prev.value else None,  # type: ignore[operator]
+            "vs_baseline": float(t.value / base.value) if base is not None and base.value else None,  # type: ignore[operator]
+            "bottleneck": (trial_attrs(t).get("diagnosis") or {}).get("bottleneck"),
+        })
+        prev = t
+    return rows
+
+
+def failures(study: optuna.Study) -> list[dict[str, Any]]:
+    """Every trial that did not finish a clean window within the limit, with its reason."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        if feasible(t) or t.state in (TrialState.RUNNING, TrialState.WAITING):
+            continue
+        a = trial_attrs(t)
+        state = "INFEASIBLE" if t.state == TrialState.COMPLETE else t.state.name
+        out.append({"trial": t.number, "state": state, "outcome": a.get("outcome", ""),
+                    "reason": a.get("reason") or "over the memory limit",
+                    "knobs": a.get("knobs") or {}})
+    return out
+
+
+def confirmation(study: optuna.Study) -> list[dict[str, Any]]:
+    """The finalists' and the baseline's confirmation re-runs: runs, median, spread (%)."""
+    conf = study_attrs(study).get("confirmation") or {}
+    rows = []
+    for number, runs in (conf.get("runs") or {}).items():
+        if not runs:
+            continue
+        med = statistics.median(runs)
+        rows.append({"trial": int(number), "runs": runs, "median": med,
+                     "spread_pct": 100 * (max(runs) - min(runs)) / med if med else None,
+                     "chosen": int(number) == conf.get("best_trial"),
+                     "baseline": int(number) == conf.get("baseline_trial")})
+    return rows
+
+
+def trial_points(study: optuna.Study) -> list[dict[str, Any]]:
+    """Per measured trial: throughput, peak memory and the step's time shares (plots)."""
+    pts = []
+    for t in study.get_trials(deepcopy=False):
+        a = trial_attrs(t)
+        if a.get("outcome") != "ok" or "duplicate_of" in a:
+            continue
+        timers = a.get("timers") or {}
+        pts.append({"trial": t.number, "samples_per_sec": a.get("samples_per_sec"),
+                    "peak_memory_gb": a.get("peak_memory_gb"), "feasible": feasible(t),
+                    "shares": {k: timers.get(k) for k in ("data_wait", "h2d", "compute", "optimizer")},
+                    "knobs": a.get("knobs") or {}})
+    return pts
+
+
+def gather(study: optuna.Study, storage_url: str) -> dict[str, Any]:
+    """Everything the report shows, as plain data."""
+    attrs = study_attrs(study)
+    base = baseline_trial(study)
+    return {
+        "name": study.study_name,
+        "workload": attrs.get("workload"),
+        "device": attrs.get("device") or {},
+        "memory_limit_gb": attrs.get("memory_limit_gb"),
+        "best": best_document(study, storage_url),
+        "counts": counts(study),
+        "path": path_to_best(study),
+        "failures": failures(study),
+        "confirmation": confirmation(study),
+        "points": trial_points(study),
+        "baseline_evidence": ((trial_attrs(base).get("diagnosis") or {}).get("evidence")
+                              if base else None),
+        "best_evidence": _best_evidence(study),
+        "n_trials": len(study.get_trials(deepcopy=False)),
+    }
+
+
+def _best_evidence(study: optuna.Study) -> dict[str, Any] | None:
+    t, _ = chosen_trial(study)
+    return (trial_attrs(t).get("diagnosis") or {}).get("evidence") if t else None

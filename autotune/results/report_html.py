@@ -1,0 +1,247 @@
+"""report.html and report.md: what a person reads about a study, in a minute.
+
+Written at the end of every study, and on demand for any stored study::
+
+    autotune-report --storage sqlite:///studies/<name>/study.db --study <name>
+    python -m autotune.results.report_html --storage URL --study NAME [--out DIR]
+
+report.html is self-contained: plotly's JavaScript is inlined once (no CDN: it opens offline,
+on a cluster's login node, attached to an e-mail). plotly is a core dependency: every install
+that writes a report writes its plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import plotly.graph_objects as go
+
+from autotune.core.files import atomic_write
+from autotune.results.compare import compare_html, compare_markdown, compare_studies
+from autotune.results.report_data import gather
+from autotune.results.storage import StorageError, open_storage, redact
+
+log = logging.getLogger("autotune")
+
+SHARES = (("data_wait", "data wait"), ("h2d", "copy"), ("compute", "forward+backward"),
+          ("optimizer", "optimizer"))
+
+
+def _f(v: Any, fmt: str = ",.1f", unit: str = "") -> str:
+    return "-" if v is None else f"{v:{fmt}}{unit}"
+
+
+def _figure(x: Any) -> str:
+    if not isinstance(x, float):
+        return str(x)
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def _knobs(changed: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {a} → {b}" for k, (a, b) in changed.items()) or "(baseline)"
+
+
+# -- the tables, shared by HTML and Markdown -----------------------------------------------------
+def headline(d: dict[str, Any]) -> list[str]:
+    dev, best = d["device"], d["best"]
+    lines = [f"Study **{d['name']}**: {d['workload'] or '?'}",
+             f"Device: {dev.get('device', '?')} ({dev.get('device_name', '?')}), torch "
+             f"{dev.get('torch_version', '?')}" + (f", CUDA {dev['cuda_version']}" if dev.get("cuda_version") else "")]
+    if best is None:
+        return [*lines, "No trial finished within the memory limit."]
+    m, b = best["metrics"], best["baseline"] or {}
+    lines.append(f"Baseline → best: {_f(b.get('samples_per_sec'))} → {_f(m.get('samples_per_sec'))} "
+                 f"samples/s (trial {best['best_trial']}), speedup **{_f(best.get('speedup'), '.2f', 'x')}**"
+                 + (" (confirmed by re-runs)" if m.get("confirm_runs") else " (search figures)"))
+    ceil = best.get("ceilings") or {}
+    if ceil:
+        lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} samples/s" for k, v in ceil.items())
+                     + f"; the best reaches {_f((best.get('fraction_of_ceiling') or 0) * 100, '.0f', '%')} of the lowest")
+    c = d["counts"]
+    lines.append(f"Trials: {c['trials']} ({c['complete'] - c['infeasible']} complete, {c['pruned']} pruned, "
+                 f"{c['infeasible']} over the memory limit, {c['failed']} failed); memory limit "
+                 f"{_f(d['memory_limit_gb'], '.2f', ' GB')}; storage {best['study']['storage']}")
+    return lines
+
+
+def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) for every table of the report."""
+    out = [("Path to the best (each trial that raised the best, search figures)",
+            ["trial", "source", "knobs changed", "samples/s", "gain", "vs baseline", "bottleneck"],
+            [[str(r["trial"]), r["source"], _knobs(r["changed"]), _f(r["samples_per_sec"]),
+              _f(r["gain"], ".2f", "x"), _f(r["vs_baseline"], ".2f", "x"), r["bottleneck"] or "-"]
+             for r in d["path"]])]
+    best = d["best"] or {}
+    diag = []
+    for label, v, ev in (("baseline", best.get("baseline_diagnosis"), d["baseline_evidence"]),
+                         ("best", best.get("diagnosis"), d["best_evidence"])):
+        if v:
+            evidence = ", ".join(f"{k}={_figure(x)}"
+                                 for k, x in (ev or {}).items() if x is not None and k != "device")
+            diag.append([label, v.get("bottleneck") or "-", v.get("summary") or "",
+                         "; ".join(v.get("fixes") or []) or "-", evidence])
+    out.append(("Diagnosis", ["trial", "bottleneck", "verdict", "fixes", "evidence"], diag))
+    out.append(("Finalists' confirmation runs (samples/s)",
+                ["trial", "runs", "median", "spread", ""],
+                [[str(r["trial"]), ", ".join(_f(x) for x in r["runs"]), _f(r["median"]),
+                  _f(r["spread_pct"], ".1f", "%"),
+                  "exported" if r["chosen"] else ("baseline" if r["baseline"] else "")]
+                 for r in d["confirmation"]]))
+    out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
+                [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
+    return out
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+def markdown(d: dict[str, Any], extra: str = "") -> str:
+    lines = [f"# autotune report: {d['name']}", ""] + [f"- {x}" for x in headline(d)] + [""]
+    if extra:
+        lines += [extra, ""]
+    for title, header, rows in tables(d):
+        lines += [f"## {title}", ""]
+        if not rows:
+            lines += ["none", ""]
+            continue
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in r) + " |" for r in rows]
+        lines.append("")
+    lines.append("Plots: report.html (optimization history, throughput vs peak memory, time "
+                 "breakdown per trial, parameter importances).")
+    return "\n".join(lines) + "\n"
+
+
+# -- plots ---------------------------------------------------------------------------------------
+def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(title, plotly figure) for each plot that has data."""
+    figs: list[tuple[str, Any]] = []
+    done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
+    if done:
+        history = optuna.visualization.plot_optimization_history(study)
+        history.update_layout(yaxis_title="samples/s (search window)")
+        figs.append(("Optimization history", history))
+    pts = [p for p in d["points"] if p["samples_per_sec"] is not None]
+    if pts:
+        fig = go.Figure()
+        for ok, name in ((True, "within the limit"), (False, "over the limit")):
+            sel = [p for p in pts if p["feasible"] == ok]
+            if sel:
+                fig.add_trace(go.Scatter(
+                    x=[p["peak_memory_gb"] for p in sel], y=[p["samples_per_sec"] for p in sel],
+                    mode="markers", name=name, text=[f"trial {p['trial']}" for p in sel]))
+        if d["memory_limit_gb"]:
+            fig.add_vline(x=d["memory_limit_gb"], line_dash="dash", line_color="red",
+                          annotation_text=f"memory limit {d['memory_limit_gb']:.2f} GB")
+        fig.update_layout(xaxis_title="peak memory (GB)", yaxis_title="samples/s")
+        figs.append(("Throughput vs peak memory", fig))
+        bars = go.Figure()
+        for key, label in SHARES:
+            bars.add_trace(go.Bar(name=label, x=[f"#{p['trial']}" for p in pts],
+                                  y=[p["shares"].get(key) or 0 for p in pts]))
+        bars.update_layout(barmode="stack", yaxis_title="share of the measured step",
+                           xaxis_title="trial")
+        figs.append(("Time breakdown per trial", bars))
+    if len({str(t.params) for t in done}) >= 3:
+        try:
+            figs.append(("Parameter importances", optuna.visualization.plot_param_importances(study)))
+        except (ValueError, RuntimeError) as exc:  # too few or too uniform trials
+            log.info("report: no parameter importances (%s)", exc)
+    return figs
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:4px 8px;
+vertical-align:top;font-size:14px}th{background:#f3f3f3}.head li{margin:.2em 0}
+.regression{background:#fdd;padding:.5em 1em;border-left:4px solid #c00}"""
+
+
+def _bold(text: str) -> str:
+    """Markdown's **bold** in HTML (a redacted password's *** stays as it is)."""
+    return re.sub(r"\*\*([^*]+?)\*\*", r"<b>\1</b>", html.escape(text))
+
+
+def render_html(study: optuna.Study, d: dict[str, Any], extra_html: str = "") -> str:
+    body = [f"<h1>autotune report: {html.escape(d['name'])}</h1>", '<ul class="head">']
+    body += [f"<li>{_bold(x)}</li>" for x in headline(d)] + ["</ul>", extra_html]
+    for title, header, rows in tables(d):
+        body.append(f"<h2>{html.escape(title)}</h2>")
+        if not rows:
+            body.append("<p>none</p>")
+            continue
+        body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+        body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+        body.append("</table>")
+    figs = figures(study, d)
+    body.append("<h2>Plots</h2>")
+    if not figs:
+        body.append("<p>No plots yet: no trial has finished.</p>")
+    for i, (title, fig) in enumerate(figs):
+        fig.update_layout(title=title, height=420)
+        body.append(fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False,
+                                div_id=f"plot{i}"))
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+            f"<title>autotune: {html.escape(d['name'])}</title><style>{CSS}</style></head>"
+            "<body>" + "\n".join(body) + "</body></html>\n")
+
+
+def write_report(study: optuna.Study, out_dir: Path, storage_url: str,
+                 compare: dict[str, Any] | None = None) -> Path:
+    """Write report.html and report.md into ``out_dir``; return the HTML's path. ``compare``:
+    the comparison with an earlier study (autotune.results.compare), shown side by side."""
+    d = gather(study, redact(storage_url))
+    atomic_write(out_dir / "report.md", markdown(d, compare_markdown(compare) if compare else ""))
+    path = out_dir / "report.html"
+    atomic_write(path, render_html(study, d, compare_html(compare) if compare else ""))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="autotune-report",
+        description="Write report.html and report.md for a stored autotune study.")
+    p.add_argument("--storage", required=True, help="Optuna storage URL, e.g. sqlite:///studies/NAME/study.db")
+    p.add_argument("--study", required=True, help="the study name")
+    p.add_argument("--out", help="output folder (default: beside a SQLite study.db, else studies/NAME)")
+    p.add_argument("--compare-to", help="an earlier study to compare with (side by side)")
+    p.add_argument("--compare-storage", help="its storage, when not the same")
+    p.add_argument("--regression-pct", type=float, default=10.0)
+    a = p.parse_args(argv)
+    try:
+        study = optuna.load_study(study_name=a.study, storage=open_storage(a.storage))
+    except (StorageError, KeyError) as exc:
+        names = _names(a.storage)
+        print(f"autotune-report: error: cannot load study {a.study!r} from {redact(a.storage)}: "
+              f"{' '.join(str(exc).split())}" + (f" Studies there: {', '.join(names)}." if names else ""),
+              file=sys.stderr)
+        return 2
+    out = Path(a.out) if a.out else _default_out(a.storage, a.study)
+    cmp = None
+    if a.compare_to:
+        cmp = compare_studies(study, a.compare_to, a.compare_storage or a.storage, a.regression_pct)
+    path = write_report(study, out, a.storage, cmp)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+    return 3 if cmp and cmp["regression"] else 0
+
+
+def _names(url: str) -> list[str]:
+    try:
+        return [s.study_name for s in optuna.get_all_study_summaries(url)]
+    except Exception:  # noqa: BLE001 - only a hint in an error message
+        return []
+
+
+def _default_out(url: str, name: str) -> Path:
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):]).parent
+    return Path("studies") / name
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Which trials count: the one definition of measured, feasible, refused, ranked, finalists,
+best, chosen and baseline, read from the stored study alone.
+
+Every part of autotune that picks trials (the pruner's best so far, the agent's best, the
+confirmation's finalists, the numerics check, best.yaml, the report, the progress line) asks
+here, so a trial refused by the numerics check, over the memory limit or measured unclean is
+treated the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.results.record import study_attrs, trial_attrs
+
+
+def measured(t: FrozenTrial) -> bool:
+    """COMPLETE with a clean window (outcome ``ok``): its figures are real. An OOM trial is
+    COMPLETE too (infeasible, so the sampler learns the memory boundary) but not measured."""
+    return t.state == TrialState.COMPLETE and trial_attrs(t).get("outcome") == "ok"
+
+
+def over_limit(t: FrozenTrial) -> bool:
+    """A constraint violated: peak memory over the limit, or an out-of-memory end."""
+    return any(v > 0 for v in t.constraints.values())
+
+
+def feasible(t: FrozenTrial) -> bool:
+    """Measured, within the memory limit, with a value: a candidate for best."""
+    return measured(t) and not over_limit(t) and t.value is not None
+
+
+def refused(study: optuna.Study) -> set[int]:
+    """Trials the numerics check refused: never best, never exported."""
+    trials = (study_attrs(study).get("numerics") or {}).get("trials") or {}
+    return {int(n) for n, e in trials.items() if e.get("passed") is False}
+
+
+def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Feasible trials the numerics check did not refuse, fastest first (search figures)."""
+    out = refused(study)
+    ok = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+          if feasible(t) and t.number not in out]
+    return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The fastest trial by its search figure (what the agent and the pruner compare with)."""
+    ranked = ranked_trials(study)
+    return ranked[0] if ranked else None
+
+
+def best_value(study: optuna.Study) -> float | None:
+    """The best trial's samples/sec so far (None before any)."""
+    best = best_trial(study)
+    return None if best is None else best.value
+
+
+def finalists(study: optuna.Study, top: int) -> list[FrozenTrial]:
+    """The ``top`` fastest ranked trials, one per distinct configuration."""
+    seen: set[str] = set()
+    out = []
+    for t in ranked_trials(study):
+        key = json.dumps(trial_attrs(t).get("knobs"), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+        if len(out) == top:
+            break
+    return out
+
+
+def chosen_trial(study: optuna.Study) -> tuple[FrozenTrial | None, dict[str, Any]]:
+    """The trial best.yaml exports, and the confirmation that chose it ({} if none applies).
+
+    The confirmation's winner, while the search's fastest trial is among the finalists it
+    re-ran; a study resumed after it may have found a faster one, which then stands alone on
+    its search figure until it is confirmed in turn."""
+    best = best_trial(study)
+    conf = study_attrs(study).get("confirmation") or {}
+    finals = conf.get("finalists") or []
+    if best is None or best.number not in finals or "best_samples_per_sec" not in conf:
+        return best, {}
+    chosen = next((t for t in ranked_trials(study) if t.number == conf["best_trial"]), None)
+    return (chosen, conf) if chosen is not None else (best, {})
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    """Trial 0's configuration (the workload's own settings), once it completed."""
+    for t in study.get_trials(deepcopy=False):
+        if trial_attrs(t).get("source") == "baseline" and t.state == TrialState.COMPLETE:
+            return t
+    return None
+
+
+def counts(study: optuna.Study) -> dict[str, int]:
+    trials = study.get_trials(deepcopy=False)
+    by = {s: sum(1 for t in trials if t.state == s) for s in TrialState}
+    return {
+        "trials": len(trials),
+        "complete": by[TrialState.COMPLETE],
+        "pruned": by[TrialState.PRUNED],
+        "failed": by[TrialState.FAIL],
+        "running": by[TrialState.RUNNING],
+        "infeasible": sum(1 for t in trials if t.state == TrialState.COMPLETE and over_limit(t)),
+    }

@@ -1,0 +1,101 @@
+"""Diagnosis-guided search: turn the best trial's bottleneck into the next trial to run.
+
+Between trials the agent reads the best trial's diagnosis and enqueues the first of its fixes
+that is valid here and not yet tried, ahead of the sampler. It steps aside every third trial so
+TPE keeps exploring, and when the best trial has no untried fix left. Each trial it proposes
+records where it came from and why (``source=agent``, ``agent_reason``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.core.knobs import Space, fix_text
+from autotune.results.record import TrialAttrs, trial_attrs
+from autotune.results.trials import best_trial
+
+log = logging.getLogger("autotune")
+
+# Every SAMPLER_EVERY-th trial is the sampler's, so the agent cannot starve exploration.
+SAMPLER_EVERY = 3
+
+
+def _within(space: Space, fix: dict[str, Any], current: Any) -> Any:
+    """An integer fix beyond the domain (8 workers on 2 cores) becomes the domain's nearest
+    value in the same direction, if that still changes the knob. A fix the measurement says
+    may go past the domain (``beyond_domain``: a loader waiting on I/O) is capped at the end
+    of what ``Space.beyond`` allows instead."""
+    knob, value = fix["knob"], fix["value"]
+    values = list(space.domains[knob].values)
+    if fix.get("beyond_domain"):
+        values += list(space.beyond(knob))
+    if value in values or not isinstance(value, int) or isinstance(value, bool) \
+            or not isinstance(current, int) or not all(isinstance(v, int) for v in values):
+        return value
+    ahead = [v for v in values if (current < v <= value) or (value <= v < current)]
+    return min(ahead, key=lambda v: abs(v - value)) if ahead else value
+
+
+def candidate(space: Space, base: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any] | None:
+    """``base`` with one fix applied, if the result is a valid point of the space."""
+    knobs = dict(base)
+    knobs[fix["knob"]] = fix["value"]
+    knobs.update(fix.get("with") or {})
+    if fix["knob"] == "num_workers" and int(fix["value"]) > 0 and knobs.get("prefetch_factor") is None:
+        knobs["prefetch_factor"] = 2  # torch's default, once workers exist
+    full = space.complete(space.searched(knobs))
+    if any(full[k] != v for k, v in {fix["knob"]: fix["value"], **(fix.get("with") or {})}.items()):
+        return None  # not valid on this device/workload, or another knob makes it inactive
+    return full
+
+
+def tried(study: optuna.Study, knobs: dict[str, Any], space: Space | None = None) -> bool:
+    """Whether a trial already ran these knobs. With ``space``, a trial stored before a knob
+    existed counts with the value it ran under (``Space.absent``)."""
+    absent = space.absent if space is not None else {}
+    return any({**{k: v for k, v in absent.items() if k not in stored}, **stored} == knobs
+               for t in study.get_trials(deepcopy=False)
+               if (stored := trial_attrs(t).get("knobs")) is not None)
+
+
+def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | None:
+    """The agent's next configuration and its reason, or None to let the sampler choose."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return None  # something is already queued (baseline, a re-run, an earlier proposal)
+    recent = [trial_attrs(t).get("source") for t in trials[-(SAMPLER_EVERY - 1):]]
+    if len(recent) == SAMPLER_EVERY - 1 and all(s == "agent" for s in recent):
+        return None
+    best = best_trial(study)
+    if best is None or "diagnosis" not in trial_attrs(best):
+        return None
+    diag = trial_attrs(best)["diagnosis"]
+    base = trial_attrs(best)["knobs"]
+    for asked in diag.get("fixes", []):
+        value = _within(space, asked, base.get(asked["knob"]))
+        fix = {**asked, "value": value}
+        knobs = candidate(space, base, fix)
+        if knobs is None or tried(study, knobs, space):
+            continue
+        capped = "" if value == asked["value"] else (
+            f"; {asked['knob']}={asked['value']} capped at {value}, the largest valid here")
+        why = (f"trial {best.number} (best, {best.value:,.1f} samples/s) is "
+               f"{diag['bottleneck']}: {fix_text(fix)} ({fix['why']}{capped})")
+        return knobs, why
+    return None
+
+
+def enqueue(study: optuna.Study, space: Space) -> str | None:
+    """Queue the agent's proposal, if it has one; return its reason."""
+    proposal = propose(study, space)
+    if proposal is None:
+        return None
+    knobs, why = proposal
+    study.enqueue_trial(space.searched(knobs),
+                        user_attrs=dict(TrialAttrs(source="agent", agent_reason=why)))
+    log.info("agent: %s", why)
+    return why

@@ -1,0 +1,188 @@
+"""The numerics check: does a fast configuration still train like the user's own?
+
+Before a configuration is exported, its first N optimizer steps are trained in a fresh trial
+subprocess (the runner's machinery: CUDA never starts in the driver) and their losses are
+compared with a reference run's, step by step. What a user checks by hand before trusting
+bf16 or torch.compile on a long run.
+
+The method. The reference is the baseline's knobs (the user's own numerics: their AMP,
+compile, layout, transfer dtype...) at the finalist's batch size and gradient accumulation.
+Both runs start from the same seed (the same initial weights), and the loader's shuffle is
+seeded, so its sample order is the same permutation whatever the batch size: with the same
+batch size both see exactly the same batches, and the same optimizer steps. Loss i of one run
+is then comparable with loss i of the other, and any difference is the numerics of the knobs
+that changed (AMP, compile, CUDA Graphs, device transforms, TF32, channels_last, the fused
+optimizer), not the batch size's effect on training dynamics (which ``study.keep_global_batch``
+controls, and the README warns about). A loss is the mean over the step's micro-batches.
+
+The deviation is the largest relative difference ``|loss - ref| / |ref|`` over the N steps;
+any non-finite loss fails outright. The tolerance is the largest of those of the knob families
+the configuration changes from the reference (``study.numerics_tolerance``): bf16/fp16 round
+every activation, so AMP is allowed most. A finalist beyond it is refused and the next one is
+exported; a check that could not run (the reference or the finalist crashed here) is reported
+as unchecked and does not block the export.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
+from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
+from autotune.results.trials import chosen_trial, finalists
+from autotune.search.study import StopFlag, StudySetup
+
+log = logging.getLogger("autotune")
+
+#: Relative loss deviation allowed over the first N steps, per knob family. Measured on this
+#: project's CPU (2026-11-23, 10 steps from seed 0, benchmarks/numerics_deviation.py):
+#: ResNet-18 (32 px, batch 16) bf16 autocast 5.6%, channels_last 1.9%; GPT (2 layers) bf16
+#: 0.03%; MLP bf16 0.005%; fused/foreach optimizers 0%. Small-batch BatchNorm training is
+#: chaotic enough that summation order alone moves its loss by ~2% within 10 steps, so the
+#: families allow 5% and AMP (8 or 11 mantissa bits per activation) 10%. A broken configuration
+#: (a wrong scale, a NaN, a diverging run) is far beyond them.
+DEFAULT_TOLERANCE: dict[str, float] = {
+    "default": 0.05, "amp": 0.10, "compile": 0.05, "cuda_graphs": 0.05,
+    "device_transform": 0.05, "tf32": 0.05,
+}
+_FAMILY_KNOBS = {"amp": ("amp",), "compile": ("compile",), "cuda_graphs": ("cuda_graphs",),
+                 "device_transform": ("transfer_dtype", "transform_split"), "tf32": ("tf32",)}
+
+
+def check_tolerance(tolerance: dict[str, Any]) -> dict[str, float]:
+    """The defaults overlaid with the user's; a ValueError names a bad key or value."""
+    bad = [k for k in tolerance if k not in DEFAULT_TOLERANCE]
+    if bad:
+        raise ValueError(
+            f"study.numerics_tolerance: unknown key(s) {', '.join(bad)}; valid keys: "
+            f"{', '.join(DEFAULT_TOLERANCE)} (relative loss deviation allowed, e.g. "
+            "study.numerics_tolerance.amp=0.1).")
+    out = dict(DEFAULT_TOLERANCE)
+    for k, v in tolerance.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise ValueError(f"study.numerics_tolerance.{k}={v!r}: must be a positive number "
+                             "(a relative loss deviation, e.g. 0.05 for 5%).")
+        out[k] = float(v)
+    return out
+
+
+def families(knobs: dict[str, Any], reference: dict[str, Any]) -> list[str]:
+    """The knob families this configuration changes from the reference ("default": none)."""
+    out = [fam for fam, names in _FAMILY_KNOBS.items()
+           if any(knobs.get(n) != reference.get(n) for n in names)]
+    return out or ["default"]
+
+
+def deviation(losses: list[float], reference: list[float]) -> float:
+    """Largest relative loss difference over the steps both runs have."""
+    devs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference, strict=False)]
+    return max(devs) if devs else math.inf
+
+
+def check_numerics(setup: StudySetup, study: optuna.Study, stop: StopFlag | None = None
+                   ) -> dict[str, Any]:
+    """Check every finalist, and further candidates until the trial best.yaml would export
+    has passed; record the results in the study (``numerics``) and re-pick the confirmation's
+    winner if it was refused. Returns the record."""
+    record: dict[str, Any] = dict(study_attrs(study).get("numerics") or {})
+    record.setdefault("steps", setup.numerics_steps)
+    results: dict[str, Any] = dict(record.get("trials") or {})
+    references: dict[int, tuple[list[float] | None, str]] = {}
+    tolerance = check_tolerance(setup.numerics_tolerance)
+
+    def check(trial: FrozenTrial) -> None:
+        if str(trial.number) in results:
+            return
+        results[str(trial.number)] = _check_one(setup, trial, tolerance, references, stop)
+        record["trials"] = results
+        set_study_attrs(study, {"numerics": record})
+        _repick_confirmation(study, results)
+
+    for t in finalists(study, setup.confirm_top):
+        check(t)
+    while True:  # the trial that would be exported must have been checked
+        chosen, _ = chosen_trial(study)
+        if chosen is None or str(chosen.number) in results:
+            break
+        check(chosen)
+    record["trials"] = results
+    set_study_attrs(study, {"numerics": record})
+    return record
+
+
+def _check_one(setup: StudySetup, trial: FrozenTrial, tolerance: dict[str, float],
+               references: dict[int, tuple[list[float] | None, str]],
+               stop: StopFlag | None) -> dict[str, Any]:
+    knobs = dict(trial_attrs(trial)["knobs"])
+    reference_knobs = {**setup.space.baseline, "batch_size": knobs["batch_size"]}
+    fams = families(knobs, reference_knobs)
+    tol = max(tolerance[f] for f in fams)
+    entry: dict[str, Any] = {"families": fams, "tolerance": tol}
+    batch = int(knobs["batch_size"])
+    if knobs == reference_knobs:  # the user's own numerics at this batch size: nothing to compare
+        return {**entry, "max_rel_dev": 0.0, "finite": True, "passed": True}
+    if batch not in references:
+        references[batch] = _losses(setup, reference_knobs, f"reference-{batch}", stop)
+    ref, ref_error = references[batch]
+    losses, error = _losses(setup, knobs, f"trial-{trial.number}", stop)
+    if losses is None or ref is None:
+        why = f"not checked: {'the reference' if ref is None else 'its'} run failed ({ref_error or error})"
+        log.warning("numerics of trial %d %s", trial.number, why)
+        return {**entry, "max_rel_dev": None, "finite": None, "passed": None, "reason": why}
+    finite = all(math.isfinite(v) for v in losses)
+    dev = deviation(losses, ref) if finite else math.inf
+    passed = finite and dev <= tol
+    entry.update(max_rel_dev=round(dev, 6) if finite else None, finite=finite, passed=passed,
+                 losses=[round(v, 6) for v in losses], reference_losses=[round(v, 6) for v in ref])
+    if not passed:
+        entry["reason"] = (
+            f"refused: {'a non-finite loss' if not finite else f'loss deviation {dev:.2%}'} "
+            f"over the first {len(losses)} steps against the reference (the baseline's "
+            f"numerics at batch_size={batch}); tolerance {tol:.2%} for {', '.join(fams)}")
+        log.warning("trial %d %s", trial.number, entry["reason"])
+    else:
+        log.info("numerics of trial %d: max loss deviation %.3g%% (tolerance %.3g%%)",
+                 trial.number, 100 * dev, 100 * tol)
+    return entry
+
+
+def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag | None
+            ) -> tuple[list[float] | None, str]:
+    req = TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
+                       window=setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
+                       env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
+                       numerics_steps=setup.numerics_steps)
+    res = run_window(req, setup.out_dir / "numerics" / tag,
+                     stop_requested=lambda: stop.reason if stop else None)
+    if not res.ok or not res.losses:
+        return None, f"{res.outcome}: {res.error}"
+    return [float(v) for v in res.losses], ""
+
+
+def _repick_confirmation(study: optuna.Study, results: dict[str, Any]) -> None:
+    """If the confirmation's winner was refused, the finalist with the next best median wins
+    (its re-runs stand); with none left, best.yaml falls back to the search figures."""
+    conf = dict(study_attrs(study).get("confirmation") or {})
+    if "best_trial" not in conf or (results.get(str(conf["best_trial"])) or {}).get("passed") is not False:
+        return
+    out = {int(n) for n, e in results.items() if e.get("passed") is False}
+    runs = {int(n): v for n, v in (conf.get("runs") or {}).items()
+            if v and int(n) in set(conf.get("finalists") or []) and int(n) not in out}
+    if not runs:
+        for key in ("best_trial", "best_runs", "best_samples_per_sec", "speedup"):
+            conf.pop(key, None)
+    else:
+        winner = max(runs, key=lambda n: statistics.median(runs[n]))
+        conf.update(best_trial=winner, best_runs=runs[winner],
+                    best_samples_per_sec=round(statistics.median(runs[winner]), 3))
+        base = conf.get("baseline_samples_per_sec")
+        if base:
+            conf["speedup"] = round(conf["best_samples_per_sec"] / base, 3)
+    set_study_attrs(study, {"confirmation": conf})

@@ -1,0 +1,156 @@
+"""Running a study with one worker in this process, or N worker processes sharing it.
+
+Each worker is a full driver (ask/run/tell) on the shared storage; with ``workers=auto`` on a
+multi-GPU node each worker's trials see one GPU through CUDA_VISIBLE_DEVICES. Workers on other
+machines are just more ``autotune`` processes pointed at the same PostgreSQL study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.core.env import child_environ
+from autotune.measure.runner import Interrupted
+from autotune.results.compare import REGRESSION_EXIT, compare_studies, verdict
+from autotune.results.export import best_document, write_exports
+from autotune.results.report_html import write_report
+from autotune.results.storage import open_storage
+from autotune.results.trials import counts
+from autotune.search.confirm import confirm
+from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
+from autotune.search.numerics import check_numerics
+from autotune.search.progress import StudyProgress
+from autotune.search.study import Driver, StopFlag, StudySetup, create_study
+from autotune.search.summary import print_summary
+
+log = logging.getLogger("autotune")
+
+
+def split_trials(n_trials: int, workers: int) -> list[int]:
+    return [n_trials // workers + (1 if i < n_trials % workers else 0) for i in range(workers)]
+
+
+def _exporter(setup: StudySetup, progress: StudyProgress | None = None):
+    def export(study: optuna.Study, trial: Any) -> None:
+        write_exports(study, setup.out_dir, str(setup.storage))
+        if progress is not None:
+            progress.finished(study, trial)
+
+    return export
+
+
+def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
+    """One driver in this process. Returns the process exit code."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = create_study(setup, storage)
+    progress = StudyProgress(n_trials, setup.out_dir / "trials")
+    driver = Driver(setup, study=study, on_trial=_exporter(setup, progress), on_start=progress.started)
+    with StopFlag() as stop:
+        try:
+            driver.prepare()
+            driver.run(n_trials, stop)
+        except Interrupted as exc:
+            progress.close()
+            write_exports(study, setup.out_dir, str(setup.storage))
+            log.warning("interrupted by %s: the running trial was stopped and recorded as "
+                        "failed (interrupted); run the same command again to resume", exc)
+            return 130 if str(exc) == "SIGINT" else 143
+        except BaselineCrashed:
+            progress.close()
+            write_exports(study, setup.out_dir, str(setup.storage))
+            return NOTHING_EXPORTED
+        finally:
+            progress.close()
+    write_exports(study, setup.out_dir, str(setup.storage))
+    return 0
+
+
+def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
+              confirm_runs: int = 0) -> int:
+    if workers == 1:
+        code = run_worker(setup, storage, n_trials)
+    else:
+        code = _run_processes(setup, n_trials, workers)
+    study = optuna.load_study(study_name=setup.name, storage=storage)
+    if code == 0 and confirm_runs:
+        with StopFlag() as stop:
+            try:
+                confirm(setup, study, confirm_runs, setup.confirm_top, stop)
+            except Interrupted:
+                log.warning("confirmation interrupted; best.yaml keeps the search figures")
+                code = 130 if stop.reason == "SIGINT" else 143
+    if code == 0 and setup.numerics_steps:
+        with StopFlag() as stop:
+            try:
+                check_numerics(setup, study, stop)
+            except Interrupted:
+                log.warning("numerics check interrupted; best.yaml left unchecked")
+                code = 130 if stop.reason == "SIGINT" else 143
+    write_exports(study, setup.out_dir, str(setup.storage))
+    doc = best_document(study, str(setup.storage))
+    print_summary(doc, counts(study), setup)
+    crashed = crashed_baseline(study)
+    if crashed is not None:
+        print(f"autotune: error: {paragraph(crashed, setup.out_dir)}", file=sys.stderr)
+    if doc is None and code == 0:
+        code = NOTHING_EXPORTED  # a study that exports nothing has not succeeded
+    return report_and_compare(setup, study, code)
+
+
+def report_and_compare(setup: StudySetup, study: optuna.Study, code: int) -> int:
+    """Write report.html/.md (with the comparison when study.compare_to is set); a regression
+    turns a clean exit into REGRESSION_EXIT, for schedulers."""
+    cmp = None
+    if setup.compare_to and setup.compare_storage:
+        cmp = compare_studies(study, setup.compare_to, setup.compare_storage, setup.regression_pct)
+        print(f"  compared with '{setup.compare_to}': {verdict(cmp)}")
+    elif setup.nightly_missing:
+        cmp = {"missing": setup.nightly_missing}
+        print(f"  not compared: {setup.nightly_missing}")
+    path = write_report(study, setup.out_dir, str(setup.storage), cmp)
+    print(f"  report: {path} (and report.md)")
+    if cmp and cmp.get("regression") and code == 0:
+        return REGRESSION_EXIT
+    return code
+
+
+def _run_processes(setup: StudySetup, n_trials: int, workers: int) -> int:
+    """N worker processes; each gets its own GPU when the study runs on CUDA."""
+    tmp = Path(tempfile.mkdtemp(prefix="autotune-workers-"))
+    procs = []
+    for i, n in enumerate(split_trials(n_trials, workers)):
+        env = {"CUDA_VISIBLE_DEVICES": str(i)} if setup.env.device == "cuda" else {}
+        ws = dataclasses.replace(setup, worker_env=env, worker_index=i)
+        path = tmp / f"worker{i}.pkl"
+        path.write_bytes(pickle.dumps(ws))
+        procs.append(subprocess.Popen([sys.executable, "-m", "autotune.search.run", str(path), str(n)],
+                                      env=child_environ()))
+
+    def forward(signum: int, frame: Any) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return max(codes, key=abs)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="[w%(process)d] %(message)s")
+    ws: StudySetup = pickle.loads(Path(sys.argv[1]).read_bytes())
+    sys.exit(run_worker(ws, open_storage(ws.storage), int(sys.argv[2])))

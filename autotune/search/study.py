@@ -1,0 +1,464 @@
+"""The Optuna driver: ask -> run one window in a subprocess -> tell, with resume.
+
+One ``Driver`` is one worker. Several workers (processes, or machines) may share a study on an
+RDB storage: each asks its own trials, marks them with its owner and a heartbeat, and any
+worker that starts reaps trials left RUNNING by a dead one (``driver_lost``) and re-runs their
+configuration once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core.env import Env
+from autotune.core.knobs import Space
+from autotune.diagnose.verdicts import diagnose
+from autotune.measure.launch import start_server
+from autotune.measure.protocol import WindowResult
+from autotune.measure.runner import Interrupted, TrialRequest, Watch, run_window
+from autotune.results.compare import versions
+from autotune.results.compile_cost import cache_env, effective_rate
+from autotune.results.record import (
+    TrialAttrs,
+    set_stored_trial_attrs,
+    set_study_attrs,
+    set_trial_attrs,
+    trial_attrs,
+)
+from autotune.results.storage import is_sqlite
+from autotune.results.trials import best_value, finalists
+from autotune.search import agent
+from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
+from autotune.search.ownership import owner, owner_alive, reap_lost_trials, twin_of
+from autotune.search.pruning import (
+    BestFractionPruner,
+    cache_ceilings,
+    cached_ceilings,
+    cached_noise,
+    ceiling_verdict,
+    ceiling_violations,
+    distrust_ceilings,
+    partial_verdict,
+)
+
+log = logging.getLogger("autotune")
+
+HEARTBEAT_S = 10.0
+
+
+#: What a twin (same knobs, another worker's trial) copies of the trial that measured them.
+TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
+             "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
+             "ceilings", "fraction_of_ceiling", "trace")
+
+
+@dataclass
+class StudySetup:
+    """Everything a worker needs, resolved once by the CLI."""
+
+    name: str
+    storage: Any  # URL string or an optuna storage object
+    out_dir: Path
+    env: Env
+    space: Space
+    workload_spec: dict[str, Any]
+    workload_label: str
+    window: dict[str, Any]
+    memory_limit_gb: float
+    seed: int = 0
+    cpu_sized: bool = False
+    agent: bool = True
+    prune: bool = True
+    timeout_s: float | None = None
+    worker_env: dict[str, str] = field(default_factory=dict)
+    worker_index: int = 0
+    image_inputs: bool = False
+    confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
+    # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
+    # the knobs of an earlier best to enqueue after the baseline (study.start_from).
+    compare_to: str | None = None
+    compare_storage: str | None = None
+    # Why study.compare_to / start_from named a study that is not there (yet): the first night
+    # of a schedule, or a night after a missed one, runs without it and says so.
+    nightly_missing: str | None = None
+    regression_pct: float = 10.0
+    start_knobs: dict[str, Any] | None = None
+    run_steps: int | None = None  # the objective includes compile time over this many steps
+
+    @property
+    def trial_env(self) -> dict[str, str]:
+        """A trial's environment: the worker's, and the study's shared inductor cache."""
+        return {**cache_env(self.out_dir), **self.worker_env}
+
+    def objective(self, result: WindowResult, knobs: dict[str, Any]) -> float:
+        """The figure the study maximizes: samples/s, over the whole run when run_steps is set."""
+        return effective_rate(result.samples_per_sec, result.compile_s,
+                              int(knobs["batch_size"]), self.run_steps)
+    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
+    global_batch: int | None = None
+    numerics_steps: int = 0  # the numerics check's steps (0: off)
+    numerics_tolerance: dict[str, float] = field(default_factory=dict)
+
+    def grad_accum(self, knobs: dict[str, Any]) -> int:
+        """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
+        return self.global_batch // int(knobs["batch_size"]) if self.global_batch else 1
+
+
+class StopFlag:
+    """SIGINT/SIGTERM set a flag the runner polls, so the running child is killed cleanly and
+    its trial recorded as interrupted before the driver exits."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopFlag:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.reason = signal.Signals(signum).name
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def sampler_seed(setup: StudySetup) -> int:
+    """``seed`` on SQLite (one worker: a repeatable study). On a shared storage, independent
+    ``autotune`` processes all have worker_index 0: with one seed they would draw the same
+    configurations and wait on each other's twins, so each worker's host and pid are mixed in.
+    Trials from several workers interleave by timing anyway, so nothing repeatable is lost."""
+    url = setup.storage if isinstance(setup.storage, str) else ""
+    if url and is_sqlite(url):
+        return setup.seed + setup.worker_index
+    me = f"{setup.seed}:{setup.worker_index}:{socket.gethostname()}:{os.getpid()}"
+    return zlib.crc32(me.encode())
+
+
+def create_study(setup: StudySetup, storage: Any = None,
+                 sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    """Create or load the study. ``storage``: an opened storage for ``setup.storage`` (the URL
+    is still what decides the sampler's seed); None opens the URL."""
+    if sampler is None:
+        with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=sampler_seed(setup), multivariate=True, group=True,
+                constant_liar=True, n_startup_trials=5,
+            )
+    study = optuna.create_study(
+        storage=storage or setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
+        pruner=BestFractionPruner() if setup.prune else optuna.pruners.NopPruner(),
+        load_if_exists=True,
+    )
+    return study
+
+
+class Driver:
+    def __init__(self, setup: StudySetup, study: optuna.Study | None = None,
+                 on_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
+                 on_start: Callable[[int, dict[str, Any]], None] | None = None):
+        self.setup = setup
+        self.study = study or create_study(setup)
+        self.on_trial = on_trial
+        self.on_start = on_start  # (number, knobs) as a trial starts: live progress
+        self.trials_dir = setup.out_dir / "trials"
+
+    # -- setup --------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Record the study's context, reap dead drivers' trials, enqueue the baseline."""
+        s, study = self.setup, self.study
+        fixed = {k: [v, why] for k, (v, why) in s.space.fixed.items()}
+        set_study_attrs(study, {"workload": s.workload_label})
+        set_study_attrs(study, {"workload_target": s.workload_spec.get("_target_")})
+        set_study_attrs(study, {"device": s.env.to_dict()})
+        set_study_attrs(study, {"fixed_knobs": fixed})
+        set_study_attrs(study, {"input_stages": s.space.absent.get("transform_split", 0)})
+        set_study_attrs(study, {"memory_limit_gb": s.memory_limit_gb})
+        set_study_attrs(study, {"run_steps": s.run_steps})
+        if s.global_batch:
+            set_study_attrs(study, {"global_batch": s.global_batch})
+        reaped = reap_lost_trials(study)
+        if reaped:
+            log.warning("trials %s were left RUNNING by a driver that died: marked failed "
+                        "(driver_lost), their configurations queued again", reaped)
+        crashed = crashed_baseline(study)
+        if crashed is not None:  # resumed after a crashed baseline: the user may have fixed it
+            log.info("the baseline (trial %d) crashed last time: running it again", crashed.number)
+            supersede(study, crashed)
+        if not study.get_trials(deepcopy=False) or crashed is not None:
+            study.enqueue_trial(s.space.searched(s.space.baseline),
+                                user_attrs=dict(TrialAttrs(source="baseline")), skip_if_exists=crashed is None)
+            if s.start_knobs and crashed is None:  # study.start_from: the earlier best next
+                # (skipped when it is the baseline's configuration: trial 0 measures it)
+                study.enqueue_trial(s.space.searched(s.space.baseline | s.start_knobs),
+                                    user_attrs=dict(TrialAttrs(source="start_from")), skip_if_exists=True)
+        set_study_attrs(study, {"versions": versions()})
+        start_server()
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, n_trials: int, stop: StopFlag | None = None) -> int:
+        """Run up to ``n_trials`` trials; return how many this worker finished."""
+        stop = stop or StopFlag()
+        start, done = time.monotonic(), 0
+        while done < n_trials:
+            if self.setup.timeout_s is not None and time.monotonic() - start > self.setup.timeout_s:
+                log.info("study.timeout_s=%s reached; stopping", self.setup.timeout_s)
+                break
+            if stop.reason:
+                raise Interrupted(stop.reason)
+            crashed = crashed_baseline(self.study)
+            if crashed is not None:  # the user's own settings do not train: nothing will
+                raise BaselineCrashed(paragraph(crashed, self.setup.out_dir))
+            self.before_ask()
+            self.run_one(stop)
+            done += 1
+        return done
+
+    def before_ask(self) -> None:
+        # Another worker may have died since: its trials are re-run now, not at the next start.
+        if reap_lost_trials(self.study):
+            log.warning("re-queued the configurations of trials left by a dead worker")
+        if self.setup.agent:
+            agent.enqueue(self.study, self.setup.space)
+
+    def run_one(self, stop: StopFlag) -> FrozenTrial:
+        s, study = self.setup, self.study
+        trial = study.ask()
+        set_trial_attrs(trial, {**owner(), "heartbeat": time.time()})  # first: others may reap
+        knobs = s.space.suggest(trial)
+        set_trial_attrs(trial, {"knobs": knobs})
+        set_trial_attrs(trial, {"source": trial_attrs(trial).get("source", "sampler")})
+
+        log.info("trial %d (%s): %s", trial.number, trial_attrs(trial)["source"], _short(knobs, s.space))
+        if self.on_start is not None:
+            self.on_start(trial.number, {k: v for k, v in knobs.items() if k not in s.space.fixed})
+        twin = twin_of(study, knobs, trial.number)
+        if twin is not None:
+            return self._copy_twin(trial, twin)
+        set_trial_attrs(trial, {"measuring": True})
+
+        known = cached_ceilings(study, knobs)
+        why = ceiling_verdict(known, best_value(study), cached_noise(study, knobs)) if s.prune else None
+        if why:  # a cached ceiling already rules it out: costs no window at all
+            return self.tell(trial, WindowResult(outcome="pruned", error=why, ceilings=known))
+
+        req = TrialRequest(
+            workload=s.workload_spec, knobs=knobs, device=s.env.device, window=s.window,
+            seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
+            env=s.trial_env, ceilings={k: k not in known for k in ("loader", "compute")},
+            grad_accum=s.grad_accum(knobs),
+        )
+        last_beat = [time.monotonic()]
+
+        def tick() -> str | None:
+            if stop.reason:
+                return stop.reason
+            if time.monotonic() - last_beat[0] > HEARTBEAT_S:
+                last_beat[0] = time.monotonic()
+                set_stored_trial_attrs(study._storage, trial._trial_id, {"heartbeat": time.time()})
+            return None
+
+        try:
+            result = self.measure(req, self.trials_dir / str(trial.number),
+                                  on_progress=self.pruning_check(trial), stop_requested=tick)
+        except Interrupted as exc:
+            self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
+            study.tell(trial, state=TrialState.FAIL)
+            self._after(trial)
+            raise
+        except Exception as exc:
+            # A fault of the driver itself (a bug, a storage error): the window is already
+            # dead (run_window kills it on any exit). Record why, so the trial is not left
+            # RUNNING for other workers to wait on, and let the error reach the user.
+            self._fail_on_driver_error(trial, exc)
+            raise
+        try:
+            return self.tell(trial, result)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker reaped it (its heartbeat looked stale: a suspended host, a stalled
+            # storage). Its configuration was re-queued there; this measurement is dropped.
+            log.warning("trial %d was failed by another worker while it ran; result dropped",
+                        trial.number)
+            return self.study._storage.get_trial(trial._trial_id)
+
+    def measure(self, req: TrialRequest, trial_dir: Path,
+                on_progress: Callable[[Watch], str | None] | None,
+                stop_requested: Callable[[], str | None]) -> WindowResult:
+        """Run one trial's window. The one place a trial is measured, so that a benchmark
+        (benchmarks/strategies.py) can serve a stored measurement of the same request."""
+        return run_window(req, trial_dir, on_progress=on_progress, stop_requested=stop_requested)
+
+    def _fail_on_driver_error(self, trial: optuna.Trial, exc: Exception) -> None:
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        try:
+            self._record(trial, WindowResult(outcome="driver_error", error=why))
+            self.study.tell(trial, state=TrialState.FAIL)
+        except Exception:  # noqa: BLE001 - storage unreachable: the next run reaps it
+            log.warning("trial %d could not be marked failed; the next run will reap it as "
+                        "driver_lost", trial.number)
+
+    def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
+        """While the window runs: prune on a measured ceiling below the best, or on the
+        window's throughput so far (reported at each chunk edge) far below it (the study's
+        pruner on intermediate values)."""
+        if not self.setup.prune:
+            return None
+        reported = [0]
+        seen_ceilings: dict[str, float] = {}
+
+        def check(watch: Watch) -> str | None:
+            best = best_value(self.study)
+            if watch.ceilings and watch.ceilings != seen_ceilings:
+                seen_ceilings.update(watch.ceilings)
+                cache_ceilings(self.study, trial_attrs(trial)["knobs"], watch.ceilings,
+                               watch.ceiling_noise)
+                why = ceiling_verdict(watch.ceilings, best, watch.ceiling_noise)
+                if why:
+                    return why
+            if watch.partial and not watch.ceilings:
+                why = partial_verdict(watch.partial, best)
+                if why:
+                    return why
+            while reported[0] < len(watch.chunks):
+                trial.report(watch.chunks[reported[0]], reported[0])
+                reported[0] += 1
+                if trial.should_prune():
+                    # The pruner read the study itself: another worker may have finished the
+                    # first feasible trial since ``best`` was read above.
+                    best = best_value(self.study)
+                    return (f"{watch.chunks[reported[0] - 1]:,.1f} samples/s over the first "
+                            f"{reported[0]} chunk(s) of its window, under half the best "
+                            f"trial's {best or 0:,.1f}")
+            return None
+
+        return check
+
+    def tell(self, trial: optuna.Trial, result: WindowResult) -> FrozenTrial:
+        s = self.setup
+        knobs = trial_attrs(trial)["knobs"]
+        if result.ceilings:
+            cache_ceilings(self.study, knobs, result.ceilings, result.ceiling_noise)
+        ceilings = {**cached_ceilings(self.study, knobs), **result.ceilings}
+        noise = {**cached_noise(self.study, knobs), **result.ceiling_noise}
+        set_trial_attrs(trial, {"ceilings": ceilings})
+        set_trial_attrs(trial, {"ceiling_noise": noise})
+        beaten = ceiling_violations(result.samples_per_sec, ceilings, noise) if result.ok else {}
+        if beaten:  # an upper bound that a trial beat was mismeasured: never prune on it
+            distrust_ceilings(self.study, knobs, beaten)
+            set_trial_attrs(trial, {"ceiling_violation": "; ".join(beaten.values())})
+            log.warning("trial %d %s", trial.number, "; ".join(beaten.values()))
+        if ceilings and result.outcome == "ok":
+            set_trial_attrs(trial, {"fraction_of_ceiling":
+                                    result.samples_per_sec / min(ceilings.values())})
+        if result.outcome == "ok":
+            set_trial_attrs(trial, {"diagnosis": diagnose(
+                result, knobs, s.env.device, s.memory_limit_gb, image_inputs=s.image_inputs)})
+        self._record(trial, result)
+        if result.outcome == "ok":
+            trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
+            value = s.objective(result, knobs)
+            if s.run_steps:
+                set_trial_attrs(trial, {"effective_samples_per_sec": value})
+            frozen = self.study.tell(trial, value)
+        elif result.outcome == "oom":
+            # Infeasible, not failed: the sampler learns where the memory boundary lies.
+            used = max(result.peak_memory_gb, s.memory_limit_gb)
+            trial.set_constraint("peak_memory_gb", max(used - s.memory_limit_gb, 0.01))
+            frozen = self.study.tell(trial, 0.0)
+        elif result.outcome == "pruned":
+            frozen = self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            frozen = self.study.tell(trial, state=TrialState.FAIL)
+        log.info("trial %d: %s", trial.number, _summary(result, s.memory_limit_gb))
+        diag = trial_attrs(trial).get("diagnosis")
+        if diag:
+            log.info("  diagnosis: %s", diag.get("summary", diag.get("bottleneck")))
+        self._keep_finalists_traces()
+        self._after(trial)
+        return frozen
+
+    def _keep_finalists_traces(self) -> None:
+        """Keep the Chrome traces of the trials that may be exported (the confirmation's
+        finalists so far, by search figure); delete the others' (tens of MB each on a GPU).
+        Their summaries stay in the study. write_exports publishes best_trace.json."""
+        keep = {t.number for t in finalists(self.study, self.setup.confirm_top)}
+        for trace in self.trials_dir.glob("*/trace.json"):
+            if not trace.parent.name.isdigit() or int(trace.parent.name) not in keep:
+                trace.unlink(missing_ok=True)
+
+    def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
+        """Same knobs as an earlier trial: reuse its outcome rather than measure it again
+        (waits if the twin is still running on another worker)."""
+        while twin.state == TrialState.RUNNING:
+            time.sleep(1.0)
+            twin = self.study._storage.get_trial(twin._trial_id)
+            if not owner_alive(twin, time.time()):
+                reap_lost_trials(self.study)
+        measured = trial_attrs(twin)
+        set_trial_attrs(trial, cast(TrialAttrs, {k: v for k, v in measured.items() if k in TWIN_KEYS}))
+        set_trial_attrs(trial, {"duplicate_of": twin.number})
+        log.info("trial %d: same knobs as trial %d, outcome reused", trial.number, twin.number)
+        if twin.state == TrialState.COMPLETE:
+            for key, value in twin.constraints.items():
+                trial.set_constraint(key, value)
+            frozen = self.study.tell(trial, twin.value)
+        else:
+            frozen = self.study.tell(trial, state=twin.state)
+        self._after(trial)
+        return frozen
+
+    def _record(self, trial: optuna.Trial, r: WindowResult) -> None:
+        attrs: TrialAttrs = {
+            "outcome": r.outcome,
+            "reason": "" if r.outcome == "ok" else f"{r.outcome}: {r.error}".strip(": "),
+            "samples_per_sec": r.samples_per_sec,
+            "step_ms": r.step_ms,
+            "peak_memory_gb": r.peak_memory_gb,
+            "compile_s": r.compile_s,
+            "compile_cache": r.compile_cache,
+            "final_loss": r.final_loss,
+            "timers": r.timers,
+            "chunks": r.chunks,
+            "wall_s": r.wall_s,
+            "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},
+            "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
+        }
+        if r.signal:
+            attrs["signal"] = r.signal
+        if r.exit_code is not None:
+            attrs["exit_code"] = r.exit_code
+        set_trial_attrs(trial, attrs)
+
+    def _after(self, trial: optuna.Trial) -> None:
+        if self.on_trial is not None:
+            self.on_trial(self.study, self.study._storage.get_trial(trial._trial_id))
+
+
+def _short(knobs: dict[str, Any], space: Space) -> str:
+    fixed = space.fixed
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if k not in fixed)
+
+
+def _summary(r: WindowResult, limit: float) -> str:
+    if r.outcome == "ok":
+        over = " OVER LIMIT" if r.peak_memory_gb > limit else ""
+        return (f"{r.samples_per_sec:,.1f} samples/s, step {r.step_ms.get('median', 0):.1f} ms "
+                f"(p10 {r.step_ms.get('p10', 0):.1f}, p90 {r.step_ms.get('p90', 0):.1f}), "
+                f"peak {r.peak_memory_gb:.2f} GB{over}, compile {r.compile_s:.1f}s")
+    return f"{r.outcome.upper()}: {r.error}"

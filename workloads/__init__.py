@@ -1,1 +1,0 @@
-"""Workloads shipped with autotune; each module exposes one ``Workload`` subclass."""
