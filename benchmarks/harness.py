@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.core.env import probe  # noqa: E402
 from autotune.core.knobs import build_space  # noqa: E402
-from autotune.measure.runner import TrialRequest, run_window  # noqa: E402
+from autotune.measure.protocol import TrialRequest  # noqa: E402
+from autotune.measure.runner import run_window  # noqa: E402
 from autotune.results.storage import open_storage  # noqa: E402
 from autotune.search.ownership import reap_lost_trials  # noqa: E402
 from autotune.workloads.mlp import MLPWorkload  # noqa: E402

@@ -41,8 +41,8 @@ import optuna
 
 import autotune
 from autotune.core.env import Env
-from autotune.measure.protocol import WindowResult
-from autotune.measure.runner import TrialRequest, Watch, run_window
+from autotune.measure.protocol import TrialRequest, WindowResult
+from autotune.measure.runner import Watch, run_window
 from autotune.search.study import Driver
 
 # The modules whose code decides a measured figure: a change to them invalidates the store.

@@ -7,7 +7,7 @@ from autotune.core.env import probe
 from autotune.core.knobs import build_space
 from autotune.core.training import Training
 from autotune.core.workload import build_workload
-from autotune.measure.window import Batches
+from autotune.measure.batches import Batches
 from autotune.search.numerics import deviation
 
 SPECS = {

@@ -18,7 +18,8 @@ from pathlib import Path
 import optuna
 
 import autotune
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from autotune.results.storage import open_storage
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,8 +29,8 @@ import autotune  # noqa: E402
 from autotune.core.env import probe  # noqa: E402
 from autotune.core.knobs import build_space  # noqa: E402
 from autotune.core.workload import build_workload  # noqa: E402
-from autotune.measure.protocol import WindowResult  # noqa: E402
-from autotune.measure.runner import TrialRequest, run_window  # noqa: E402
+from autotune.measure.protocol import TrialRequest, WindowResult  # noqa: E402
+from autotune.measure.runner import run_window  # noqa: E402
 from benchmarks.strategies import recipe_knobs  # noqa: E402
 
 

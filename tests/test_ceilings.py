@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from autotune.measure.ceilings import _slope
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from tests.conftest import TINY_WINDOW
 from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
 

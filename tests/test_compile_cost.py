@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from autotune.results.compile_cost import break_even, effective_rate
 from tests.conftest import TINY_WINDOW
 from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from tests.workloads_diag import SyncWorkload, baseline_knobs, spec
 
 pytestmark = pytest.mark.gpu

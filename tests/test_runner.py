@@ -14,7 +14,8 @@ import pytest
 
 from autotune.core.env import Env
 from autotune.core.knobs import build_space
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import TINY_WINDOW, leftover_trials
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from autotune.core.env import Env
-from autotune.measure.protocol import WindowResult
-from autotune.measure.runner import TrialRequest, Watch
+from autotune.measure.protocol import TrialRequest, WindowResult
+from autotune.measure.runner import Watch
 from benchmarks.figures import (
     Rec,
     incumbent_scores,

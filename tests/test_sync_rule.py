@@ -15,7 +15,8 @@ import torch
 
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.profiling import summarize_trace
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from tests.make_adamw_trace import PARAMS, build
 from tests.workloads_diag import DATA, baseline_knobs
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import optuna
 
-from autotune.measure.protocol import WindowResult
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest, WindowResult
+from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.trials import baseline_trial, best_trial, finalists
 from autotune.search.study import StopFlag, StudySetup
