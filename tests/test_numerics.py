@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.search.numerics import DEFAULT_TOLERANCE, check_tolerance, deviation, families
-from tests.conftest import TINY_ARGS, run_cli
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
+from autotune.search.numerics import (
+    DEFAULT_TOLERANCE,
+    check_tolerance,
+    deviation,
+    families,
+    reference_knobs,
+)
+from tests.conftest import TINY_ARGS, TINY_WINDOW, run_cli
+from tests.workloads_augment import AugmentedJPEGs
+from tests.workloads_diag import baseline_knobs, spec
 
 
 def test_tolerance_is_the_loosest_family_changed() -> None:
@@ -51,3 +61,56 @@ def test_diverging_configuration_is_refused(tmp_path: Path) -> None:
         best["confirmation"]["finalists"])
     assert checked[str(best["best_trial"])]["passed"] is True
     assert "numerics trial" in proc.stdout and "refused: loss deviation 5" in proc.stdout
+
+
+def _losses(knobs: dict, spec: dict, out: Path) -> list[float]:
+    res = run_window(TrialRequest(workload=spec, knobs=knobs, device="cpu", window=TINY_WINDOW,
+                                  numerics_steps=4), out)
+    assert res.ok, res.stderr_tail[-2000:]
+    return res.losses
+
+
+def test_random_augmentations_follow_the_workers_and_the_reference_takes_them(tmp_path: Path
+                                                                            ) -> None:
+    """The premise: one worker draws other crops than the training process, so losses differ
+    by more than any tolerance with no arithmetic changed; the same workers give the same
+    losses. The reference therefore takes the finalist's data path."""
+    wl_spec = spec(AugmentedJPEGs, root=str(tmp_path / "jpegs"))
+    base = baseline_knobs(AugmentedJPEGs(str(tmp_path / "jpegs")))
+    assert base["num_workers"] == 0
+    in_process = _losses(base, wl_spec, tmp_path / "a")
+    assert _losses(base, wl_spec, tmp_path / "b") == in_process  # seeded: same crops again
+    one_worker = {**base, "num_workers": 1}
+    worker = _losses(one_worker, wl_spec, tmp_path / "c")
+    assert _losses(one_worker, wl_spec, tmp_path / "d") == worker
+    assert deviation(worker, in_process) > DEFAULT_TOLERANCE["default"]  # other crops, not numerics
+
+    class Setup:  # what reference_knobs reads of a StudySetup
+        class space:  # noqa: N801
+            baseline = base
+
+    finalist = {**one_worker, "channels_last": True, "batch_size": base["batch_size"]}
+    ref = reference_knobs(Setup, finalist)  # type: ignore[arg-type]
+    assert ref["num_workers"] == 1 and ref["channels_last"] is False
+    assert families(finalist, ref) == ["default"]
+
+
+def test_an_augmented_image_study_is_not_refused_for_worker_randomness(tmp_path: Path) -> None:
+    """An ImageFolder pipeline with RandomResizedCrop + flip: finalists with DataLoader workers
+    are compared with a reference fed by the same workers, and pass."""
+    pins = ["knobs.num_workers=[0,1]", "knobs.batch_size=16", "knobs.amp=off",
+            "knobs.host_allocator=default", "knobs.prefetch_factor=2",
+            "knobs.persistent_workers=true"]
+    proc = run_cli([f"workload._target_={AugmentedJPEGs.__module__}.AugmentedJPEGs",
+                    f"+workload.root={tmp_path / 'jpegs'}", "device=cpu", "study.n_trials=5",
+                    "study.prune=false", "study.confirm_runs=1", "study.confirm_top=3",
+                    "study.numerics_steps=4", "study.name=aug", *pins, *TINY_ARGS], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best = yaml.safe_load((tmp_path / "studies" / "aug" / "best.yaml").read_text())
+    checked = best["numerics"]["trials"]
+    with_workers = [e for e in checked.values()
+                    if e.get("reference_data_path", {}).get("num_workers") == 1]
+    assert with_workers, (checked, proc.stdout[-3000:])  # the case this test is about ran
+    for e in checked.values():
+        assert e["passed"] is True, e
+        assert e["same_data"] is True and e.get("reference_noise", 0.0) == 0.0, e
