@@ -59,7 +59,7 @@ from autotune.core.env import Env, probe  # noqa: E402
 from autotune.core.knobs import Space, build_space  # noqa: E402
 from autotune.core.workload import build_workload  # noqa: E402
 from autotune.measure.protocol import TrialRequest  # noqa: E402
-from autotune.search.study import StudySetup, create_study  # noqa: E402
+from autotune.search.setup import StudySetup, create_study  # noqa: E402
 from benchmarks.fidelity import fidelity_row, fidelity_sets, long_window  # noqa: E402
 from benchmarks.figures import Rec, config_key  # noqa: E402
 from benchmarks.figures import noise as window_noise  # noqa: E402

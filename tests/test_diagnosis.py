@@ -17,8 +17,8 @@ from autotune.diagnose import thresholds as th
 from autotune.diagnose.verdicts import BOTTLENECKS, diagnose
 from autotune.measure import window
 from autotune.measure.profiling import summarize_trace
-from autotune.measure.protocol import WindowResult
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest, WindowResult
+from autotune.measure.runner import run_window
 from tests.workloads_diag import (
     BigActivationWorkload,
     BusyLoaderWorkload,
@@ -99,7 +99,7 @@ def test_a_loader_that_waits_is_told_from_one_that_computes(tmp_path: Path, work
              "prefetch_factor": 2 if workers else None}
     item = {"sleep_ms": SLEEPY_MS} if waits else {}
     req = TrialRequest(workload=spec(workload, **item), knobs=knobs, device="cpu",
-                       window={**WINDOW, "profile": False})
+                       window={**WINDOW, "profile": False}, loader_profile=True)
     res = run_window(req, tmp_path)
     assert res.outcome == "ok", f"{res.error}\n{res.stderr_tail}"
     d = diagnose(dataclasses.asdict(res), knobs, "cpu", _host_memory_gb())
@@ -107,6 +107,12 @@ def test_a_loader_that_waits_is_told_from_one_that_computes(tmp_path: Path, work
     share = d["evidence"]["loader_cpu_share"]
     assert (share < th.IO_BOUND_CPU_SHARE) is waits, share
     assert bool(d["fixes"][0].get("beyond_domain")) is waits
+    # The loader profile shows the same thing from the inside: the sleeper's top frame is the
+    # wait (and its file:line), the busy one's is its own computation.
+    top = res.loader_profile["frames"][0]
+    assert (top["kind"] == "wait") is waits, res.loader_profile["frames"][:3]
+    assert "workloads_diag.py:" in top["where"], top
+    assert "The loader's own time" in d["summary"]
 
 
 def test_sleeping_loader_trace_alone_says_input_pipeline(sleepy_window: Any) -> None:
@@ -376,3 +382,52 @@ def test_missing_or_odd_evidence_never_raises(result: Any) -> None:
         d = diagnose(result, {}, device, 0.0)
         assert d["bottleneck"] in BOTTLENECKS and isinstance(d["summary"], str)
         json.dumps(d)
+
+
+def _every_rule() -> list[dict[str, Any]]:
+    """One result per rule: the input pipeline, copies, launches, syncs, memory, compute."""
+    return [_res(data_wait=0.45, gpu_busy_pct=35.0), _res(h2d=0.4, gpu_busy_pct=50.0),
+            _res(short_kernel_share=0.9, kernel_median_us=4.0, launches_per_step=900.0,
+                 kernels_per_step=900.0, gpu_busy_pct=40.0),
+            _res(syncs_per_step=20.0, copy_syncs_per_step=20.0, gpu_busy_pct=40.0),
+            _res(peak_gb=79.0), _res(peak_gb=15.0), _res(gpu_busy_pct=97.0),
+            _res(data_wait=0.1, peak_gb=1.0), _res(data_wait=0.3)]
+
+
+def test_no_verdict_names_a_value_outside_the_studys_space(cpu_env: Any) -> None:
+    """Every fix, and every knob that comes with one, is a value the study can try here
+    (or a measured step past the domain, marked beyond_domain)."""
+    from autotune.core.knobs import build_space
+    from autotune.workloads.resnet18 import ResNet18Workload
+
+    space = build_space(cpu_env, ResNet18Workload().cpu_sized(), {})
+    for res in _every_rule():
+        for device, limit in (("cpu", 16.0), ("cuda", 80.0)):
+            d = diagnose(res, space.baseline, device, limit, domains=space.domains)
+            for fix in d["fixes"]:
+                values = space.domains[fix["knob"]].values
+                assert fix["value"] in values or fix.get("beyond_domain"), (device, fix)
+                for k, v in (fix.get("with") or {}).items():
+                    assert v in space.domains[k].values, (device, fix)
+            for out in d["ruled_out"]:
+                assert out["value"] not in space.domains[out["knob"]].values
+                assert out["why"] and f"{out['knob']}={out['value']}" in d["summary"]
+
+
+def test_bf16_advice_on_a_cpu_without_bf16_says_why_it_is_not_on_offer() -> None:
+    """The study fixed amp=off (no AVX512-BF16 or AMX): the compute-bound verdict offers what
+    the space holds and names bf16 with the reason, instead of "try amp=bf16"."""
+    from autotune.core.knobs import Domain
+
+    domains = {"amp": Domain(["off"], "this CPU has no native bf16 (AVX512-BF16 or AMX)"),
+               "channels_last": Domain([False, True]), "batch_size": Domain([32, 64, 128]),
+               "num_workers": Domain([0, 1, 2])}
+    d = diagnose(_res(data_wait=0.1, peak_gb=1.0), {**BASE, "amp": "off"}, "cpu", 16.0,
+                 image_inputs=True, domains=domains)
+    assert d["bottleneck"] == "cpu_compute"
+    assert "amp" not in _knobs_of(d["fixes"])
+    assert all("amp" not in (f.get("with") or {}) for f in d["fixes"])
+    assert d["ruled_out"] == [{"knob": "amp", "value": "bf16",
+                               "why": "this CPU has no native bf16 (AVX512-BF16 or AMX)"}]
+    assert "try amp=bf16" not in d["summary"]
+    assert "amp=bf16 (this CPU has no native bf16" in d["summary"]

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from autotune.diagnose.verdicts import diagnose
-from autotune.measure.runner import TrialRequest, run_window
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
 from tests.conftest import TINY_WINDOW
 from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
 

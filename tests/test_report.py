@@ -155,3 +155,147 @@ def test_optuna_dashboard_serves_the_study(study_dir: tuple[Path, str]) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+# -- the loader profile and the Nsight commands, from a hand-made report document ---------------
+# (no study run: gather()'s shape, copied by hand; an in-memory study for the plots' history)
+def _frame(name: str, kind: str, share: float, where: str, calls: int = 64) -> dict[str, object]:
+    return {"name": name, "kind": kind, "share": share, "where": where, "calls": calls}
+
+
+def _profile(frames: list[dict[str, object]], summary: str) -> dict[str, object]:
+    return {"summary": summary, "wait_share": 0.04, "total_s": 1.84, "batches": 8,
+            "coverage": round(sum(float(f["share"]) for f in frames), 3),  # type: ignore[arg-type]
+            "frames": frames, "getitem": {"where": "mydata/folder.py:42", "share": 0.91}}
+
+
+BASE_PROFILE = _profile(
+    [_frame("JPEG decode (PIL open+load)", "decode", 0.61, "PIL/ImageFile.py:243 (load)"),
+     _frame("RandomResizedCrop", "transform", 0.18, "torchvision/transforms/transforms.py:970 (forward)"),
+     _frame("<lambda> (folder.py:57)", "user", 0.06, "mydata/folder.py:57 (<lambda>)"),
+     _frame("collate (default_collate)", "collate", 0.05, "torch/utils/data/_utils/collate.py:338")],
+    "61% JPEG decode (PIL open+load), 18% RandomResizedCrop, 6% <lambda> (folder.py:57); 4% waiting")
+BEST_PROFILE = _profile(
+    [_frame("JPEG decode (PIL open+load)", "decode", 0.44, "PIL/ImageFile.py:243 (load)"),
+     _frame("file read", "read", 0.21, "mydata/folder.py:50 (__getitem__)"),
+     _frame("collate (default_collate)", "collate", 0.12, "torch/utils/data/_utils/collate.py:338")],
+    "44% JPEG decode (PIL open+load), 21% file read, 12% collate (default_collate); 4% waiting")
+CPU_NSIGHT = {"omitted": "the study ran on cpu, and Nsight Systems and Nsight Compute profile "
+                         "CUDA devices only"}
+
+
+def _hand_made(nsight: dict[str, object] | None, loader: bool = True) -> tuple[optuna.Study, dict]:
+    study = optuna.create_study(direction="maximize")
+    for v in (100.0, 180.0):
+        study.add_trial(optuna.trial.create_trial(value=v))
+    metrics = {"samples_per_sec": 180.0, "confirm_runs": [179.0, 181.0]}
+    best = {
+        "metrics": metrics, "baseline": {"samples_per_sec": 100.0}, "best_trial": 1,
+        "speedup": 1.8, "ceilings": {"loader": 200.0}, "fraction_of_ceiling": 0.9,
+        "study": {"name": "hand", "storage": "sqlite:///studies/hand/study.db"},
+        "diagnosis": {"bottleneck": "input-bound", "summary": "waits on the loader", "fixes": []},
+        "baseline_diagnosis": {"bottleneck": "input-bound", "summary": "waits", "fixes": ["more workers"]},
+    }
+    if loader:
+        best["loader_profile"] = {"baseline": BASE_PROFILE, "best": BEST_PROFILE}
+    if nsight is not None:
+        best["nsight"] = nsight
+    d = {
+        "name": "hand", "workload": "jpeg_folder", "memory_limit_gb": 8.0, "best": best,
+        "device": {"device": "cpu", "device_name": "x86", "torch_version": "2.5"},
+        "counts": {"trials": 2, "complete": 2, "pruned": 0, "failed": 0, "running": 0, "infeasible": 0},
+        "path": [{"trial": 0, "source": "baseline", "changed": {}, "samples_per_sec": 100.0,
+                  "gain": None, "vs_baseline": 1.0, "bottleneck": "input-bound"},
+                 {"trial": 1, "source": "sampler", "changed": {"num_workers": [0, 4]},
+                  "samples_per_sec": 180.0, "gain": 1.8, "vs_baseline": 1.8, "bottleneck": "input-bound"}],
+        "failures": [], "confirmation": [],
+        "points": [{"trial": n, "samples_per_sec": v, "peak_memory_gb": 1.0, "feasible": True,
+                    "shares": {"data_wait": 0.5, "h2d": 0.0, "compute": 0.4, "optimizer": 0.1},
+                    "knobs": {}} for n, v in ((0, 100.0), (1, 180.0))],
+        "baseline_evidence": {"data_wait": 0.5}, "best_evidence": {"data_wait": 0.3}, "n_trials": 2,
+    }
+    return study, d
+
+
+def test_report_shows_the_loader_profile_and_nsight_omitted() -> None:
+    from autotune.results.report_html import markdown, render_html
+
+    study, d = _hand_made(CPU_NSIGHT)
+    page = render_html(study, d)
+    assert '"title":{"text":"Where the loader\'s time goes"}' in page  # the figure's own title
+    study0, d0 = _hand_made(CPU_NSIGHT, loader=False)
+    plots = len(re.findall(r'id="plot\d+"', page))
+    assert plots == len(re.findall(r'id="plot\d+"', render_html(study0, d0))) + 1
+    # Frame names are text: "<lambda>" escaped wherever it appears (lines, chart labels, hover).
+    assert "<lambda>" not in page and "&lt;lambda&gt;" in page
+    for label in ("baseline (trial 0)", "best (trial 1)"):
+        assert label in page
+    assert "mydata/folder.py:42" in page and "cProfile" in page
+    assert "Nsight (device side)" in page and "the study ran on cpu" in page
+    md = markdown(d)
+    assert "61% JPEG decode (PIL open+load)" in md  # the hot frame, its share
+    assert "`__getitem__` is at `mydata/folder.py:42`" in md  # the dataset's __getitem__
+    assert "\\<lambda\\>" in md and "<lambda>" not in md  # text, not an HTML tag
+    assert "cProfile" in md
+    assert "## Nsight (device side)" in md and CPU_NSIGHT["omitted"] in md
+    assert md.index("## Diagnosis") < md.index("## Loader profile") < md.index("## Nsight")
+    md0 = markdown(d0)  # an older study: no loader_profile, no section, no chart named
+    assert "## Loader profile" not in md0 and "where the loader" not in md0
+
+
+def test_report_shows_the_nsight_commands_of_a_cuda_study() -> None:
+    from autotune.results.nsight import nsight_commands
+    from autotune.results.report_html import markdown, render_html
+
+    doc = {"device": {"type": "cuda"}, "knobs": {"batch_size": 64, "amp": "bf16"},
+           "study": {"name": "hand"}}
+    kernel = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>(int)"
+    ns = nsight_commands(doc, "autotune.workloads.mlp.MLPWorkload", [{"name": kernel, "ms_per_step": 1.5}])
+    study, d = _hand_made(ns, loader=False)
+    page = render_html(study, d)
+    import html as html_lib
+
+    pres = [html_lib.unescape(p) for p in re.findall(r"<pre>(.*?)</pre>", page, re.S)]
+    assert ns["nsys"] in pres and ns["ncu"][0]["command"] in pres
+    assert "&quot;knobs.amp=&#x27;bf16&#x27;&quot;" in page  # escaped inside the <pre>
+    assert html_lib.escape(kernel) in page and "1.500 ms/step" in page
+    md = markdown(d)
+    assert f"```\n{ns['nsys']}\n```" in md and f"`{kernel}`: 1.500 ms/step" in md
+    assert "Where the loader" not in page  # no loader profile: no chart
+
+
+def test_loader_chart_opens_in_headless_chromium(tmp_path: Path) -> None:
+    """The loader chart draws, with no console message (plotly.js warns, for one, about a hatch
+    pattern on bars with per-bar colours)."""
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    from autotune.results.report_html import render_html
+
+    study, d = _hand_made(CPU_NSIGHT)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(study, d))
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=180)
+    console = [ln for ln in dom.stderr.splitlines() if ":CONSOLE" in ln]
+    assert not console, console
+    drawn = re.findall(r'id="plot(\d+)" class="[^"]*js-plotly-plot', dom.stdout)
+    assert len(drawn) == len(re.findall(r'id="plot\d+"', page.read_text()))
+
+
+def test_loader_chart_when_the_best_is_the_baseline_or_only_one_profile() -> None:
+    from autotune.results import report_loader
+
+    _, d = _hand_made(None)
+    d["best"]["best_trial"] = 0  # the baseline won: one profile, one trace
+    fig = report_loader.figure(d)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [t.name for t in bars] == ["baseline = best (trial 0)"]
+    assert list(bars[0].y) == [report_loader._esc(f["name"]) for f in BEST_PROFILE["frames"]]
+    _, d = _hand_made(None)
+    d["best"]["loader_profile"] = {"baseline": None, "best": BEST_PROFILE}  # only the best waited
+    assert [t.name for t in report_loader.figure(d).data if t.type == "bar"] == ["best (trial 1)"]
+    d["best"]["loader_profile"] = None  # not input-bound: nothing at all
+    assert report_loader.figure(d) is None and report_loader.markdown(d) == []
+    assert report_loader.html_section(d) == ""

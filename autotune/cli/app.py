@@ -26,7 +26,7 @@ from autotune.results.storage import (
 )
 from autotune.search.numerics import check_tolerance
 from autotune.search.run import run_study
-from autotune.search.study import StudySetup
+from autotune.search.setup import StudySetup
 
 log = logging.getLogger("autotune")
 

@@ -40,6 +40,9 @@ class WindowConfig:
     # Short torch.profiler capture after the measured window (never inside it).
     profile: bool = True
     profile_steps: int = 3
+    # A trial whose loop waited on its loader (>= 5% of the step) profiles the loader alone,
+    # in process, after the window: where its time goes (decode, a transform, the user's code).
+    loader_profile: bool = True
 
 
 @dataclass

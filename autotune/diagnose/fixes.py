@@ -20,11 +20,38 @@ from autotune.diagnose.thresholds import (
 
 
 class Fixes:
-    """An ordered list of knob fixes that skips values the trial already has."""
+    """An ordered list of knob fixes that skips values the trial already has, and values the
+    study's search space rules out (those are kept apart, with the space's reason, so the
+    verdict can say why the textbook fix is not on offer here)."""
 
-    def __init__(self, knobs: Mapping[str, Any]):
+    def __init__(self, knobs: Mapping[str, Any], domains: Mapping[str, Any] | None = None):
         self.knobs = knobs
+        self.domains = domains  # knob -> its Domain here (values, reason); None: unknown
         self.items: list[dict[str, Any]] = []
+        self.ruled_out: list[dict[str, Any]] = []
+
+    def _outside(self, knob: str, value: Any) -> str | None:
+        """Why ``value`` is outside the knob's domain here (None: inside, or unknown)."""
+        dom = (self.domains or {}).get(knob)
+        if dom is None or value in dom.values:
+            return None
+        return dom.reason or f"the study searches {knob} over {dom.values} only"
+
+    def _capped(self, knob: str, value: Any) -> tuple[Any, str]:
+        """An integer fix past the domain (6 workers on 2 cores) becomes the domain's nearest
+        value in the same direction, as the agent applies it; the why says so. Other values
+        are returned as they are."""
+        dom = (self.domains or {}).get(knob)
+        current = self.knobs.get(knob)
+        if (dom is None or value in dom.values or not _is_int(value) or not _is_int(current)
+                or not all(_is_int(v) for v in dom.values)):
+            return value, ""
+        ahead = [v for v in dom.values if current < v <= value or value <= v < current]
+        if not ahead:
+            return value, ""
+        cap = min(ahead, key=lambda v: abs(v - value))
+        return cap, f" ({knob}={value} would; the study searches {knob} up to {cap} here)" \
+            if cap < value else f" ({knob}={value} would; the nearest valid value here is {cap})"
 
     def add(self, knob: str, value: Any, why: str, with_: Mapping[str, Any] | None = None,
             beyond_domain: bool = False) -> None:
@@ -36,13 +63,26 @@ class Fixes:
             return
         if any(f["knob"] == knob and not f.get("with") for f in self.items):
             return
+        if not beyond_domain:
+            value, note = self._capped(knob, value)
+            why += note
+        outside = None if beyond_domain else self._outside(knob, value)
+        if outside is not None:
+            if not any(r["knob"] == knob for r in self.ruled_out):
+                self.ruled_out.append({"knob": knob, "value": value, "why": outside})
+            return
         fix: dict[str, Any] = {"knob": knob, "value": value, "why": why}
-        extra = {k: v for k, v in (with_ or {}).items() if self.knobs.get(k) != v}
+        extra = {k: v for k, v in (with_ or {}).items()
+                 if self.knobs.get(k) != v and self._outside(k, v) is None}
         if extra:
             fix["with"] = extra
         if beyond_domain:
             fix["beyond_domain"] = True
         self.items.append(fix)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def int_knob(knobs: Mapping[str, Any], name: str, default: int) -> int:
@@ -121,6 +161,13 @@ def input_fixes(f: Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, An
               "new ones")
     w = workers_needed(knobs, ev["data_wait_share"])
     io = io_bound(ev) and not restarts(ev, knobs)
+    hot = ev.get("loader_hot")
+    if hot and hot.get("kind") in ("decode", "transform") and not io:
+        # The profile names a decode or a transform: where the workload declares stages, the
+        # fix that targets it is to run it on the device, once per batch, before more workers.
+        device_stages_fix(f, f"{pct(hot['share'])} of the loader's time is {hot['name']} "
+                             f"({hot['where']}): on the device it runs once per batch, after "
+                             "the copy, instead of once per sample in the loader")
     waits = (f"; its processes were on a CPU only {pct(ev['loader_cpu_share'])} of the time, "
              "waiting on I/O, so workers beyond the core count still add throughput") if io else ""
     # New workers come with persistent_workers: without it every epoch start respawns them.

@@ -152,28 +152,62 @@ def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> di
         "memory_share_of_limit": round(peak / limit, 4) if peak and limit and limit > 0 else None,
         "trace": "error: " + str(trace["error"]) if trace.get("error") else
                  ("yes" if trace else "none"),
+        **_loader_evidence(_mapping(result.get("loader_profile"))),
     }
 
 
+LOADER_KEYS = ("loader_hot", "loader_frames", "loader_getitem")
+
+
+def _loader_evidence(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The loader profile's hot spot (measure/loader_profile.py), where one was taken."""
+    frames = [f for f in profile.get("frames") or [] if isinstance(f, Mapping)]
+    if not frames:
+        return {"loader_hot": None, "loader_frames": None, "loader_getitem": None}
+    top = [{k: f.get(k) for k in ("name", "kind", "share", "where")} for f in frames[:3]]
+    getitem = _mapping(profile.get("getitem")).get("where")
+    return {"loader_hot": top[0], "loader_frames": top, "loader_getitem": getitem}
+
+
+def _hot_spot(ev: Mapping[str, Any]) -> str:
+    """" The loader's own time: 61% JPEG decode (...) in path:line, 18% RandomResizedCrop;
+    the dataset's __getitem__ is path:line." ("" without a profile)."""
+    frames = ev.get("loader_frames") or []
+    if not frames:
+        return ""
+    first = frames[0]
+    parts = [f"{pct(first['share'])} {first['name']} ({first['where']})"]
+    parts += [f"{pct(f['share'])} {f['name']}" for f in frames[1:] if (f["share"] or 0) >= 0.05]
+    where = f"; the dataset's __getitem__ is {ev['loader_getitem']}" if ev.get("loader_getitem") else ""
+    return f" The loader's own time (a profiled pass): {', '.join(parts)}{where}."
+
+
 def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb: float, *,
-             image_inputs: bool | None = None) -> dict[str, Any]:
+             image_inputs: bool | None = None,
+             domains: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Name the trial's bottleneck and the knob values most likely to relieve it.
 
     ``result``: the WindowResult (or its dict); ``knobs``: the trial's full knob assignment;
     ``device``: "cuda" or "cpu"; ``memory_limit_gb``: the study's memory limit (GPU memory on
     CUDA, host RAM on CPU). ``image_inputs=False`` drops channels_last from the fixes (None:
-    unknown, the caller's domain check decides)."""
+    unknown, the caller's domain check decides). ``domains`` (the study's ``Space.domains``):
+    fixes outside them are not offered; the verdict names them with the space's reason
+    (``ruled_out``), so advice never points where the study cannot go."""
     res = _as_dict(result)
     knobs = knobs or {}
     cuda = str(device).startswith("cuda")
     ev = _evidence(res, "cuda" if cuda else "cpu", memory_limit_gb)
-    f = Fixes(knobs)
+    f = Fixes(knobs, domains)
     if cuda:
         bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)
     else:
         bottleneck, rule, summary = _diagnose_cpu(ev, knobs, f, image_inputs)
+    if f.ruled_out:
+        summary += " Not on offer here: " + "; ".join(
+            f"{r['knob']}={r['value']} ({r['why']})" for r in f.ruled_out) + "."
+    loader = {k: ev.pop(k) for k in LOADER_KEYS}  # structured, beside the numbers
     return {"bottleneck": bottleneck, "evidence": ev, "rule": rule, "fixes": f.items,
-            "summary": summary}
+            "ruled_out": f.ruled_out, "loader_hot": loader["loader_hot"], "summary": summary}
 
 
 def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) -> tuple[str, str, str]:
@@ -194,7 +228,7 @@ def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) 
 
 def _first(f: Fixes) -> str:
     if not f.items:
-        return "no knob change"
+        return "no knob in this study's space"
     return ", ".join(f"{x['knob']}={x['value']}" for x in f.items[:2])
 
 
@@ -209,7 +243,8 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         input_fixes(f, knobs, True, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE} and {busy_txt}",
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time while the "
-                f"GPU idles ({busy_txt}){loader_kind(ev, knobs)}; feed it faster with {_first(f)}.")
+                f"GPU idles ({busy_txt}){loader_kind(ev, knobs)}; feed it faster with {_first(f)}."
+                + _hot_spot(ev))
 
     if h2d is not None and h2d >= H2D_SHARE and not_saturated:
         copy_fixes(f, ev)
@@ -275,7 +310,8 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         input_fixes(f, knobs, False, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE}",
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time"
-                f"{loader_kind(ev, knobs)}; load batches in parallel with {_first(f)}.")
+                f"{loader_kind(ev, knobs)}; load batches in parallel with {_first(f)}."
+                + _hot_spot(ev))
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
         return _memory(ev, knobs, f, False)

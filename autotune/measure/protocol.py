@@ -53,6 +53,7 @@ class TrialRequest(_Record):
     ceilings: dict[str, bool] = field(default_factory=dict)  # which ceilings to measure
     grad_accum: int = 1  # micro-batches per optimizer step (study.keep_global_batch)
     numerics_steps: int = 0  # > 0: record this many steps' losses instead of measuring
+    loader_profile: bool = False  # profile the loader alone after the window when it waited
     progress_path: str | None = None  # the heartbeat the watchdog reads
     trace_path: str | None = None  # where the trace goes (with ``trace``)
 
@@ -94,6 +95,9 @@ class WindowResult(_Record):
     notes: list[str] = field(default_factory=list)
     # A numerics request (numerics.py): the first N optimizer steps' losses.
     losses: list[float] = field(default_factory=list)
+    # Where the loader's time goes (measure/loader_profile.py): an input-bound trial's
+    # in-process profiled pass, folded; {} when not profiled.
+    loader_profile: dict[str, Any] = field(default_factory=dict)
     # Filled by the runner (parent side):
     wall_s: float = 0.0
     exit_code: int | None = None

@@ -24,11 +24,13 @@ from typing import Any
 import torch
 
 from autotune.core.files import atomic_write
-from autotune.core.training import CaptureFailed, Training, phase
+from autotune.core.training import CaptureFailed, Training, input_dataset, phase
 from autotune.core.workload import Workload, build_workload
+from autotune.diagnose.thresholds import DATA_WAIT_NOTABLE
 from autotune.measure.batches import Batches
 from autotune.measure.ceilings import compute_ceiling, loader_ceiling
 from autotune.measure.clock import Clock
+from autotune.measure.loader_profile import profile_loader
 from autotune.measure.losses import record_losses
 from autotune.measure.profiling import capture
 from autotune.measure.protocol import TrialRequest, WindowResult, mentions_oom
@@ -113,10 +115,28 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
 
     if win.get("profile") and req.trace_path:
         result.trace = capture(run, batches, win.get("profile_steps", 3), req.trace_path)
+    if req.loader_profile and (result.timers.get("data_wait") or 0.0) >= DATA_WAIT_NOTABLE:
+        progress.beat("loader_profile", result.steps, force=True)
+        result.loader_profile = profile_input(workload, req.knobs, batch_size, req.seed)
     result.outcome = "ok"
     if compile_watch.hits:
         result.outcome = "compile_fallback"
         result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
+
+
+def profile_input(workload: Workload, knobs: dict[str, Any], batch_size: int,
+                  seed: int) -> dict[str, Any]:
+    """The loader's pipeline profiled in process, outside the measured window: only for a
+    trial whose loop waited on its loader (DATA_WAIT_NOTABLE), so a compute-bound trial pays
+    nothing. A failure is a note in the profile, never the trial's outcome."""
+    dataset, collate = input_dataset(workload, knobs)
+    split = int(knobs.get("transform_split", 0))
+    stages = {s.host: (f"{s.name} (input stage)", "decode" if "decode" in s.name else "transform")
+              for s in workload.stages()[:split]}
+    try:
+        return profile_loader(dataset, collate, batch_size, LOADER_PROFILE_BATCHES, seed, stages)
+    except Exception as exc:  # noqa: BLE001 - evidence, not a gate
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], progress: Progress,
@@ -149,6 +169,8 @@ def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], prog
 
 # A next() that returns faster than this took a batch the workers had already prefetched.
 PREFETCHED_S = 1e-3
+#: Batches in the loader profile's pass (measure/loader_profile.py).
+LOADER_PROFILE_BATCHES = 8
 
 
 def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],

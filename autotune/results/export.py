@@ -24,6 +24,7 @@ from autotune.core.numbers import rounded
 from autotune.core.workload import Workload, WorkloadError, resolve_target
 from autotune.results.compile_cost import compile_summary
 from autotune.results.hydra_export import hydra_group_text, overrides_text
+from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.storage import redact
 from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials
@@ -95,6 +96,9 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "fraction_of_ceiling": rounded(trial_attrs(best).get("fraction_of_ceiling")),
         "diagnosis": _verdict(best),
         "baseline_diagnosis": _verdict(base) if base else None,
+        # Where each one's loader time goes (input-bound trials only: see measure/loader_profile.py).
+        "loader_profile": {"best": trial_attrs(best).get("loader_profile"),
+                           "baseline": trial_attrs(base).get("loader_profile") if base else None},
         "best_trial": best.number,
         "confirmation": ({"finalists": conf.get("finalists"), "runs": conf.get("runs")}
                          if conf else None),
@@ -107,6 +111,8 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
                       1 for t in study.get_trials(deepcopy=False)
                       if trial_attrs(t).get("source") == "agent")},
     }
+    doc["nsight"] = nsight_commands(doc, attrs.get("workload_target"),
+                                    trial_attrs(best).get("top_kernels"))
     return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
 
 
@@ -173,6 +179,7 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "agent_reason": a.get("agent_reason", ""),
             "bottleneck": (a.get("diagnosis") or {}).get("bottleneck", ""),
             "diagnosis": (a.get("diagnosis") or {}).get("summary", ""),
+            "loader_profile": (a.get("loader_profile") or {}).get("summary", ""),
             "fixes": "; ".join(fix_text(f) for f in (a.get("diagnosis") or {}).get("fixes", [])),
             "fraction_of_ceiling": rounded(a.get("fraction_of_ceiling")) or "",
             **{f"ceiling.{k}": round(v, 2) for k, v in (a.get("ceilings") or {}).items()},

@@ -50,6 +50,8 @@ class TrialAttrs(TypedDict, total=False):
     wall_s: float
     trace: dict[str, Any]
     stderr_tail: str
+    loader_profile: dict[str, Any]  # measure/loader_profile.stored_profile: where the loader's time goes
+    top_kernels: list[dict[str, Any]]  # the profiler's top kernels by GPU time (Nsight's targets)
     signal: str
     exit_code: int
     # -- what the driver made of it

@@ -24,6 +24,7 @@ import optuna
 import plotly.graph_objects as go
 
 from autotune.core.files import atomic_write
+from autotune.results import report_loader
 from autotune.results.compare import compare_html, compare_markdown, compare_studies
 from autotune.results.report_data import gather
 from autotune.results.storage import StorageError, open_storage, redact
@@ -99,6 +100,46 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
+# -- the Nsight commands (best.yaml's ``nsight``, autotune/results/nsight.py) ----------------------
+NSYS_INTRO = ("Timeline of one trial of the exported configuration (Nsight Systems; the step's "
+              "phases are NVTX ranges in the domain autotune). Run from the folder that holds "
+              "studies/; each command runs its trial in a study of its own (this study's name "
+              "and -nsys, -ncu1, ...), to be removed before that command runs again:")
+NCU_INTRO = "The best trial's top kernels by GPU time, each profiled by Nsight Compute:"
+
+
+def nsight_markdown(d: dict[str, Any]) -> list[str]:
+    ns = (d["best"] or {}).get("nsight")
+    if not ns:
+        return []
+    out = ["## Nsight (device side)", ""]
+    if "omitted" in ns:
+        return [*out, f"No Nsight commands: {ns['omitted']}.", ""]
+    out += [NSYS_INTRO, "", "```", ns["nsys"], "```", ""]
+    if ns.get("ncu"):
+        out += [NCU_INTRO, ""]
+    for k in ns.get("ncu") or []:
+        out += [f"- `{k['kernel']}`: {_f(k.get('ms_per_step'), '.3f', ' ms/step')}", "",
+                "```", k["command"], "```", ""]
+    return out
+
+
+def nsight_html(d: dict[str, Any]) -> str:
+    ns = (d["best"] or {}).get("nsight")
+    if not ns:
+        return ""
+    out = "<h2>Nsight (device side)</h2>"
+    if "omitted" in ns:
+        return out + f"<p>No Nsight commands: {html.escape(ns['omitted'])}.</p>"
+    out += f"<p>{html.escape(NSYS_INTRO)}</p><pre>{html.escape(ns['nsys'])}</pre>"
+    if ns.get("ncu"):
+        out += f"<p>{html.escape(NCU_INTRO)}</p>"
+    for k in ns.get("ncu") or []:
+        out += (f"<p><code>{html.escape(str(k['kernel']))}</code>: "
+                f"{_f(k.get('ms_per_step'), '.3f', ' ms/step')}</p><pre>{html.escape(k['command'])}</pre>")
+    return out
+
+
 # -- Markdown ------------------------------------------------------------------------------------
 def markdown(d: dict[str, Any], extra: str = "") -> str:
     lines = [f"# autotune report: {d['name']}", ""] + [f"- {x}" for x in headline(d)] + [""]
@@ -108,12 +149,16 @@ def markdown(d: dict[str, Any], extra: str = "") -> str:
         lines += [f"## {title}", ""]
         if not rows:
             lines += ["none", ""]
-            continue
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in r) + " |" for r in rows]
-        lines.append("")
+        else:
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in r) + " |" for r in rows]
+            lines.append("")
+        if title == "Diagnosis":
+            lines += report_loader.markdown(d)
+    lines += nsight_markdown(d)
     lines.append("Plots: report.html (optimization history, throughput vs peak memory, time "
-                 "breakdown per trial, parameter importances).")
+                 "breakdown per trial, parameter importances"
+                 + (", where the loader's time goes" if report_loader.has_chart(d) else "") + ").")
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +197,9 @@ def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
             figs.append(("Parameter importances", optuna.visualization.plot_param_importances(study)))
         except (ValueError, RuntimeError) as exc:  # too few or too uniform trials
             log.info("report: no parameter importances (%s)", exc)
+    loader = report_loader.figure(d)
+    if loader is not None:
+        figs.append((report_loader.TITLE, loader))
     return figs
 
 
@@ -159,7 +207,9 @@ def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:4px 8px;
 vertical-align:top;font-size:14px}th{background:#f3f3f3}.head li{margin:.2em 0}
-.regression{background:#fdd;padding:.5em 1em;border-left:4px solid #c00}"""
+.regression{background:#fdd;padding:.5em 1em;border-left:4px solid #c00}
+pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere;font-size:13px}
+.note{color:#555;font-size:14px}"""
 
 
 def _bold(text: str) -> str:
@@ -174,16 +224,19 @@ def render_html(study: optuna.Study, d: dict[str, Any], extra_html: str = "") ->
         body.append(f"<h2>{html.escape(title)}</h2>")
         if not rows:
             body.append("<p>none</p>")
-            continue
-        body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
-        body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
-        body.append("</table>")
+        else:
+            body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+            body += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+            body.append("</table>")
+        if title == "Diagnosis":
+            body.append(report_loader.html_section(d))
+    body.append(nsight_html(d))
     figs = figures(study, d)
     body.append("<h2>Plots</h2>")
     if not figs:
         body.append("<p>No plots yet: no trial has finished.</p>")
     for i, (title, fig) in enumerate(figs):
-        fig.update_layout(title=title, height=420)
+        fig.update_layout(title=title, height=fig.layout.height or 420)
         body.append(fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False,
                                 div_id=f"plot{i}"))
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"

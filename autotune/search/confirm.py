@@ -21,7 +21,7 @@ from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.trials import baseline_trial, best_trial, finalists
-from autotune.search.study import StopFlag, StudySetup
+from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
 

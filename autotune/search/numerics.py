@@ -48,7 +48,7 @@ from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.trials import chosen_trial, finalists
-from autotune.search.study import StopFlag, StudySetup
+from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
 

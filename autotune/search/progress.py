@@ -25,7 +25,7 @@ from autotune.results.trials import baseline_trial, best_trial, counts, measured
 
 # The child's heartbeat stages (window.py) in the words a person reads.
 STAGES = {"start": "build", "compile": "compile", "warmup": "warm-up", "measure": "measure",
-          "ceiling": "ceilings"}
+          "ceiling": "ceilings", "loader_profile": "loader profile"}
 
 
 def interactive(stream: TextIO) -> bool:

@@ -30,7 +30,8 @@ from autotune.search.confirm import confirm
 from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
 from autotune.search.numerics import check_numerics
 from autotune.search.progress import StudyProgress
-from autotune.search.study import Driver, StopFlag, StudySetup, create_study
+from autotune.search.setup import StopFlag, StudySetup, create_study
+from autotune.search.study import Driver
 from autotune.search.summary import print_summary
 
 log = logging.getLogger("autotune")

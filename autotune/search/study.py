@@ -8,29 +8,24 @@ configuration once.
 
 from __future__ import annotations
 
+import json
 import logging
-import os
-import signal
-import socket
 import time
-import warnings
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.env import Env
+from autotune.core.files import atomic_write
 from autotune.core.knobs import Space
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.launch import start_server
-from autotune.measure.protocol import WindowResult
-from autotune.measure.runner import Interrupted, TrialRequest, Watch, run_window
+from autotune.measure.loader_profile import stored_profile
+from autotune.measure.protocol import TrialRequest, WindowResult
+from autotune.measure.runner import Interrupted, Watch, run_window
 from autotune.results.compare import versions
-from autotune.results.compile_cost import cache_env, effective_rate
 from autotune.results.record import (
     TrialAttrs,
     set_stored_trial_attrs,
@@ -38,13 +33,11 @@ from autotune.results.record import (
     set_trial_attrs,
     trial_attrs,
 )
-from autotune.results.storage import is_sqlite
 from autotune.results.trials import best_value, finalists
 from autotune.search import agent
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
 from autotune.search.ownership import owner, owner_alive, reap_lost_trials, twin_of
 from autotune.search.pruning import (
-    BestFractionPruner,
     cache_ceilings,
     cached_ceilings,
     cached_noise,
@@ -53,6 +46,7 @@ from autotune.search.pruning import (
     distrust_ceilings,
     partial_verdict,
 )
+from autotune.search.setup import StopFlag, StudySetup, create_study
 
 log = logging.getLogger("autotune")
 
@@ -63,110 +57,6 @@ HEARTBEAT_S = 10.0
 TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
              "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
              "ceilings", "fraction_of_ceiling", "trace")
-
-
-@dataclass
-class StudySetup:
-    """Everything a worker needs, resolved once by the CLI."""
-
-    name: str
-    storage: Any  # URL string or an optuna storage object
-    out_dir: Path
-    env: Env
-    space: Space
-    workload_spec: dict[str, Any]
-    workload_label: str
-    window: dict[str, Any]
-    memory_limit_gb: float
-    seed: int = 0
-    cpu_sized: bool = False
-    agent: bool = True
-    prune: bool = True
-    timeout_s: float | None = None
-    worker_env: dict[str, str] = field(default_factory=dict)
-    worker_index: int = 0
-    image_inputs: bool = False
-    confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
-    # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
-    # the knobs of an earlier best to enqueue after the baseline (study.start_from).
-    compare_to: str | None = None
-    compare_storage: str | None = None
-    # Why study.compare_to / start_from named a study that is not there (yet): the first night
-    # of a schedule, or a night after a missed one, runs without it and says so.
-    nightly_missing: str | None = None
-    regression_pct: float = 10.0
-    start_knobs: dict[str, Any] | None = None
-    run_steps: int | None = None  # the objective includes compile time over this many steps
-
-    @property
-    def trial_env(self) -> dict[str, str]:
-        """A trial's environment: the worker's, and the study's shared inductor cache."""
-        return {**cache_env(self.out_dir), **self.worker_env}
-
-    def objective(self, result: WindowResult, knobs: dict[str, Any]) -> float:
-        """The figure the study maximizes: samples/s, over the whole run when run_steps is set."""
-        return effective_rate(result.samples_per_sec, result.compile_s,
-                              int(knobs["batch_size"]), self.run_steps)
-    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
-    global_batch: int | None = None
-    numerics_steps: int = 0  # the numerics check's steps (0: off)
-    numerics_tolerance: dict[str, float] = field(default_factory=dict)
-
-    def grad_accum(self, knobs: dict[str, Any]) -> int:
-        """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
-        return self.global_batch // int(knobs["batch_size"]) if self.global_batch else 1
-
-
-class StopFlag:
-    """SIGINT/SIGTERM set a flag the runner polls, so the running child is killed cleanly and
-    its trial recorded as interrupted before the driver exits."""
-
-    def __init__(self) -> None:
-        self.reason: str | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> StopFlag:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.reason = signal.Signals(signum).name
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
-def sampler_seed(setup: StudySetup) -> int:
-    """``seed`` on SQLite (one worker: a repeatable study). On a shared storage, independent
-    ``autotune`` processes all have worker_index 0: with one seed they would draw the same
-    configurations and wait on each other's twins, so each worker's host and pid are mixed in.
-    Trials from several workers interleave by timing anyway, so nothing repeatable is lost."""
-    url = setup.storage if isinstance(setup.storage, str) else ""
-    if url and is_sqlite(url):
-        return setup.seed + setup.worker_index
-    me = f"{setup.seed}:{setup.worker_index}:{socket.gethostname()}:{os.getpid()}"
-    return zlib.crc32(me.encode())
-
-
-def create_study(setup: StudySetup, storage: Any = None,
-                 sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
-    """Create or load the study. ``storage``: an opened storage for ``setup.storage`` (the URL
-    is still what decides the sampler's seed); None opens the URL."""
-    if sampler is None:
-        with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(
-                seed=sampler_seed(setup), multivariate=True, group=True,
-                constant_liar=True, n_startup_trials=5,
-            )
-    study = optuna.create_study(
-        storage=storage or setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
-        pruner=BestFractionPruner() if setup.prune else optuna.pruners.NopPruner(),
-        load_if_exists=True,
-    )
-    return study
 
 
 class Driver:
@@ -263,6 +153,7 @@ class Driver:
             seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
             env=s.trial_env, ceilings={k: k not in known for k in ("loader", "compute")},
             grad_accum=s.grad_accum(knobs),
+            loader_profile=bool(s.window.get("loader_profile", True)),
         )
         last_beat = [time.monotonic()]
 
@@ -368,7 +259,8 @@ class Driver:
                                     result.samples_per_sec / min(ceilings.values())})
         if result.outcome == "ok":
             set_trial_attrs(trial, {"diagnosis": diagnose(
-                result, knobs, s.env.device, s.memory_limit_gb, image_inputs=s.image_inputs)})
+                result, knobs, s.env.device, s.memory_limit_gb, image_inputs=s.image_inputs,
+                domains=s.space.domains)})
         self._record(trial, result)
         if result.outcome == "ok":
             trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
@@ -437,8 +329,13 @@ class Driver:
             "chunks": r.chunks,
             "wall_s": r.wall_s,
             "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},
+            "top_kernels": list(r.trace.get("top_kernels") or []),
             "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
         }
+        if r.loader_profile:
+            attrs["loader_profile"] = stored_profile(r.loader_profile)
+            atomic_write(self.trials_dir / str(trial.number) / "loader_profile.json",
+                         json.dumps(r.loader_profile, indent=1))
         if r.signal:
             attrs["signal"] = r.signal
         if r.exit_code is not None:

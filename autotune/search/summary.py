@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.results.compile_cost import summary_lines
-from autotune.search.study import StudySetup
+from autotune.search.setup import StudySetup
 
 
 def _fmt(v: Any, unit: str = "") -> str:

@@ -1,0 +1,127 @@
+"""What one study is: its resolved configuration (``StudySetup``, built once by the command
+line and pickled to each worker process), the Optuna study it drives (``create_study``: TPE,
+seeded per worker, the pruner), and the flag SIGINT/SIGTERM set (``StopFlag``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.core.env import Env
+from autotune.core.knobs import Space
+from autotune.measure.protocol import WindowResult
+from autotune.results.compile_cost import cache_env, effective_rate
+from autotune.results.storage import is_sqlite
+from autotune.search.pruning import BestFractionPruner
+
+
+@dataclass
+class StudySetup:
+    """Everything a worker needs, resolved once by the CLI."""
+
+    name: str
+    storage: Any  # URL string or an optuna storage object
+    out_dir: Path
+    env: Env
+    space: Space
+    workload_spec: dict[str, Any]
+    workload_label: str
+    window: dict[str, Any]
+    memory_limit_gb: float
+    seed: int = 0
+    cpu_sized: bool = False
+    agent: bool = True
+    prune: bool = True
+    timeout_s: float | None = None
+    worker_env: dict[str, str] = field(default_factory=dict)
+    worker_index: int = 0
+    image_inputs: bool = False
+    confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
+    # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
+    # the knobs of an earlier best to enqueue after the baseline (study.start_from).
+    compare_to: str | None = None
+    compare_storage: str | None = None
+    # Why study.compare_to / start_from named a study that is not there (yet): the first night
+    # of a schedule, or a night after a missed one, runs without it and says so.
+    nightly_missing: str | None = None
+    regression_pct: float = 10.0
+    start_knobs: dict[str, Any] | None = None
+    run_steps: int | None = None  # the objective includes compile time over this many steps
+
+    @property
+    def trial_env(self) -> dict[str, str]:
+        """A trial's environment: the worker's, and the study's shared inductor cache."""
+        return {**cache_env(self.out_dir), **self.worker_env}
+
+    def objective(self, result: WindowResult, knobs: dict[str, Any]) -> float:
+        """The figure the study maximizes: samples/s, over the whole run when run_steps is set."""
+        return effective_rate(result.samples_per_sec, result.compile_s,
+                              int(knobs["batch_size"]), self.run_steps)
+    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
+    global_batch: int | None = None
+    numerics_steps: int = 0  # the numerics check's steps (0: off)
+    numerics_tolerance: dict[str, float] = field(default_factory=dict)
+
+    def grad_accum(self, knobs: dict[str, Any]) -> int:
+        """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
+        return self.global_batch // int(knobs["batch_size"]) if self.global_batch else 1
+
+
+class StopFlag:
+    """SIGINT/SIGTERM set a flag the runner polls, so the running child is killed cleanly and
+    its trial recorded as interrupted before the driver exits."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopFlag:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.reason = signal.Signals(signum).name
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def sampler_seed(setup: StudySetup) -> int:
+    """``seed`` on SQLite (one worker: a repeatable study). On a shared storage, independent
+    ``autotune`` processes all have worker_index 0: with one seed they would draw the same
+    configurations and wait on each other's twins, so each worker's host and pid are mixed in.
+    Trials from several workers interleave by timing anyway, so nothing repeatable is lost."""
+    url = setup.storage if isinstance(setup.storage, str) else ""
+    if url and is_sqlite(url):
+        return setup.seed + setup.worker_index
+    me = f"{setup.seed}:{setup.worker_index}:{socket.gethostname()}:{os.getpid()}"
+    return zlib.crc32(me.encode())
+
+
+def create_study(setup: StudySetup, storage: Any = None,
+                 sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    """Create or load the study. ``storage``: an opened storage for ``setup.storage`` (the URL
+    is still what decides the sampler's seed); None opens the URL."""
+    if sampler is None:
+        with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=sampler_seed(setup), multivariate=True, group=True,
+                constant_liar=True, n_startup_trials=5,
+            )
+    study = optuna.create_study(
+        storage=storage or setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
+        pruner=BestFractionPruner() if setup.prune else optuna.pruners.NopPruner(),
+        load_if_exists=True,
+    )
+    return study
