@@ -4,6 +4,7 @@ user attribute by its string alone, and a real study stores only declared keys."
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -25,27 +26,25 @@ RAW_WRITES = {"set_user_attr", "set_trial_user_attr", "set_study_user_attr"}
 ALLOWED = {"record.py", "pruning.py"}
 
 
-def test_no_module_writes_an_attribute_by_its_string_alone() -> None:
-    offenders = []
+def _offenders(found: Callable[[ast.AST], bool]) -> list[str]:
+    """file:line of every node of the package (but ALLOWED) that ``found`` picks."""
+    out = []
     for path in PACKAGE.rglob("*.py"):
-        if path.name in ALLOWED:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in RAW_WRITES):
-                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+        if path.name not in ALLOWED:
+            out += [f"{path.relative_to(PACKAGE)}:{node.lineno}"  # type: ignore[attr-defined]
+                    for node in ast.walk(ast.parse(path.read_text())) if found(node)]
+    return out
+
+
+def test_no_module_writes_an_attribute_by_its_string_alone() -> None:
+    offenders = _offenders(lambda n: isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                           and n.func.attr in RAW_WRITES)
     assert offenders == [], f"write through autotune.results.record instead: {offenders}"
 
 
 def test_no_module_reads_user_attrs_directly() -> None:
-    offenders = []
-    for path in PACKAGE.rglob("*.py"):
-        if path.name in ALLOWED:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr == "user_attrs" and isinstance(
-                    node.ctx, ast.Load):
-                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    offenders = _offenders(lambda n: isinstance(n, ast.Attribute) and n.attr == "user_attrs"
+                           and isinstance(n.ctx, ast.Load))
     assert offenders == [], f"read through trial_attrs/study_attrs instead: {offenders}"
 
 
