@@ -83,8 +83,17 @@ def _alive(pid: int) -> bool:
 
 def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
                  driver_pid: int) -> None:
-    """In the new process: detach into its own session, die with the driver, log to a file."""
-    os.setsid()
+    """In the new process: its own process group (so the runner can kill it and its
+    DataLoader workers as one), die with the driver, log to a file.
+
+    A process group, not a session: with the kernel's autogroup scheduling (on by default on
+    desktop and cloud kernels, /proc/sys/kernel/sched_autogroup_enabled) every session is a
+    scheduling group that gets an equal share of the CPUs. A trial in a session of its own,
+    beside one CPU hog elsewhere, got one of two cores for its two intra-op threads: a
+    ResNet-18 step took 2,984-3,316 ms where the same loop in the driver's session took
+    620-641 ms (benchmarks/window_under_load.py, issue 20). In the driver's session a trial
+    competes for the CPUs as the user's own training, started from the same shell, would."""
+    os.setpgid(0, 0)
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server too
     threading.Thread(target=_follow_driver, args=(driver_pid,), daemon=True).start()
     _prctl(15, ctypes.c_char_p(PROCESS_NAME))  # PR_SET_NAME
