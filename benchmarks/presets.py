@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from autotune.cli.app import CPU_WINDOW
+from autotune.core.env import usable_cpus
 
 __all__ = ["PRESETS", "Preset"]
 
@@ -31,8 +32,11 @@ class Preset:
     note: str = ""
 
 
-_PINNED_CPU: dict[str, list[Any]] = {"prefetch_factor": [2], "persistent_workers": [True], "set_to_none": [True],
-               "optimizer_impl": ["default"], "host_allocator": ["default"]}
+#: Knobs the CPU presets keep fixed; cpu_threads at the usable cores (torch's own default on
+#: these machines), as every window ran before the knob existed, so the spaces stay comparable.
+_PINNED_CPU: dict[str, list[Any]] = {"prefetch_factor": [2], "persistent_workers": [True],
+                                     "set_to_none": [True], "optimizer_impl": ["default"],
+                                     "host_allocator": ["default"], "cpu_threads": [usable_cpus()]}
 PRESETS: dict[str, Preset] = {
     # Seconds: a 4-point space on an input-bound toy (10 ms sleeps per batch of 8), to check
     # the harness end to end. Not a benchmark.

@@ -1,9 +1,12 @@
-"""Does a study's best configuration reproduce its measured speed when run alone?
+"""Does a study's exported configuration reproduce its measured speedup when run alone?
 
-Re-runs best.yaml's knobs through the same trial window (a fresh subprocess each time), with
-the study's own window settings, and compares samples/sec with the figure the study recorded.
+Re-measures best.yaml's knobs and the baseline's through the same trial window (a fresh
+subprocess each), with the study's own window settings, in randomized interleaved rounds as
+the study's confirmation does, and states the re-measured speedup with its 95% interval
+(autotune/results/intervals.py) beside the study's: is the re-measured figure inside the
+study's interval?
 
-    python benchmarks/reproduce.py studies/resnet18-cpu/best.yaml --runs 3 [--record]
+    python benchmarks/reproduce.py studies/resnet18-cpu/best.yaml --rounds 5 [--record]
 """
 
 from __future__ import annotations
@@ -11,58 +14,86 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import random
 import statistics
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import optuna
 
-import autotune
-from autotune.measure.protocol import TrialRequest
-from autotune.measure.runner import run_window
-from autotune.results.storage import open_storage
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import autotune  # noqa: E402
+from autotune.measure.protocol import TrialRequest  # noqa: E402
+from autotune.measure.runner import run_window  # noqa: E402
+from autotune.results.intervals import Interval, paired_speedup  # noqa: E402
+from autotune.results.storage import open_storage  # noqa: E402
+
+
+def reproduce(best_yaml: Path, rounds: int, storage: str | None = None,
+              seed: int = 0) -> dict[str, Any]:
+    """Rounds of (exported, baseline) windows in random order; the figures and the interval."""
+    best = autotune.load_best(best_yaml, check_environment=False)
+    doc = best.document
+    url = storage or f"sqlite:///{best_yaml.parent / 'study.db'}"
+    study = optuna.load_study(study_name=doc["study"]["name"], storage=open_storage(url))
+    baseline = next(t for t in study.trials if t.user_attrs.get("source") == "baseline")
+    request = json.loads((best_yaml.parent / "trials" / str(baseline.number) / "request.json")
+                         .read_text())
+    window = {**request["window"], "profile": False, "loader_profile": False}
+    sides = {"exported": best.knobs, "baseline": baseline.user_attrs["knobs"]}
+    accum = {"exported": int(doc.get("grad_accum") or 1),
+             "baseline": int(request.get("grad_accum") or 1)}
+    figures: dict[str, list[float]] = {k: [] for k in sides}
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            order = list(sides)
+            rng.shuffle(order)
+            for which in order:
+                req = TrialRequest(workload=request["workload"], knobs=sides[which],
+                                   device=request["device"], window=window,
+                                   seed=request["seed"], cpu_sized=request["cpu_sized"],
+                                   env=request.get("env") or {}, grad_accum=accum[which])
+                res = run_window(req, Path(tmp) / f"{which}{i}")
+                if res.outcome != "ok":
+                    raise SystemExit(f"{which} round {i}: {res.outcome}: {res.error}")
+                figures[which].append(res.samples_per_sec)
+                print(f"round {i} {which}: {res.samples_per_sec:,.1f} samples/s", flush=True)
+    iv = paired_speedup(figures["exported"], figures["baseline"])
+    return {"doc": doc, "figures": figures, "interval": iv,
+            "inside": _inside(iv, doc)}
+
+
+def _inside(iv: Interval, doc: dict[str, Any]) -> bool | None:
+    """Whether the re-measured speedup lies inside the study's interval. An exported baseline
+    (no speedup supported) reproduces when the re-measured interval includes 1.0."""
+    if doc.get("best_trial") == (doc.get("confirmation") or {}).get("baseline_trial"):
+        return iv.low <= 1.0 <= iv.high
+    ci = (doc.get("confirmation") or {}).get("intervals", {}).get(str(doc["best_trial"])) or {}
+    if ci.get("ci_low") is None:
+        return None
+    return float(ci["ci_low"]) <= iv.point <= float(ci["ci_high"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("best_yaml")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--storage", help="study storage URL (default: study.db beside best.yaml)")
     ap.add_argument("--record", action="store_true", help="append the result to docs/benchmarks.md")
     a = ap.parse_args()
-    path = Path(a.best_yaml)
-    best = autotune.load_best(path)
-    doc = best.document
-    url = a.storage or f"sqlite:///{path.parent / 'study.db'}"
-    study = optuna.load_study(study_name=doc["study"]["name"], storage=open_storage(url))
-    trial = study.trials[doc["best_trial"]]
-    request = json.loads((path.parent / "trials" / str(trial.number) / "request.json").read_text())
-    baseline = next(t for t in study.trials if t.user_attrs.get("source") == "baseline")
-    figures: dict[str, list[float]] = {"best": [], "baseline": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(a.runs):  # alternate, so drift on the machine hits both alike
-            for which, knobs in (("best", best.knobs), ("baseline", baseline.user_attrs["knobs"])):
-                req = TrialRequest(workload=request["workload"], knobs=knobs,
-                                   device=request["device"], window=request["window"],
-                                   seed=request["seed"], cpu_sized=request["cpu_sized"])
-                res = run_window(req, Path(tmp) / f"{which}{i}")
-                if res.outcome != "ok":
-                    raise SystemExit(f"{which} run {i}: {res.outcome}: {res.error}")
-                figures[which].append(res.samples_per_sec)
-                print(f"{which} run {i}: {res.samples_per_sec:,.1f} samples/s", flush=True)
-    study_figure = doc["metrics"]["samples_per_sec"]
-    med = statistics.median(figures["best"])
-    base_med = statistics.median(figures["baseline"])
-    line = (f"| {datetime.date.today()} | {doc['study']['name']} | {doc['device']['name']} | "
-            f"{study_figure:,.1f} | {', '.join(f'{f:,.1f}' for f in figures['best'])} | "
-            f"{100 * (med / study_figure - 1):+.1f}% | {doc['baseline']['samples_per_sec']:,.1f} | "
-            f"{', '.join(f'{f:,.1f}' for f in figures['baseline'])} | "
-            f"{doc['speedup']:.2f}x | {med / base_med:.2f}x |")
-    print(f"best: study {study_figure:,.1f} samples/s, re-runs median {med:,.1f} "
-          f"({100 * (med / study_figure - 1):+.1f}%); baseline re-runs median {base_med:,.1f}; "
-          f"speedup re-measured {med / base_med:.2f}x (study: {doc['speedup']:.2f}x)")
+    out = reproduce(Path(a.best_yaml), a.rounds, a.storage)
+    doc, iv, figs = out["doc"], out["interval"], out["figures"]
+    line = (f"| {datetime.date.today()} | {doc['study']['name']} | {doc.get('speedup_text')} | "
+            f"{iv.text()} | {statistics.median(figs['exported']):,.1f} / "
+            f"{statistics.median(figs['baseline']):,.1f} | "
+            f"{ {True: 'yes', False: 'no', None: 'no interval'}[out['inside']] } |")
+    print(f"study: {doc.get('speedup_text')}; re-measured alone: {iv.text()}; inside the "
+          f"study's interval: {out['inside']}")
     if a.record:
         with open(ROOT / "docs" / "benchmarks.md", "a") as f:
             f.write(line + "\n")

@@ -12,13 +12,18 @@ from autotune.core.env import Env, probe
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A confirmation that ends at its minimum rounds (study.confirm_runs): any interval is precise
+# enough, and no budget is left for more. Tests assert what a confirmation records, not how
+# noisy a busy CI machine's 2-second windows are (tests/test_confirm.py tests the stopping).
+QUICK_CONFIRM = ["study.confirm_precision=10", "study.confirm_budget_s=0"]
+
 # A window small enough for 2 CPU cores: seconds per trial.
 TINY_WINDOW: dict[str, Any] = {
     "warmup_steps": 2, "measure_steps": 6, "measure_seconds": 3.0, "min_measure_steps": 2,
     "timeout_s": 120.0, "stall_s": 60.0, "profile": False, "profile_steps": 2,
 }
 TINY_ARGS = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-             "window.min_measure_steps=2", "window.profile=false"]
+             "window.min_measure_steps=2", "window.profile=false", *QUICK_CONFIRM]
 
 
 #: What makes a test slow: it starts a study, a trial window or a subprocess. A test is marked
@@ -28,6 +33,7 @@ TINY_ARGS = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_
 SLOW_NAMES = frozenset({
     "run_cli", "run_window", "run_study", "run_worker", "Driver", "confirm", "check_numerics",
     "subprocess", "Popen", "TrialProcess", "start_server", "pg_server", "run_bench",
+    "tune", "verify",
 })
 
 

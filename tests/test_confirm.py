@@ -1,28 +1,41 @@
-"""After the search: the finalists and the baseline are re-run, the best median is exported,
-and the exported trial's own trace is the one kept as best_trace.json."""
+"""After the search: the finalists and the baseline are measured again in randomized interleaved
+rounds until each finalist's speedup is known to the precision asked or the budget is spent;
+the speedup is exported with its 95% interval, a tie goes to the configuration that changes
+fewer knobs, and the exported trial's own trace is the one kept as best_trace.json."""
 
 from __future__ import annotations
 
 import json
-import statistics
+import math
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
+from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
+from autotune.results.trust import could_not_measure
+from autotune.search.choose import Candidate, pick, still_racing, tie_words
+from autotune.search.confirm import candidates_of
 from tests.conftest import TINY_ARGS, run_cli
 
+#: TINY_ARGS without its quick confirmation and without profiling: each test sets its own.
+ARGS = [a for a in TINY_ARGS if not a.startswith(("window.profile", "study.confirm"))]
 
-def test_finalists_are_rerun_and_the_best_median_is_exported(tmp_path: Path) -> None:
-    args = [a for a in TINY_ARGS if not a.startswith("window.profile")]
-    proc = run_cli(["workload=mlp", "device=cpu", "study.name=c", "study.n_trials=5",
-                    "study.prune=false", "study.confirm_runs=2", "study.confirm_top=2",
-                    "window.profile=true", "window.profile_steps=1", *args], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = tmp_path / "studies" / "c"
+
+def _load(tmp_path: Path, name: str) -> tuple[dict, optuna.Study]:
+    out = tmp_path / "studies" / name
     doc = yaml.safe_load((out / "best.yaml").read_text())
-    study = optuna.load_study(study_name="c", storage=f"sqlite:///{out}/study.db")
+    return doc, optuna.load_study(study_name=name, storage=f"sqlite:///{out}/study.db")
+
+
+def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: Path) -> None:
+    proc = run_cli(["workload=mlp", "device=cpu", "study.name=c", "study.n_trials=5",
+                    "study.prune=false", "study.confirm_runs=3", "study.confirm_top=2",
+                    "study.confirm_precision=10", "window.profile=true",
+                    "window.profile_steps=1", *ARGS], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc, study = _load(tmp_path, "c")
     conf = study.user_attrs["confirmation"]
 
     ranked = sorted((t for t in study.trials if t.value is not None),
@@ -30,36 +43,108 @@ def test_finalists_are_rerun_and_the_best_median_is_exported(tmp_path: Path) -> 
     finals = conf["finalists"]
     assert len(finals) == 2 and finals[0] == ranked[0].number
     assert study.trials[finals[0]].user_attrs["knobs"] != study.trials[finals[1]].user_attrs["knobs"]
-    assert all(len(conf["runs"][str(n)]) == 2 for n in (*finals, 0))  # baseline too
+    # Every round measured each finalist and the baseline once; precision 10 is met by the
+    # first interval, which needs MIN_ROUNDS rounds.
+    assert conf["rounds"] == MIN_ROUNDS and conf["stopped"] == "precision"
+    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"])
+    assert all(len(conf["runs"][str(n)]) == MIN_ROUNDS for n in (*finals, 0))
 
-    medians = {n: statistics.median(conf["runs"][str(n)]) for n in finals}
-    winner = max(medians, key=lambda n: medians[n])
-    assert doc["best_trial"] == winner
-    assert doc["knobs"] == study.trials[winner].user_attrs["knobs"]
-    # (runs are stored rounded to 3 decimals, medians computed before rounding)
-    assert doc["metrics"]["samples_per_sec"] == pytest.approx(medians[winner], abs=2e-3)
-    base = statistics.median(conf["runs"]["0"])
-    assert doc["speedup"] == pytest.approx(medians[winner] / base, abs=2e-3)
-    assert doc["confirmation"]["finalists"] == finals
-    assert "finalists re-run" in proc.stdout
+    # Each finalist's stored interval is the paired one over its rounds with the baseline.
+    for n in finals:
+        if n == 0:
+            continue
+        iv = paired_speedup(conf["runs"][str(n)], conf["runs"]["0"])
+        stored = conf["intervals"][str(n)]
+        assert stored["speedup"] == pytest.approx(iv.point, abs=2e-3)
+        assert stored["ci_low"] == pytest.approx(iv.low, abs=2e-3)
+        assert stored["ci_high"] == pytest.approx(iv.high, abs=2e-3)
 
-    # Traces: only finalists keep theirs; best_trace.json is the exported trial's.
+    # The exported trial is the choice over those intervals: the winner where its speedup is
+    # supported (interval above 1.0), else the user's own configuration.
+    winner, _ = pick(still_racing(candidates_of(conf)))
+    exported = winner.number if winner.interval.above(1.0) else 0
+    assert doc["best_trial"] == exported == conf["best_trial"]
+    assert doc["knobs"] == study.trials[exported].user_attrs["knobs"]
+    if conf["leader"] == 0:  # the user's own configuration measured fastest: nothing to show
+        assert doc["speedup_text"].startswith("none: your own configuration (trial 0)")
+    else:
+        assert f"{MIN_ROUNDS} rounds" in doc["speedup_text"] and "95% CI" in doc["speedup_text"]
+    if exported == 0:
+        assert doc["speedup_text"].startswith("none") and doc["speedup"] == 1.0
+    assert doc["confirmation"]["window_noise"] >= 0 and doc["confirmation"]["method"]
+    assert "speedup: " in proc.stdout and "randomized interleaved rounds" in proc.stdout
+
+    # Traces: only finalists and the baseline keep theirs; best_trace.json is the exported one.
+    out = tmp_path / "studies" / "c"
     kept = {int(p.parent.name) for p in (out / "trials").glob("*/trace.json")}
-    assert winner in kept and kept <= set(finals)
+    assert exported in kept and kept <= {*finals, 0}
     best_trace = (out / "best_trace.json").read_bytes()
-    assert best_trace == (out / "trials" / str(winner) / "trace.json").read_bytes()
+    assert best_trace == (out / "trials" / str(exported) / "trace.json").read_bytes()
     assert "traceEvents" in json.loads(best_trace)
 
 
-def test_publishing_the_same_trace_again_leaves_nothing_behind(tmp_path: Path) -> None:
-    """Exports are rewritten after every trial, so the best trial's trace is published again
-    and again: renaming a hard link onto another link of the same file is a no-op in POSIX,
-    which left best_trace.json.tmp in the study folder."""
-    from autotune.results.export import _publish_trace
+def test_confirmation_stops_when_its_budget_is_spent(tmp_path: Path) -> None:
+    """A precision no machine reaches: the rounds end on the budget, after the minimum. The
+    finalists differ only in their optimizer's implementation, all about as fast on a tiny MLP,
+    so none settles below another (only the baseline's own speedup, 1.0, is exact)."""
+    pins = ["knobs.num_workers=0", "knobs.batch_size=32", "knobs.amp=off",
+            "knobs.host_allocator=default", "knobs.set_to_none=true"]
+    proc = run_cli(["workload=mlp", "device=cpu", "study.name=b", "study.n_trials=5",
+                    "study.agent=false", "study.prune=false", "study.confirm_runs=3",
+                    "study.confirm_top=3", "study.confirm_precision=0.0001",
+                    "study.confirm_budget_s=1", *pins, *ARGS, "window.profile=false"], tmp_path)
+    doc, study = _load(tmp_path, "b")
+    conf = study.user_attrs["confirmation"]
+    assert conf["stopped"] == "budget" and conf["rounds"] == 3 and not conf["precise"]
+    assert conf["budget_s"] == 1 and conf["spent_s"] > 1
+    # Ending on the budget is "could not measure" (exit 4) only where the windows were noisy
+    # or contended: which one depends on this machine, the exit code must follow it.
+    verdict = could_not_measure(study)
+    assert proc.returncode == (4 if verdict else 0), proc.stderr[-3000:]
+    if verdict:
+        assert "too busy to measure" in proc.stderr and "confirm_budget_s=1" in verdict
+        assert doc["contention"]["could_not_measure"] == verdict
 
-    trace, dest = tmp_path / "trace.json", tmp_path / "best_trace.json"
-    trace.write_text('{"traceEvents": []}')
-    for _ in range(2):
-        _publish_trace(trace, dest)
-    assert dest.read_text() == trace.read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best_trace.json", "trace.json"]
+
+def test_the_interval_narrows_as_rounds_add_up() -> None:
+    """The same spread of ratios over more rounds: a narrower interval around the same point."""
+    ratios = [1.30, 1.40, 1.35, 1.45, 1.25, 1.38]
+    widths = []
+    for k in (3, 6, 12, 24):
+        cand = [r * 100 for r in (ratios * 4)[:k]]
+        iv = paired_speedup(cand, [100.0] * k)
+        assert iv.rounds == k and iv.low < iv.point < iv.high
+        widths.append(iv.half_width)
+    assert widths == sorted(widths, reverse=True) and widths[-1] < widths[0] / 3
+    assert not paired_speedup([130.0, 140.0], [100.0, 100.0]).known  # 2 rounds: no interval
+    assert math.isinf(paired_speedup([130.0, 140.0], [100.0, 100.0]).half_width)
+
+
+def _cand(number: int, point: float, low: float, high: float, changed: int,
+          memory: float = 1.0) -> Candidate:
+    return Candidate(number, Interval(point, low, high, 6), changed, memory)
+
+
+def test_a_tie_goes_to_the_configuration_that_changes_fewer_knobs() -> None:
+    lucky = _cand(3, 1.42, 1.30, 1.55, changed=5)
+    plain = _cand(7, 1.38, 1.28, 1.49, changed=2)
+    winner, tied = pick([lucky, plain])
+    assert winner is plain and tied == [lucky]
+    words = tie_words(winner, tied) or ""
+    assert "trial 7" in words and "trial 3" in words and "fewer knobs" in words
+    # Equal knob counts: the lower peak memory.
+    light = _cand(9, 1.36, 1.27, 1.46, changed=5, memory=0.5)
+    assert pick([lucky, light])[0] is light
+    # Intervals apart: no tie, the faster one wins whatever it changes.
+    far = _cand(4, 1.80, 1.70, 1.90, changed=6)
+    assert pick([far, plain]) == (far, [])
+    # A supported speedup before one whose interval includes 1.0, even with more knobs.
+    unsure = _cand(5, 1.20, 0.95, 1.45, changed=1)
+    assert pick([lucky, unsure])[0] is lucky
+
+
+def test_a_finalist_settled_below_the_leader_stops_being_measured() -> None:
+    lead = _cand(1, 1.50, 1.45, 1.55, changed=3)
+    behind = _cand(2, 1.20, 1.10, 1.30, changed=1)
+    close = _cand(3, 1.47, 1.40, 1.52, changed=4)
+    assert still_racing([lead, behind, close]) == [lead, close]

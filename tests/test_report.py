@@ -58,7 +58,7 @@ def test_report_md_tables_and_no_password(study_dir: tuple[Path, str], tmp_path:
     study = optuna.load_study(study_name="rep", storage=f"sqlite:///{out_dir}/study.db")
     verdict = study.trials[0].user_attrs["diagnosis"]["bottleneck"]
     for needle in ("Baseline → best:", "speedup", "## Path to the best", "| 0 | baseline |",
-                   "## Diagnosis", verdict, "## Finalists' confirmation runs",
+                   "## Diagnosis", verdict, "## Finalists' confirmation rounds",
                    "## Pruned, failed and infeasible trials", "Ceilings: loader"):
         assert needle in md, needle
     html = (out_dir / "report.html").read_text()

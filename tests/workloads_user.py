@@ -111,3 +111,50 @@ class LayoutSensitive(MLPWorkload):
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(outputs, targets) * self.net.scale
+
+
+class _ThreadsSeen(torch.utils.data.Dataset):
+    """Each sample is the torch thread count of the process that loaded it, and its pid."""
+
+    def __init__(self, n: int, width: int):
+        self.n, self.width = n, width
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import os
+
+        info = torch.tensor([float(torch.get_num_threads()), float(os.getpid())])
+        return torch.cat([info, torch.zeros(self.width - 2)]), torch.tensor(i % 10)
+
+
+class ThreadsMLP(MLPWorkload):
+    """Writes, as JSON lines to ``log_file``, the torch threads the training process steps with
+    and those each DataLoader worker loaded its samples with (cpu_threads test)."""
+
+    name = "threads-mlp"
+
+    def __init__(self, log_file: str, **kw: Any):
+        super().__init__(**kw)
+        self.log_file = log_file
+
+    def dataset(self, transfer_dtype: str) -> torch.utils.data.Dataset:
+        return _ThreadsSeen(self.n_samples, self.in_features)
+
+    def model(self) -> torch.nn.Module:
+        import json
+        import os
+
+        net = super().model()
+
+        def record(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0]
+            loaders = sorted({(int(t), int(p)) for t, p in x[:, :2].tolist()})
+            with open(self.log_file, "a") as f:
+                f.write(json.dumps({"main": torch.get_num_threads(),
+                                    "interop": torch.get_num_interop_threads(),
+                                    "pid": os.getpid(), "loaders": loaders}) + "\n")
+
+        net.register_forward_pre_hook(record)
+        return net

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.cli.config import Config
-from autotune.cli.crash import explain, fail
+from autotune.cli.crash import UsageError, explain, fail
 from autotune.core.env import DeviceError, Env, probe
 from autotune.core.knobs import KnobError, build_space, keep_global_batch
 from autotune.core.workload import WorkloadError, build_workload, workload_name
@@ -34,10 +34,6 @@ log = logging.getLogger("autotune")
 CPU_WINDOW = {"warmup_steps": 3, "measure_steps": 16, "measure_seconds": 5.0,
               "min_measure_steps": 4, "profile_steps": 2}
 CPU_TRIALS = 12
-
-
-class UsageError(ValueError):
-    pass
 
 
 def _overridden(overrides: list[str], prefix: str) -> set[str]:
@@ -119,6 +115,8 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
         timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
         confirm_top=max(1, cfg.study.confirm_top), run_steps=cfg.study.run_steps,
+        confirm_precision=cfg.study.confirm_precision,
+        confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
         global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
         numerics_tolerance=_tolerance(cfg),
     )
@@ -161,14 +159,25 @@ def _nightly(setup: StudySetup, cfg: Config) -> None:
             setup.start_knobs = start_knobs(name, url)
 
 
+#: What a user can get wrong before any trial runs: each is one paragraph and exit code 2.
+USER_ERRORS = (WorkloadError, KnobError, DeviceError, StorageError, UsageError, CompareError)
+
+
+def prepare(cfg: Config, overrides: list[str]) -> tuple[StudySetup, Any, int, int]:
+    """The study's setup, its opened storage, workers and trials; a user error raises one of
+    USER_ERRORS before anything is written. The header is printed."""
+    setup, workers, n_trials = build_setup(cfg, overrides)
+    storage = open_storage(setup.storage)
+    _print_header(setup, workers, n_trials)
+    return setup, storage, workers, n_trials
+
+
 def run(cfg: Config, overrides: list[str]) -> int:
     try:
-        setup, workers, n_trials = build_setup(cfg, overrides)
-        storage = open_storage(setup.storage)
-    except (WorkloadError, KnobError, DeviceError, StorageError, UsageError, CompareError) as exc:
+        setup, storage, workers, n_trials = prepare(cfg, overrides)
+    except USER_ERRORS as exc:
         fail(str(exc))
         return 2
-    _print_header(setup, workers, n_trials)
     try:
         return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
     except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph

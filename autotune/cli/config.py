@@ -58,11 +58,15 @@ class StudyConfig:
     agent: bool = True
     # Stop trials early that cannot beat the best (Optuna pruner + measured ceilings).
     prune: bool = True
-    # After the search, re-run the confirm_top fastest configurations and the baseline this
-    # many times each (in turn); the finalist with the best median wins and best.yaml reports
-    # those medians. 0 = report the search figures.
-    confirm_runs: int = 2
+    # After the search, the confirm_top fastest configurations and the baseline are measured
+    # again in rounds, in a random order each round (search/confirm.py): at least confirm_runs
+    # rounds, then more until every finalist's 95% interval of its speedup over the baseline is
+    # within +-confirm_precision (0.05: +-5%) or confirm_budget_s seconds of confirmation are
+    # spent. Intervals need 3 rounds; 0 rounds = report the search figures.
+    confirm_runs: int = 3
     confirm_top: int = 3
+    confirm_precision: float = 0.05
+    confirm_budget_s: float = 300.0
     # The length of the user's run in training steps, if known: the objective becomes the
     # whole run's samples/s, compile time included (compile + run_steps x batch / throughput),
     # so a compile mode wins only where the run repays its compile. null: steady-state speed.
@@ -122,6 +126,8 @@ class KnobsConfig:
     tf32: Any = None
     cudnn_benchmark: Any = None
     host_allocator: Any = None
+    cpu_threads: Any = None
+    pad_to_multiple_of: Any = None
 
 
 @dataclass

@@ -62,6 +62,47 @@ def tensors(obj: Any) -> list[torch.Tensor]:
     return found
 
 
+def shapes_of(obj: Any) -> tuple[tuple[int, ...], ...]:
+    """The shapes of every tensor leaf: two batches with the same signature compile, capture
+    and tune alike; a padding collator gives each batch its own."""
+    return tuple(tuple(t.shape) for t in tensors(obj))
+
+
+class ShapeLog:
+    """The input shapes seen over a run of batches: whether they vary is measured, not assumed
+    (a workload's ``static_shapes`` is what its author believes)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[tuple[int, ...], ...], int] = {}
+        self.batches = 0
+
+    def add(self, inputs: Any) -> None:
+        sig = shapes_of(inputs)
+        self.seen[sig] = self.seen.get(sig, 0) + 1
+        self.batches += 1
+
+    def summary(self) -> dict[str, Any]:
+        """``{"distinct": n, "batches": m, "examples": [...]}`` (the three most frequent)."""
+        common = sorted(self.seen, key=lambda s: -self.seen[s])[:3]
+        return {"distinct": len(self.seen), "batches": self.batches,
+                "examples": [" ".join("x".join(map(str, shape)) for shape in sig) for sig in common]}
+
+
+def measure_shapes(dataset: Any, collate: Callable[[list[Any]], Any] | None, batch_size: int,
+                   batches: int = 8, seed: int = 0) -> dict[str, Any]:
+    """Draw ``batches`` random batches through ``collate`` in this process (no workers) and
+    log their shapes: the adapters decide ``static_shapes`` from this before any trial."""
+    from torch.utils.data import default_collate
+
+    g = torch.Generator().manual_seed(seed)
+    n = len(dataset)
+    log = ShapeLog()
+    for _ in range(batches):
+        idx = torch.randint(0, n, (min(batch_size, n),), generator=g).tolist()
+        log.add((collate or default_collate)([dataset[i] for i in idx]))
+    return log.summary()
+
+
 def split_batch(batch: Any) -> tuple[Any, Any]:
     """``(inputs, targets)`` of a loader batch under the convention above."""
     if isinstance(batch, Mapping):

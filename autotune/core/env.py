@@ -33,6 +33,9 @@ class Env:
     gpu_count: int
     #: The host's processor (loaders run on it, on CUDA too); None in studies made before it.
     cpu_model: str | None = None
+    #: torch's intra-op threads in a fresh process here (its default, or OMP_NUM_THREADS):
+    #: what the user's training runs with today (the cpu_threads knob's baseline).
+    torch_threads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -72,6 +75,7 @@ def _probe_here(requested: str) -> dict[str, Any]:
         "cuda_version": torch.version.cuda,
         "gpu_count": torch.cuda.device_count() if cuda else 0,
         "cpu_model": cpu_model(),
+        "torch_threads": torch.get_num_threads(),
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)

@@ -7,7 +7,6 @@ used by both the trial window and a production run.
 
 from __future__ import annotations
 
-import platform
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -15,8 +14,9 @@ from typing import Any
 
 import optuna
 
+from autotune.core import domains
+from autotune.core.domains import Domain
 from autotune.core.env import Env
-from autotune.core.stages import split_points
 from autotune.core.workload import Workload
 
 #: A loader that waits on I/O may be given up to this many workers per usable core.
@@ -25,13 +25,6 @@ IO_WORKERS_PER_CORE = 8
 
 class KnobError(ValueError):
     """A knob override names a value that is not valid on this device."""
-
-
-@dataclass(frozen=True)
-class Domain:
-    values: list[Any]
-    # Why the domain is narrower than the knob's full range here (e.g. "CUDA only").
-    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,184 +38,55 @@ class Knob:
     off: Any = None
     # Ordered integers are searched with suggest_int so TPE models their order.
     ordinal: bool = False
-    # Trial 0's value when the workload's defaults do not name the knob (default: ``off``).
-    baseline: Callable[[Workload], Any] | None = None
-
-
-def _cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:
-    def domain(env: Env, wl: Workload) -> Domain:
-        if env.device == "cuda":
-            return Domain(values)
-        return Domain([off], f"{why} (CUDA only)")
-
-    return domain
-
-
-def _workers(env: Env, wl: Workload) -> Domain:
-    return Domain(list(range(0, max(1, env.cpu_count) + 1)))
-
-
-def _batch_size(env: Env, wl: Workload) -> Domain:
-    base = int(wl.defaults.get("batch_size", 32))
-    up = 32 if env.device == "cuda" else 4  # CPU: batch 256 steps take seconds each on 2 cores
-    lo = max(1, base // 4)
-    values, b = [], 1
-    while b <= base * up:
-        if b >= lo:
-            values.append(b)
-        b *= 2
-    if base not in values:
-        values = sorted({*values, base})
-    return Domain(values)
-
-
-def _transfer_dtype(env: Env, wl: Workload) -> Domain:
-    if wl.stages():
-        return Domain(["float32"], "the workload declares input stages: transform_split decides "
-                      "what crosses to the device")
-    if wl.splits_transform:
-        return Domain(["float32", "uint8"])
-    return Domain(["float32"], "the workload does not split its input transform into host/device parts")
-
-
-def _transform_split(env: Env, wl: Workload) -> Domain:
-    stages = wl.stages()
-    if not stages:
-        return Domain([0], "the workload declares no input stages (Workload.stages())")
-    points = split_points(stages)
-    if len(points) == 1:
-        return Domain(points, f"the last stage ({stages[-1].name}) has no batched device version")
-    return Domain(points)
-
-
-def _all_on_host(wl: Workload) -> int:
-    """The staged workload's baseline: every stage on the host, as a plain DataLoader runs it."""
-    return len(wl.stages())
-
-
-def _amp(env: Env, wl: Workload) -> Domain:
-    if env.device == "cuda":
-        values = ["off", "fp16"] + (["bf16"] if env.bf16 else [])
-        return Domain(values, None if env.bf16 else "bf16 not supported by this GPU")
-    if env.bf16:
-        return Domain(["off", "bf16"], "fp16 autocast is for CUDA; the CPU searches bf16 only")
-    return Domain(["off"], "this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 autocast "
-                  "would be emulated, slower than fp32")
-
-
-def _compile(env: Env, wl: Workload) -> Domain:
-    if not env.compiler:
-        return Domain(["off"], "no C/C++ compiler found for torch.compile's inductor backend")
-    if env.device == "cuda":
-        if not wl.static_shapes:
-            return Domain(["off", "default"], "reduce-overhead and max-autotune replay CUDA "
-                          "Graphs, which need static shapes; the workload's batches vary")
-        return Domain(["off", "default", "reduce-overhead", "max-autotune"])
-    return Domain(
-        ["off"],
-        "not searched on CPU by default: the inductor C++ compile it needs is not amortized "
-        "within a short CPU window; pin knobs.compile=default (or a list) to search it",
-    )
-
-
-def _cuda_graphs(env: Env, wl: Workload) -> Domain:
-    if env.device != "cuda":
-        return Domain([False], "CUDA Graphs need a CUDA device")
-    if not wl.static_shapes:
-        return Domain([False], "the workload's batches do not have static shapes")
-    return Domain([False, True])
-
-
-def _channels_last(env: Env, wl: Workload) -> Domain:
-    if wl.image_inputs:
-        return Domain([False, True])
-    return Domain([False], "the workload's inputs are not 4-D images")
-
-
-def _tf32(env: Env, wl: Workload) -> Domain:
-    if env.device != "cuda":
-        return Domain([False], "TF32 is a CUDA (Ampere+) matmul mode")
-    if (env.cuda_capability or (0, 0)) < (8, 0):
-        return Domain([False], "TF32 needs compute capability 8.0+")
-    return Domain([False, True])
-
-
-def _optimizer_impl(env: Env, wl: Workload) -> Domain:
-    if env.device == "cuda":
-        # torch's optimizers pick foreach by default when every parameter is on a GPU: a
-        # "foreach" trial would re-measure the "default" one.
-        return Domain(["default", "fused"], "foreach is torch's default on CUDA")
-    return Domain(["default", "foreach", "fused"])
-
-
-def _host_allocator(env: Env, wl: Workload) -> Domain:
-    if platform.libc_ver()[0] != "glibc":
-        return Domain(["default"], "needs glibc's mallopt (Linux)")
-    if env.device == "cuda":
-        return Domain(["default"], "searched on CPU, where the step's tensors are host memory; "
-                      "on CUDA they are in PyTorch's caching allocator (pin it to search it)")
-    return Domain(["default", "retain"])
-
-
-def _no_workers(p: Mapping[str, Any]) -> str | None:
-    return "only with num_workers > 0" if p.get("num_workers", 0) == 0 else None
-
-
-def _graphs_inactive(p: Mapping[str, Any]) -> str | None:
-    if p.get("compile", "off") != "off":
-        return "torch.compile is on (its reduce-overhead mode is the compiled route to graphs)"
-    if p.get("amp") == "fp16":
-        return "fp16's GradScaler synchronizes in step(), which cannot be captured"
-    return None
-
-
-def _graphed_step(p: Mapping[str, Any]) -> str | None:
-    if p.get("cuda_graphs"):
-        return "a captured step keeps its gradients in place"
-    if p.get("compile") in ("reduce-overhead", "max-autotune"):
-        # Both modes replay cudagraph trees: gradients kept across steps (zeroed in place)
-        # live in the graph pool, which the next replay overwrites.
-        return "compile's CUDA Graphs need gradients freed between steps"
-    return None
+    # Trial 0's value when the workload's defaults do not name the knob (default: ``off``);
+    # also what a trial stored before the knob existed ran with (``Space.absent``).
+    baseline: Callable[[Env, Workload], Any] | None = None
 
 
 KNOBS: list[Knob] = [
     Knob("num_workers", "DataLoader worker processes (0 = load in the training process).",
-         _workers, off=0, ordinal=True),
+         domains.workers, off=0, ordinal=True),
     Knob("prefetch_factor", "Batches each worker loads ahead.",
-         lambda env, wl: Domain([2, 4, 8]), inactive=_no_workers, off=None),
+         lambda env, wl: Domain([2, 4, 8]), inactive=domains.no_workers, off=None),
     Knob("persistent_workers", "Keep workers alive across epochs (no respawn at epoch start).",
-         lambda env, wl: Domain([False, True]), inactive=_no_workers, off=False),
+         lambda env, wl: Domain([False, True]), inactive=domains.no_workers, off=False),
     Knob("pin_memory", "Page-locked host batches: faster, asynchronous host-to-device copies.",
-         _cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False),
+         domains.cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False),
     Knob("non_blocking", "Asynchronous host-to-device copies: with pinned memory the host does "
          "not wait for the copy and goes on launching the step and loading the next batch.",
-         _cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False),
+         domains.cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False),
     Knob("batch_size", "Samples per step. Changes training dynamics: pin it if that matters.",
-         _batch_size),
+         domains.batch_size),
     Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
-         "normalize on the device (4x fewer bytes over the bus).", _transfer_dtype, off="float32"),
+         "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32"),
     Knob("transform_split", "Input stages run on the host per sample before the copy; the "
          "rest run on the device on the whole batch (0 = all on the device). Device resize "
-         "differs slightly from PIL's.", _transform_split, off=0, ordinal=True,
-         baseline=_all_on_host),
-    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", _amp, off="off"),
-    Knob("compile", "torch.compile mode (off = eager).", _compile, off="off"),
+         "differs slightly from PIL's.", domains.transform_split, off=0, ordinal=True,
+         baseline=domains.all_on_host),
+    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", domains.amp, off="off"),
+    Knob("compile", "torch.compile mode (off = eager).", domains.compile, off="off"),
     Knob("cuda_graphs", "Capture the whole training step once and replay it (CUDA Graphs).",
-         _cuda_graphs, inactive=_graphs_inactive, off=False),
+         domains.cuda_graphs, inactive=domains.graphs_inactive, off=False),
     Knob("channels_last", "NHWC memory format for the model and its inputs.",
-         _channels_last, off=False),
+         domains.channels_last, off=False),
     Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing.",
-         lambda env, wl: Domain([True, False]), inactive=_graphed_step, off=True),
+         lambda env, wl: Domain([True, False]), inactive=domains.graphed_step, off=True),
     Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
-         _optimizer_impl, off="default"),
+         domains.optimizer_impl, off="default"),
     Knob("tf32", "Allow TF32 for float32 matmuls (cuDNN convolutions use TF32 by PyTorch's "
-         "default either way).", _tf32, off=False),
+         "default either way).", domains.tf32, off=False),
     Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
-         _cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
+         domains.cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
     Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS) or "
          "retain (keep them for reuse: no page faults for the step's host tensors).",
-         _host_allocator, off="default"),
+         domains.host_allocator, off="default"),
+    Knob("cpu_threads", "torch intra-op (and, where not yet started, inter-op) threads of the "
+         "training process; each DataLoader worker gets its share of the cores, at most as "
+         "many (0 = the cores the workers leave free; CUDA's setting).",
+         domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads),
+    Knob("pad_to_multiple_of", "A padding collator pads each batch's sequences to a multiple of "
+         "this (null: to the longest): 8 for tensor cores, larger for fewer distinct shapes.",
+         domains.pad_to_multiple_of, off=None),
 ]
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 
@@ -348,8 +212,8 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
                 )
             dom = Domain(asked, "pinned by knobs override" if len(asked) == 1 else "narrowed by knobs override")
         domains[knob.name] = dom
-    baseline = _baseline(domains, wl)
-    absent = {k.name: k.baseline(wl) if k.baseline else k.off for k in KNOBS}
+    baseline = _baseline(domains, env, wl)
+    absent = {k.name: k.baseline(env, wl) if k.baseline else k.off for k in KNOBS}
     return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None),
                  absent)
 
@@ -396,10 +260,13 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
         return True
     # Integers beyond the default range are the user's call (e.g. more workers than cores,
     # a batch size that is not a power of two); other types must be in the domain.
-    if knob.name in ("num_workers", "batch_size", "prefetch_factor"):
+    if knob.name in ("num_workers", "batch_size", "prefetch_factor", "cpu_threads"):
         return isinstance(value, int) and not isinstance(value, bool) and value >= (
-            0 if knob.name == "num_workers" else 1
+            0 if knob.name in ("num_workers", "cpu_threads") else 1
         )
+    if knob.name == "pad_to_multiple_of":
+        return (value is None or (isinstance(value, int) and not isinstance(value, bool)
+                                  and value > 0)) and "does not pad" not in (dom.reason or "")
     if knob.name == "host_allocator":
         return value in ("default", "retain") and "glibc" not in (dom.reason or "")
     if knob.name == "compile":
@@ -409,7 +276,7 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
     return False
 
 
-def _baseline(domains: Mapping[str, Domain], wl: Workload) -> dict[str, Any]:
+def _baseline(domains: Mapping[str, Domain], env: Env, wl: Workload) -> dict[str, Any]:
     """Trial 0: the workload's own defaults (its user's current setup), where valid here."""
     values: dict[str, Any] = {}
     for knob in KNOBS:
@@ -417,7 +284,7 @@ def _baseline(domains: Mapping[str, Domain], wl: Workload) -> dict[str, Any]:
         if knob.inactive(values) is not None:
             values[knob.name] = knob.off
             continue
-        fallback = knob.baseline(wl) if knob.baseline else knob.off
+        fallback = knob.baseline(env, wl) if knob.baseline else knob.off
         default = wl.defaults.get(knob.name, fallback)
         values[knob.name] = default if default in dom.values else dom.values[0]
     return values

@@ -1,4 +1,5 @@
-"""Applying knobs to a real training loop: the one place both trials and production runs use.
+"""Applying knobs to a real training loop: the one place both trials and production runs use
+(the process-wide knobs, which set the process rather than a loader or a model: host.py).
 
 ``Training(workload, knobs, device)`` builds the loader, model and optimizer with the knobs
 applied and exposes the step in phases (copy, forward+backward, optimizer) so the window can
@@ -18,8 +19,8 @@ a batch walks its structure.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import copy
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.core import batch as tree
+from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
 from autotune.core.workload import Workload
 
@@ -39,34 +41,6 @@ def phase(name: str) -> Iterator[None]:
     """An NVTX range (seen by ``nsys profile``) that is also a torch.profiler label."""
     with nvtx.annotate(name, domain="autotune"), torch.profiler.record_function(name):
         yield
-
-
-def apply_backend_flags(knobs: Mapping[str, Any]) -> None:
-    """Process-wide switches: TF32 matmuls and cuDNN autotuning.
-
-    cuDNN convolutions already use TF32 by PyTorch's default (``cudnn.allow_tf32=True``) and
-    are left so: switching them off for ``tf32=False`` would make the baseline slower than the
-    user's real setup and overstate every speedup. The knob decides fp32 matmuls, which
-    PyTorch keeps in full fp32 by default."""
-    torch.backends.cuda.matmul.allow_tf32 = bool(knobs["tf32"])
-    torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
-
-
-# glibc mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-
-
-def apply_host_allocator(knobs: Mapping[str, Any]) -> None:
-    """host_allocator=retain: glibc serves blocks above its mmap threshold (up to 32 MiB) with
-    fresh mmaps and unmaps them on free, so a CPU step that frees and re-allocates its
-    activations faults every page back in and zeroes it, every step. With mmap off and no heap
-    trimming, freed memory stays in the process for reuse. Process-wide and one-way (set it
-    before the loader forks its workers); a fresh trial process per configuration."""
-    if knobs.get("host_allocator", "default") != "retain":
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
-        raise RuntimeError("host_allocator=retain: glibc mallopt refused the settings")
 
 
 def loader_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,20 +58,37 @@ def loader_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def with_padding(collate: Any, knobs: Mapping[str, Any]) -> Any:
+    """The collate function with the ``pad_to_multiple_of`` knob set (a copy: a padding
+    collator, e.g. transformers' DataCollatorWithPadding, pads each batch to its longest
+    sequence rounded up to that multiple); unchanged when the knob is unset or the collator
+    has no such setting."""
+    pad = knobs.get("pad_to_multiple_of")
+    if pad is None or not hasattr(collate, "pad_to_multiple_of") or \
+            collate.pad_to_multiple_of == pad:
+        return collate
+    padded = copy.copy(collate)
+    padded.pad_to_multiple_of = int(pad)
+    return padded
+
+
 def input_dataset(workload: Workload, knobs: Mapping[str, Any]) -> tuple[Any, Any]:
     """The loader's dataset and collate_fn: a staged workload's source with its first
     ``transform_split`` stages run per sample on the host (the rest run in ``prepare``), else
     the workload's own ``dataset(transfer_dtype)``."""
     stages = workload.stages()
     if not stages:
-        return workload.dataset(knobs["transfer_dtype"]), workload.collate_fn()
+        return workload.dataset(knobs["transfer_dtype"]), with_padding(workload.collate_fn(), knobs)
     split = int(knobs.get("transform_split", len(stages)))
     check_split(stages, split)
     return (StagedDataset(workload.raw_dataset(), stages[:split]),
             collate_for(stages, split) or workload.collate_fn())
 
 
-def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0) -> DataLoader:
+def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0,
+                 cores: int | None = None) -> DataLoader:
+    """The trial's loader. ``cores``: the cores the workers' threads are shared out of
+    (default: this process's usable CPUs)."""
     dataset, collate = input_dataset(workload, knobs)
     return DataLoader(
         dataset,
@@ -105,6 +96,7 @@ def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0) ->
         drop_last=True,  # static shapes: a short last batch would recompile / break a graph
         collate_fn=collate,
         generator=torch.Generator().manual_seed(seed),
+        worker_init_fn=worker_init(knobs, cores=cores),
         **loader_kwargs(knobs),
     )
 
@@ -114,6 +106,36 @@ def optimizer_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     default choice."""
     impl = knobs["optimizer_impl"]
     return {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
+
+
+def set_optimizer_impl(opt: torch.optim.Optimizer,
+                       knobs: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """optimizer_impl applied to an optimizer already built (a framework's
+    ``configure_optimizers``), in place and before its first step, so that the LR schedulers
+    built on it stay attached: what ``fused=True`` / ``foreach=True`` in its constructor would
+    have set (its parameter groups' flags; a fused optimizer also handles GradScaler's
+    unscaling itself). torch reads the flags at each step and checks the parameters' device
+    and dtype at the first."""
+    impl = optimizer_kwargs(knobs)
+    if not impl:
+        return opt
+    (flag, _), = impl.items()
+    if flag not in inspect.signature(type(opt).__init__).parameters:
+        raise ValueError(f"{type(opt).__name__} takes no {flag}= argument, so "
+                         f"optimizer_impl={knobs['optimizer_impl']} cannot apply to it.")
+    if opt.state:
+        raise ValueError(f"optimizer_impl={knobs['optimizer_impl']}: {type(opt).__name__} has "
+                         "already stepped; set it before the first step.")
+    other = "foreach" if flag == "fused" else "fused"
+    for group in [*opt.param_groups, opt.defaults]:
+        if flag == "fused" and group.get("differentiable"):
+            raise ValueError(f"{type(opt).__name__}(differentiable=True) cannot be fused.")
+        group[flag] = True
+        if other in group:
+            group[other] = None
+    if flag == "fused":
+        opt._step_supports_amp_scaling = True  # type: ignore[attr-defined]  # as the constructor sets it
+    return opt
 
 
 def place_model(model: torch.nn.Module, knobs: Mapping[str, Any],
@@ -161,8 +183,7 @@ class Training:
         self.knobs = dict(knobs)
         self.device = torch.device(device)
         torch.manual_seed(seed)
-        apply_backend_flags(self.knobs)
-        apply_host_allocator(self.knobs)
+        apply_process_knobs(self.knobs)
         self.loader: Any = build_loader(workload, self.knobs, seed)
         model = place_model(workload.model(), self.knobs, self.device)
         self._attach(model, workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs)))
@@ -173,7 +194,7 @@ class Training:
                loader: Any = None, grad_accum: int = 1) -> Training:
         """The same step around objects the user built (autotune/production/runtime.py): their model
         (already placed with ``place_model``), optimizer and loader; nothing is rebuilt.
-        The backend flags are the caller's to apply (once per process)."""
+        The process-wide knobs are the caller's to apply (once per process: host.py)."""
         self = cls.__new__(cls)
         self.workload = workload
         self.grad_accum = int(grad_accum)

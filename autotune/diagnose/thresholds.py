@@ -43,3 +43,30 @@ MEMORY_HIGH_SHARE = 0.90
 #: A bigger batch is suggested only below this share of the limit (doubling the batch roughly
 #: doubles activation memory). Seed 004: 1 of 16 GB used -> batch size up.
 BATCH_HEADROOM_SHARE = 0.50
+
+# -- contention: a window measured while the machine was busy (measure/contention.py) -----------
+#: Other processes used at least this share of the machine's cores during the window ...
+#: (on a 2-core VM, half a core: one `stress-ng --cpu 1` reads ~1.0 core, a quiet machine with
+#: the driver polling reads under 0.1; tests/test_contention.py).
+CONTENDED_OTHER_SHARE = 0.25
+#: ... and the trial's threads waited runnable for a CPU this share of the time they wanted one
+#: (schedstat). Load elsewhere that did not delay the trial is named but not held against it;
+#: a trial that waits only on its own oversubscription (more workers than cores) is not
+#: contended either, it is slow.
+CONTENDED_WAIT_SHARE = 0.10
+#: Steal time (a hypervisor serving other guests) above this share of all CPU time. pyperf
+#: warns when a benchmark's deviation passes 10% of its mean; 5% steal alone is half of that.
+CONTENDED_STEAL_SHARE = 0.05
+#: The container's CPU quota (cgroup v2 cpu.stat throttled_usec) held the trial back this share
+#: of the window.
+CONTENDED_THROTTLED_SHARE = 0.05
+#: Re-measure a contended window at most this many times, after this long a wait each time
+#: (bounded: a machine that stays busy is reported as such, the study goes on).
+CONTENDED_RETRIES = 2
+CONTENDED_WAIT_S = 5.0
+#: A confirmation that ends on its budget, not on its precision, while at least this share of
+#: the study's windows were contended, or while windows of one configuration still differed by
+#: more than NOISY_WINDOWS_CV (coefficient of variation; pyperf warns above 10%), says that the
+#: study could not measure (results/trust.py, exit code 4).
+CONTENDED_WINDOWS_SHARE = 0.5
+NOISY_WINDOWS_CV = 0.10

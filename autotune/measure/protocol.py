@@ -98,6 +98,12 @@ class WindowResult(_Record):
     # Where the loader's time goes (measure/loader_profile.py): an input-bound trial's
     # in-process profiled pass, folded; {} when not profiled.
     loader_profile: dict[str, Any] = field(default_factory=dict)
+    # What else the machine did while the window measured (measure/contention.py): other
+    # processes' CPU, runqueue wait, steal, NVML on a GPU; "contended" with its "reasons".
+    contention: dict[str, Any] = field(default_factory=dict)
+    # The input shapes the measured steps saw (core/batch.ShapeLog.summary): a padding
+    # collator's batches each have their own.
+    input_shapes: dict[str, Any] = field(default_factory=dict)
     # Filled by the runner (parent side):
     wall_s: float = 0.0
     exit_code: int | None = None

@@ -29,6 +29,9 @@ class Progress:
         self.partial: dict[str, Any] = {}
         self.peak_rss = 0
         self.compile_s: float | None = None  # the first step's seconds, once it is done
+        # The machine was contended since the window began (measure/contention.py): the
+        # driver does not prune on chunks read then.
+        self.contended = False
 
     def beat(self, stage: str, step: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -38,7 +41,7 @@ class Progress:
         atomic_write(self.path, json.dumps(
             {"stage": stage, "step": step, "chunks": self.chunks, "ceilings": self.ceilings,
              "ceiling_noise": self.ceiling_noise, "partial": self.partial,
-             "compile_s": self.compile_s}
+             "compile_s": self.compile_s, "contended": self.contended}
         ), durable=False)
 
 

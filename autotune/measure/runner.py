@@ -41,6 +41,7 @@ class Watch:
     ceiling_noise: dict[str, float] = field(default_factory=dict)
     compile_s: float | None = None  # the first step's seconds, once it is done
     compiling_since: float | None = None  # monotonic time the first step began
+    contended: bool = False  # the machine was busy with other work during the window so far
 
     def compile_spent(self, now: float) -> float:
         """The first step's seconds: done, or so far (a trial stopped while it compiles)."""
@@ -153,7 +154,7 @@ def _watch(proc: TrialProcess, progress_path: Path,
             watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
                           beat.get("ceilings", {}), beat.get("partial") or {},
                           beat.get("ceiling_noise") or {}, beat.get("compile_s"),
-                          watch.compiling_since)
+                          watch.compiling_since, bool(beat.get("contended")))
             if watch.stage == "compile" and watch.compiling_since is None:
                 watch.compiling_since = now
             if on_progress is not None:

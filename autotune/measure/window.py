@@ -13,16 +13,15 @@ from __future__ import annotations
 import logging
 import math
 import resource
-import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from autotune.core.batch import ShapeLog
 from autotune.core.files import atomic_write
 from autotune.core.training import CaptureFailed, Training, input_dataset, phase
 from autotune.core.workload import Workload, build_workload
@@ -30,17 +29,14 @@ from autotune.diagnose.thresholds import DATA_WAIT_NOTABLE
 from autotune.measure.batches import Batches
 from autotune.measure.ceilings import compute_ceiling, loader_ceiling
 from autotune.measure.clock import Clock
+from autotune.measure.contention import Snapshot, between, snapshot
+from autotune.measure.figures import Loop, report_chunks, summarize, window_spread
 from autotune.measure.loader_profile import profile_loader
 from autotune.measure.losses import record_losses
+from autotune.measure.nvml import GpuReader
 from autotune.measure.profiling import capture
 from autotune.measure.protocol import TrialRequest, WindowResult, mentions_oom
-from autotune.measure.readings import (
-    Progress,
-    loader_cpu_share,
-    peak_rss_bytes,
-    thread_busy_s,
-    workers_cpu_s,
-)
+from autotune.measure.readings import Progress, peak_rss_bytes, thread_busy_s, workers_cpu_s
 
 
 class NonFiniteLoss(RuntimeError):
@@ -52,11 +48,6 @@ def _check_finite(loss: torch.Tensor, where: str) -> float:
     if not math.isfinite(value):
         raise NonFiniteLoss(f"loss is {value} after {where}")
     return value
-
-
-def _percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 def measure(req: TrialRequest, result: WindowResult, progress: Progress,
@@ -76,6 +67,8 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     batch_size = int(req.knobs["batch_size"])
     workers = int(req.knobs["num_workers"])
     wanted = req.ceilings
+    gpu = GpuReader(device.index or 0) if device.type == "cuda" else None
+    trial_start = snapshot()
 
     # The input-pipeline ceiling comes before the first step, i.e. before torch.compile runs
     # (compilation is lazy: it happens inside the first step): if the loader alone cannot beat
@@ -87,12 +80,15 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
         progress.partial = {}
         progress.ceilings = dict(result.ceilings)
         progress.ceiling_noise = dict(result.ceiling_noise)
+        progress.contended = between(trial_start, snapshot())["contended"]  # the pruner reads it
         progress.beat("ceiling", 0, force=True)
 
     first_step_s, loss = warm_up(run, batches, clock, win, progress, result)
     _check_finite(loss, "warm-up")
 
-    loop = measured_loop(run, batches, clock, win, progress, batch_size)
+    window_start = snapshot(gpu)
+    loop = measured_loop(run, batches, clock, win, progress, batch_size, window_start)
+    result.contention = between(window_start, snapshot(gpu))
     result.final_loss = _check_finite(loop.loss, "the measured window")
     summarize(result, loop, clock, progress, batch_size, workers)
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
@@ -196,24 +192,8 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
     return loss
 
 
-@dataclass
-class Loop:
-    """What the measured loop recorded: per step, the host's wait for its batch and four marks
-    on the device's timeline (copy start, copy end, forward+backward end, optimizer end)."""
-
-    loss: torch.Tensor
-    marks: list[tuple[Any, Any, Any, Any]]
-    data_wait_ms: list[float]
-    elapsed_s: float
-    page_faults: int
-    data_cpu_s: float  # loading in this process while it waited (num_workers=0)
-    workers_cpu_s: float  # the DataLoader workers' CPU over the window
-    epoch_starts: int = 0  # epochs begun inside the window
-    epoch_start_s: float = 0.0  # seconds waiting for those epochs' first batches
-
-
 def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
-                  progress: Progress, batch_size: int) -> Loop:
+                  progress: Progress, batch_size: int, start_load: Snapshot) -> Loop:
     """The measured window. Host clock for the wait on the loader (a host-side stall); device
     marks for copy, forward+backward and optimizer; only the window's edges are synchronized,
     so the device keeps its queue (and copies their overlap) all through it.
@@ -228,6 +208,7 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
     chunk, chunk_s = min(max_steps, max(2, max_steps // 8)), min_seconds / 8
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
+    shapes = ShapeLog()
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     data_cpu_s, workers_cpu0 = 0.0, workers_cpu_s()
     epochs0, epoch_s0 = batches.epochs, batches.epoch_start_s
@@ -239,6 +220,7 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
         with phase("data"):
             inputs, targets = next(batches)
         data_wait_ms.append((time.perf_counter() - w0) * 1e3)
+        shapes.add(inputs)
         data_cpu_s += thread_busy_s() - c0
         m0 = clock.mark()
         inputs, targets = run.to_device(inputs, targets)
@@ -257,7 +239,10 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
         if at_edge:
             edges.append((m3, len(marks)))
             edge_t = now
-        progress.beat("measure", len(marks), force=_report_chunks(clock, edges, progress, batch_size))
+            # The load so far (a few /proc reads per edge): a chunk read while other processes
+            # held the cores must not prune the trial (search/study.py reads the heartbeat).
+            progress.contended = between(start_load, snapshot())["contended"]
+        progress.beat("measure", len(marks), force=report_chunks(clock, edges, progress, batch_size))
         if at_edge:
             if len(marks) >= min_steps and now - start > win["measure_seconds"]:
                 break
@@ -267,82 +252,11 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
                 chunk = max_steps  # past the nominal window: fewer, longer chunks
     clock.sync(run.device)
     elapsed = time.perf_counter() - start
-    _report_chunks(clock, edges, progress, batch_size)
+    report_chunks(clock, edges, progress, batch_size)
     return Loop(loss, marks, data_wait_ms, elapsed,
                 resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0,
                 data_cpu_s, workers_cpu_s() - workers_cpu0, batches.epochs - epochs0,
-                batches.epoch_start_s - epoch_s0)
-
-
-def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
-    """The measured window's noise: the relative spread of its two halves' throughputs (the
-    same estimate the compute ceiling states for itself). 0 for a window too short to split."""
-    marks, n = loop.marks, len(loop.marks)
-    if n < 5:
-        return 0.0
-    half = n // 2
-    ms = [clock.ms(marks[0][3], marks[half][3]), clock.ms(marks[half][3], marks[-1][3])]
-    if min(ms) <= 0:
-        return 0.0
-    rates = [half * batch_size / ms[0], (n - 1 - half) * batch_size / ms[1]]
-    return abs(rates[0] - rates[1]) / (sum(rates) / 2)
-
-
-def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress,
-              batch_size: int, workers: int) -> None:
-    """Throughput, step-time percentiles and each phase's share of the window."""
-    n, marks = len(loop.marks), loop.marks
-    total_ms = loop.elapsed_s * 1e3
-    step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [total_ms]
-    result.steps, result.samples, result.measure_s = n, n * batch_size, loop.elapsed_s
-    result.samples_per_sec = n * batch_size / loop.elapsed_s
-    result.chunks = list(progress.chunks)
-    result.step_ms = {
-        "median": statistics.median(step_ms),
-        "p10": _percentile(step_ms, 0.1),
-        "p90": _percentile(step_ms, 0.9),
-        "p25": _percentile(step_ms, 0.25),  # the quartiles: the window's noise, IQR/median
-        "p75": _percentile(step_ms, 0.75),
-        "mean": total_ms / n,
-    }
-    wait_s = sum(loop.data_wait_ms) / 1e3
-    result.timers = {
-        "data_wait": wait_s * 1e3 / total_ms,
-        "h2d": sum(clock.ms(m[0], m[1]) for m in marks) / total_ms,
-        "compute": sum(clock.ms(m[1], m[2]) for m in marks) / total_ms,
-        "optimizer": sum(clock.ms(m[2], m[3]) for m in marks) / total_ms,
-        "step_ms": total_ms / n,
-        # Pages the training process faulted in per step (freshly mapped memory, zeroed by
-        # the kernel): the symptom of an allocator that unmaps what the step frees.
-        "page_faults_per_step": loop.page_faults / n,
-        # The share of the loader's time its processes spent on a CPU: near 1, loading is
-        # computation (decode, augment) and workers beyond the cores cannot help; near 0, it
-        # waits (storage, network, a sleep) and more workers than cores can.
-        "loader_cpu_share": loader_cpu_share(workers, loop.data_cpu_s, wait_s,
-                                              loop.workers_cpu_s, loop.elapsed_s),
-        # Epochs begun inside the window, and the share of it spent getting their first
-        # batches: without persistent workers, shutting down and starting up every worker.
-        "epoch_starts": loop.epoch_starts,
-        "epoch_start_share": loop.epoch_start_s * 1e3 / total_ms,
-    }
-
-
-def _report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
-                   batch_size: int) -> bool:
-    """For every chunk edge the device has reached, add the window's throughput so far (from
-    its start to that edge) to the heartbeat: what the pruner reads. Return whether there was
-    one. Never waits for the device. Cumulative, so that one slow chunk late in a good
-    trial (another process took the cores for a moment) does not condemn it, while a trial
-    that is slow from the start is caught at its first edge."""
-    new = False
-    start = edges[0][0]
-    while len(progress.chunks) < len(edges) - 1:
-        edge, steps = edges[len(progress.chunks) + 1]
-        if not clock.done(edge):
-            break
-        progress.chunks.append(steps * batch_size / (clock.ms(start, edge) / 1e3))
-        new = True
-    return new
+                batches.epoch_start_s - epoch_s0, shapes.summary())
 
 
 class CompileWatch(logging.Handler):

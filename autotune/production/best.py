@@ -14,6 +14,10 @@ from autotune.core.knobs import KNOBS
 from autotune.production.environment_check import warn_if_environment_changed
 from autotune.results.export import SCHEMA
 
+#: Knobs added after schema 1, and the value that leaves a best.yaml written before them as it
+#: was measured (None: cpu_threads untouched, torch's default threads; the collator's own padding).
+LATER_KNOBS: dict[str, Any] = {"cpu_threads": None, "pad_to_multiple_of": None}
+
 
 @dataclass(frozen=True)
 class BestConfig:
@@ -48,7 +52,8 @@ def best_from_document(doc: Any, source: str) -> BestConfig:
         raise ValueError(
             f"{source} is not an autotune best.yaml (schema {SCHEMA}): expected a mapping with "
             f"'schema: {SCHEMA}' and a 'knobs' mapping, as studies/<name>/best.yaml has")
-    missing = [k.name for k in KNOBS if k.name not in doc["knobs"]]
+    knobs = {**LATER_KNOBS, **doc["knobs"]}
+    missing = [k.name for k in KNOBS if k.name not in knobs]
     if missing:
         raise ValueError(f"{source}: knobs missing: {', '.join(missing)}")
-    return BestConfig(dict(doc["knobs"]), doc.get("workload"), doc.get("metrics") or {}, doc)
+    return BestConfig(knobs, doc.get("workload"), doc.get("metrics") or {}, {**doc, "knobs": knobs})

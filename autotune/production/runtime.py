@@ -33,19 +33,23 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import Stage, check_split
 from autotune.core.training import (
     Training,
-    apply_backend_flags,
-    apply_host_allocator,
     input_dataset,
     loader_kwargs,
     optimizer_kwargs,
     place_model,
+    with_padding,
 )
 from autotune.core.workload import Workload
 from autotune.production.best import BestConfig, best_from_document, load_best
 from autotune.production.meter import Meter
+
+#: A best.yaml that replaces the one the script names (``autotune verify --script`` runs the
+#: user's unchanged script once with the original configuration, once with the exported one).
+BEST_ENV = "AUTOTUNE_BEST"
 
 
 class KnobOverridden(UserWarning):
@@ -119,13 +123,17 @@ class Runtime:
     """A study's best configuration, applied piece by piece to the user's own objects.
 
     ``best``: a path to best.yaml, a ``BestConfig`` (``load_best``), or a mapping with its
-    ``knobs`` (e.g. the node a Hydra app gets from ``+autotune=best``). ``device``: where
+    ``knobs`` (e.g. the node a Hydra app gets from ``+autotune=best``); the environment
+    variable AUTOTUNE_BEST, where set, names the one to use instead. ``device``: where
     to train; ``"auto"`` is the study's device type where available here, else the CPU.
-    Process-wide knobs (TF32, cuDNN autotuning, the host allocator) are applied now: build
-    the Runtime before the DataLoader forks its workers."""
+    Process-wide knobs (TF32, cuDNN autotuning, the host allocator, the CPU threads) are
+    applied now: build the Runtime before the DataLoader forks its workers."""
 
     def __init__(self, best: BestConfig | str | os.PathLike[str] | Mapping[str, Any],
                  device: str | torch.device = "auto"):
+        override = os.environ.get(BEST_ENV)
+        if override:  # autotune verify --script: this side's configuration, script unchanged
+            best = override
         if isinstance(best, (str, os.PathLike)):
             best = load_best(best)
         elif not isinstance(best, BestConfig):
@@ -139,8 +147,7 @@ class Runtime:
         self._warned: set[str] = set()
         #: The input stages given to ``dataloader(stages=)``: ``wrap`` runs their device part.
         self.stages: list[Stage] = []
-        apply_backend_flags(self.knobs)
-        apply_host_allocator(self.knobs)
+        apply_process_knobs(self.knobs)
 
     # --- the loader --------------------------------------------------------------------------
     def loader_kwargs(self) -> dict[str, Any]:
@@ -173,6 +180,12 @@ class Runtime:
                                              self.knobs)
             if collate is not None:
                 kwargs.setdefault("collate_fn", collate)
+        if "collate_fn" in kwargs:  # a padding collator pads to the measured multiple
+            kwargs["collate_fn"] = with_padding(kwargs["collate_fn"], self.knobs)
+        # Each worker's torch threads, as the trials' workers got them (then the caller's own
+        # worker_init_fn, if any).
+        kwargs["worker_init_fn"] = worker_init({**self.knobs, **{
+            k: kwargs[k] for k in ("num_workers",) if k in kwargs}}, kwargs.get("worker_init_fn"))
         return DataLoader(dataset, **{"drop_last": True, **measured, **kwargs})
 
     def device_split(self) -> bool | None:

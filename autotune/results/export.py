@@ -28,6 +28,7 @@ from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.storage import redact
 from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials
+from autotune.results.trust import could_not_measure, load_statement, window_loads
 
 SCHEMA = 1
 
@@ -89,6 +90,9 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "speedup": conf.get("speedup") or (
             round(best.value / base.value, 3) if base and base.value and best.value else None
         ),
+        # The speedup in words with its 95% interval over the confirmation's paired rounds
+        # ("1.38x, 95% CI 1.31-1.45x, 6 rounds"); without confirmation, one window each.
+        "speedup_text": _speedup_text(best, base, conf),
         "speedup_search": (
             round(best.value / base.value, 3) if base and base.value and best.value else None
         ),
@@ -100,12 +104,19 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "loader_profile": {"best": trial_attrs(best).get("loader_profile"),
                            "baseline": trial_attrs(base).get("loader_profile") if base else None},
         "best_trial": best.number,
-        "confirmation": ({"finalists": conf.get("finalists"), "runs": conf.get("runs")}
-                         if conf else None),
+        "confirmation": _confirmation_section(conf),
+        # What else the machine did while the windows measured (measure/contention.py), and the
+        # statement when it was too busy to rank configurations (results/trust.py).
+        "contention": {"best": trial_attrs(best).get("contention") or None,
+                       "windows": load_statement(window_loads(study)) or "no window was contended",
+                       "could_not_measure": could_not_measure(study)},
         "numerics": _numerics(attrs.get("numerics")),
         "memory_limit_gb": rounded(attrs.get("memory_limit_gb")),
         "compile": _compile_section(study, conf),
         "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
+        # Whether the batches' shapes vary, as the baseline's measured steps saw them (a
+        # padding collator: shape-specialising knobs are kept safe, README "Hugging Face").
+        "input_shapes": shapes_words(trial_attrs(base).get("input_shapes") if base else None),
         "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
                   "pruning": pruning_savings(study), "agent_trials": sum(
                       1 for t in study.get_trials(deepcopy=False)
@@ -114,6 +125,42 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
     doc["nsight"] = nsight_commands(doc, attrs.get("workload_target"),
                                     trial_attrs(best).get("top_kernels"))
     return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
+
+
+def shapes_words(shapes: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The measured input shapes, and in words whether they vary."""
+    if not shapes or not shapes.get("batches"):
+        return None
+    n, m = int(shapes["distinct"]), int(shapes["batches"])
+    said = ("static: every measured batch had the same shapes" if n == 1 else
+            f"vary: {n} distinct input shapes in {m} measured batches (e.g. "
+            f"{'; '.join(shapes.get('examples') or [])})")
+    return {**shapes, "vary": n > 1, "words": said}
+
+
+def _speedup_text(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, Any]) -> str | None:
+    if conf.get("speedup_text"):
+        if conf.get("leader") == conf.get("baseline_trial"):
+            return (f"none: your own configuration (trial {conf.get('leader')}) measured fastest "
+                    "among the finalists")
+        if conf.get("established") is False:
+            return (f"none shown: the fastest finalist, trial {conf.get('leader')}, measured "
+                    f"{conf['speedup_text']}, an interval that includes 1.0")
+        return str(conf["speedup_text"])
+    if base is None or not base.value or not best.value:
+        return None
+    return (f"{best.value / base.value:.2f}x (one search window each: no interval; "
+            "study.confirm_runs=3 or more states one)")
+
+
+#: The confirmation's keys best.yaml carries (the per-window loads stay in the study).
+CONFIRMATION_KEYS = ("method", "finalists", "baseline_trial", "rounds", "runs", "intervals",
+                     "dropped", "stopped", "precision", "budget_s", "spent_s", "window_noise",
+                     "leader", "established", "tie", "load")
+
+
+def _confirmation_section(conf: dict[str, Any]) -> dict[str, Any] | None:
+    return {k: conf[k] for k in CONFIRMATION_KEYS if k in conf} if conf else None
 
 
 def _compile_section(study: optuna.Study, conf: dict[str, Any]) -> dict[str, Any] | None:
@@ -185,11 +232,25 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             **{f"ceiling.{k}": round(v, 2) for k, v in (a.get("ceilings") or {}).items()},
             "ceiling_violation": a.get("ceiling_violation", ""),
             "wall_s": rounded(a.get("wall_s")) or "",
+            # The window's own noise and what else the machine did while it measured.
+            "window_spread": rounded((a.get("ceiling_noise") or {}).get("window")) or "",
+            **_contention_columns(a.get("contention") or {}),
         }
         for name, share in (a.get("timers") or {}).items():
             row[f"timer.{name}"] = "" if share is None else round(share, 4)
         rows.append(row)
     return rows
+
+
+def _contention_columns(c: dict[str, Any]) -> dict[str, Any]:
+    if not c:
+        return {}
+    return {"contended": bool(c.get("contended")),
+            "other_cpu_cores": rounded(c.get("other_cpu_cores")),
+            "runqueue_wait_share": rounded(c.get("runqueue_wait_share")),
+            "steal_share": rounded(c.get("steal_share")),
+            "contention": "; ".join(c.get("reasons") or []),
+            "remeasured": len(c.get("earlier") or [])}
 
 
 def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path | None:

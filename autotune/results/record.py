@@ -50,6 +50,8 @@ class TrialAttrs(TypedDict, total=False):
     wall_s: float
     trace: dict[str, Any]
     stderr_tail: str
+    contention: dict[str, Any]  # measure/contention.between: the load while it measured
+    input_shapes: dict[str, Any]  # core/batch.ShapeLog.summary: the shapes its steps saw
     loader_profile: dict[str, Any]  # measure/loader_profile.stored_profile: where the loader's time goes
     top_kernels: list[dict[str, Any]]  # the profiler's top kernels by GPU time (Nsight's targets)
     signal: str

@@ -13,19 +13,27 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results.export import best_document
 from autotune.results.record import study_attrs, trial_attrs
-from autotune.results.trials import baseline_trial, chosen_trial, counts, feasible
+from autotune.results.trials import (
+    baseline_trial,
+    beats,
+    chosen_trial,
+    counts,
+    feasible,
+    window_noise,
+)
 
 
 def path_to_best(study: optuna.Study) -> list[dict[str, Any]]:
     """Seed 004's results table, automatically: the trials that raised the best so far, in
     the order they ran, each with the knobs it changed from the previous best and its gain.
+    A trial raises the best only by more than the windows' own noise (trials.beats).
 
     The first row is the baseline (trial 0) when it ran; gains are search figures."""
     rows: list[dict[str, Any]] = []
     base = baseline_trial(study)
     prev: FrozenTrial | None = None
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if not feasible(t) or (prev is not None and t.value <= prev.value):  # type: ignore[operator]
+        if not feasible(t) or (prev is not None and not beats(t, prev)):
             continue
         before = trial_attrs(prev or base or t).get("knobs") or {}
         knobs = trial_attrs(t).get("knobs") or {}
@@ -38,6 +46,8 @@ def path_to_best(study: optuna.Study) -> list[dict[str, Any]]:
             "gain": float(t.value / prev.value) if prev is not None and prev.value else None,  # type: ignore[operator]
             "vs_baseline": float(t.value / base.value) if base is not None and base.value else None,  # type: ignore[operator]
             "bottleneck": (trial_attrs(t).get("diagnosis") or {}).get("bottleneck"),
+            "spread": window_noise(t),
+            "contended": bool((trial_attrs(t).get("contention") or {}).get("contended")),
         })
         prev = t
     return rows
@@ -58,18 +68,31 @@ def failures(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def confirmation(study: optuna.Study) -> list[dict[str, Any]]:
-    """The finalists' and the baseline's confirmation re-runs: runs, median, spread (%)."""
+    """The finalists' and the baseline's confirmation rounds: runs, median, spread (%), the
+    speedup's interval and how many of its windows were contended."""
     conf = study_attrs(study).get("confirmation") or {}
+    intervals = conf.get("intervals") or {}
+    busy = conf.get("contended") or {}
     rows = []
-    for number, runs in (conf.get("runs") or {}).items():
+    for number, raw in (conf.get("runs") or {}).items():
+        runs = [v for v in raw if v]
         if not runs:
             continue
         med = statistics.median(runs)
+        iv = intervals.get(number) or {}
         rows.append({"trial": int(number), "runs": runs, "median": med,
                      "spread_pct": 100 * (max(runs) - min(runs)) / med if med else None,
+                     "interval": _interval_text(iv) if iv else "",
+                     "contended": sum(1 for b in busy.get(number) or [] if b),
                      "chosen": int(number) == conf.get("best_trial"),
                      "baseline": int(number) == conf.get("baseline_trial")})
     return rows
+
+
+def _interval_text(iv: dict[str, Any]) -> str:
+    if iv.get("ci_low") is None:
+        return f"{iv['speedup']:.2f}x ({iv['rounds']} rounds: no interval)"
+    return f"{iv['speedup']:.2f}x ({iv['ci_low']:.2f}-{iv['ci_high']:.2f})"
 
 
 def trial_points(study: optuna.Study) -> list[dict[str, Any]]:

@@ -58,9 +58,19 @@ def headline(d: dict[str, Any]) -> list[str]:
     if best is None:
         return [*lines, "No trial finished within the memory limit."]
     m, b = best["metrics"], best["baseline"] or {}
+    conf = best.get("confirmation") or {}
     lines.append(f"Baseline → best: {_f(b.get('samples_per_sec'))} → {_f(m.get('samples_per_sec'))} "
-                 f"samples/s (trial {best['best_trial']}), speedup **{_f(best.get('speedup'), '.2f', 'x')}**"
-                 + (" (confirmed by re-runs)" if m.get("confirm_runs") else " (search figures)"))
+                 f"samples/s (trial {best['best_trial']}), speedup **{best.get('speedup_text') or '-'}**"
+                 + (f" (confirmed over {conf['rounds']} interleaved rounds; window noise "
+                    f"{100 * float(conf.get('window_noise') or 0):.1f}% CV)" if conf.get("rounds")
+                    else " (search figures)"))
+    if conf.get("tie"):
+        lines.append(f"Tie: {conf['tie']}")
+    load = best.get("contention") or {}
+    if load.get("could_not_measure"):
+        lines.append(f"**Could not measure**: {load['could_not_measure']}")
+    elif load.get("windows"):
+        lines.append(f"Load while measuring: {load['windows']}")
     ceil = best.get("ceilings") or {}
     if ceil:
         lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} samples/s" for k, v in ceil.items())
@@ -75,8 +85,11 @@ def headline(d: dict[str, Any]) -> list[str]:
 def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) for every table of the report."""
     out = [("Path to the best (each trial that raised the best, search figures)",
-            ["trial", "source", "knobs changed", "samples/s", "gain", "vs baseline", "bottleneck"],
+            ["trial", "source", "knobs changed", "samples/s", "window spread", "gain",
+             "vs baseline", "bottleneck"],
             [[str(r["trial"]), r["source"], _knobs(r["changed"]), _f(r["samples_per_sec"]),
+              (_f(100 * r["spread"], ".1f", "%") if r.get("spread") is not None else "-")
+              + (" (contended)" if r.get("contended") else ""),
               _f(r["gain"], ".2f", "x"), _f(r["vs_baseline"], ".2f", "x"), r["bottleneck"] or "-"]
              for r in d["path"]])]
     best = d["best"] or {}
@@ -89,10 +102,10 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
             diag.append([label, v.get("bottleneck") or "-", v.get("summary") or "",
                          "; ".join(v.get("fixes") or []) or "-", evidence])
     out.append(("Diagnosis", ["trial", "bottleneck", "verdict", "fixes", "evidence"], diag))
-    out.append(("Finalists' confirmation runs (samples/s)",
-                ["trial", "runs", "median", "spread", ""],
+    out.append(("Finalists' confirmation rounds (samples/s; speedup over the baseline, 95% CI)",
+                ["trial", "runs", "median", "spread", "speedup", "contended windows", ""],
                 [[str(r["trial"]), ", ".join(_f(x) for x in r["runs"]), _f(r["median"]),
-                  _f(r["spread_pct"], ".1f", "%"),
+                  _f(r["spread_pct"], ".1f", "%"), r["interval"] or "-", str(r["contended"]),
                   "exported" if r["chosen"] else ("baseline" if r["baseline"] else "")]
                  for r in d["confirmation"]]))
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],

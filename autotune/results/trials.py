@@ -48,10 +48,37 @@ def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
 
 
+def window_noise(t: FrozenTrial) -> float:
+    """A trial's own noise: the relative spread of its window's two halves (measure/figures.py
+    window_spread), 0 where unknown."""
+    return float((trial_attrs(t).get("ceiling_noise") or {}).get("window") or 0.0)
+
+
+def beats(t: FrozenTrial, incumbent: FrozenTrial) -> bool:
+    """Whether ``t`` is faster than ``incumbent`` by more than either window's own noise: a
+    lead inside the noise is the machine's, not the configuration's."""
+    noise = max(window_noise(t), window_noise(incumbent))
+    return (t.value or 0.0) > (incumbent.value or 0.0) * (1 + noise)
+
+
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The fastest trial by its search figure (what the agent and the pruner compare with)."""
-    ranked = ranked_trials(study)
-    return ranked[0] if ranked else None
+    """The best trial by its search figure (what the agent and the pruner compare with), read
+    noise-aware: trials in the order they ran, a later one takes over only when it ``beats``
+    the incumbent; one within the noise of the best is not declared better."""
+    best = None
+    for t in sorted(ranked_trials(study), key=lambda t: t.number):
+        if best is None or beats(t, best):
+            best = t
+    return best
+
+
+def near_best(study: optuna.Study) -> list[FrozenTrial]:
+    """Faster-looking trials that do not beat the best: within its noise (said in progress)."""
+    best = best_trial(study)
+    if best is None:
+        return []
+    return [t for t in ranked_trials(study)
+            if t.number != best.number and (t.value or 0.0) > (best.value or 0.0)]
 
 
 def best_value(study: optuna.Study) -> float | None:
@@ -81,9 +108,10 @@ def chosen_trial(study: optuna.Study) -> tuple[FrozenTrial | None, dict[str, Any
     re-ran; a study resumed after it may have found a faster one, which then stands alone on
     its search figure until it is confirmed in turn."""
     best = best_trial(study)
+    ranked = ranked_trials(study)
     conf = study_attrs(study).get("confirmation") or {}
     finals = conf.get("finalists") or []
-    if best is None or best.number not in finals or "best_samples_per_sec" not in conf:
+    if best is None or ranked[0].number not in finals or "best_samples_per_sec" not in conf:
         return best, {}
     chosen = next((t for t in ranked_trials(study) if t.number == conf["best_trial"]), None)
     return (chosen, conf) if chosen is not None else (best, {})

@@ -1,91 +1,282 @@
-"""Re-measuring the finalists: the fastest few trials and the baseline, run again, in turn.
+"""Re-measuring the finalists: randomized interleaved rounds until the speedups are sure.
 
 The best of N noisy trials is biased upward (it won partly by luck), and a baseline measured
 once at the start is exposed to whatever the machine was doing then. So after the search the
-``top`` fastest distinct configurations and the baseline are re-run in fresh windows, round
-robin so that drift on the machine hits them alike. The finalist with the highest median wins:
-best.yaml reports its median, the runs' spread and the speedup over the baseline's median,
-figures a production run can expect to reproduce.
+``top`` fastest distinct configurations and the baseline are measured again in rounds: each
+round runs every one of them once, in a random order (Abedi and Brecht, ICPE 2017: randomized
+multiple interleaved trials; a fixed order lets a periodic load or a warming machine favour
+one position). Each finalist's speedup is the geometric mean of its per-round ratios over the
+baseline, with a 95% interval (results/intervals.py). Rounds go on, at least ``runs`` of them,
+until every finalist still in question is known to ``setup.confirm_precision`` or
+``setup.confirm_budget_s`` is spent; a finalist whose interval falls wholly below the leader's
+stops being measured. The choice among those left is search/choose.py's.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import run_window
+from autotune.results.intervals import MIN_ROUNDS, Interval
 from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.trials import baseline_trial, best_trial, finalists
+from autotune.search.choose import (
+    Candidate,
+    changed_knobs,
+    interval_of,
+    pick,
+    precise,
+    still_racing,
+    tie_words,
+    window_noise,
+)
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
 
+#: However generous the budget, a confirmation ends after this many rounds.
+MAX_ROUNDS = 30
+
 
 def _request(setup: StudySetup, knobs: dict[str, Any]) -> TrialRequest:
+    # No profiler capture or loader profile: a confirmation window is only a figure.
+    window = {**setup.window, "profile": False, "loader_profile": False}
     return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
-                        window=setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
+                        window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                         env=setup.trial_env, grad_accum=setup.grad_accum(knobs))
+
+
+@dataclass
+class Rounds:
+    """The rounds so far: per trial, one figure per round (None: the window failed) and
+    whether that window was contended."""
+
+    numbers: list[int]
+    runs: dict[int, list[float | None]] = field(default_factory=dict)
+    contended: dict[int, list[bool]] = field(default_factory=dict)
+    loads: list[dict[str, Any]] = field(default_factory=list)
+    order: list[list[int]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # each round's windows' wall time
+
+    def __post_init__(self) -> None:
+        for n in self.numbers:
+            self.runs.setdefault(n, [])
+            self.contended.setdefault(n, [])
+
+    def add(self, n: int, figure: float | None, result: WindowResult) -> None:
+        self.runs[n].append(figure)
+        self.contended[n].append(bool(result.contention.get("contended")))
+        if result.contention:
+            self.loads.append(result.contention)
 
 
 def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
             stop: StopFlag | None = None,
             run: Callable[..., WindowResult] = run_window) -> dict[str, Any] | None:
-    """Re-run the finalists and the baseline ``runs`` times in turn; record and return the
-    confirmation (``run``: how a window is measured; the strategy benchmark serves its stored
-    windows through it)."""
+    """Measure the finalists and the baseline in rounds; record and return the confirmation
+    (``run``: how a window is measured; the strategy benchmark serves stored windows)."""
     base = baseline_trial(study)
     finals = finalists(study, max(1, top))
     if runs < 1 or not finals or base is None:
         return None
-    entries = [(f"trial {t.number}", t) for t in finals]
-    if base.number not in {t.number for t in finals}:
-        entries.append(("baseline", base))
-    figures: dict[int, list[float]] = {t.number: [] for _, t in entries}
-    failures: list[str] = []
-    log.info("confirming: re-running trials %s%s %d time(s) each, in turn",
-             ", ".join(str(t.number) for t in finals),
-             "" if entries[-1][0] != "baseline" else f" and the baseline (trial {base.number})", runs)
-    for i in range(runs):
-        for name, trial in entries:
-            res = run(_request(setup, trial_attrs(trial)["knobs"]),
-                             setup.out_dir / "confirm" / f"{i}-{trial.number}",
-                             stop_requested=lambda: stop.reason if stop else None)
-            if res.ok:
-                figures[trial.number].append(setup.objective(res, trial_attrs(trial)["knobs"]))
-            else:
-                failures.append(f"{name} run {i}: {res.outcome}: {res.error}")
-    medians = {n: statistics.median(v) for n, v in figures.items()
-               if v and n in {t.number for t in finals}}
-    if not medians:
-        log.warning("confirmation failed: %s", "; ".join(failures))
-        record: dict[str, Any] = {"finalists": [t.number for t in finals], "failures": failures}
-        set_study_attrs(study, {"confirmation": record})
-        return record
-    winner = max(medians, key=lambda n: medians[n])
-    b_runs = figures[base.number] or figures[winner]
-    record = {
-        "finalists": [t.number for t in finals],
-        "runs": {str(n): [round(v, 3) for v in figures[n]] for n in figures},
-        "best_trial": winner,
-        "baseline_trial": base.number,
-        "best_runs": [round(v, 3) for v in figures[winner]],
-        "baseline_runs": [round(v, 3) for v in b_runs],
-        "best_samples_per_sec": round(medians[winner], 3),
-        "baseline_samples_per_sec": round(statistics.median(b_runs), 3),
-        "failures": failures,
-    }
-    record["speedup"] = round(record["best_samples_per_sec"] / record["baseline_samples_per_sec"], 3)
+    trials = {t.number: t for t in [*finals, base]}
+    rounds = Rounds(list(trials))
+    active = [t.number for t in finals]
+    rng = random.Random(f"{study.study_name}-{setup.seed}")
+    log.info("confirming: trials %s and the baseline (trial %d) in randomized rounds: at least "
+             "%d, then until +-%.0f%% or %.0fs", ", ".join(map(str, active)), base.number, runs,
+             100 * setup.confirm_precision, setup.confirm_budget_s)
+    while True:
+        order = [n for n in trials if n in active or n == base.number]
+        rng.shuffle(order)
+        _round(setup, trials, order, rounds, stop, run)
+        cands = _candidates(trials, rounds, active, base)
+        settled = still_racing(cands) if len(rounds.order) >= MIN_ROUNDS else cands
+        active = [c.number for c in settled]
+        why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds))
+        if why:
+            break
+    record = _record([t.number for t in finals], rounds, cands, settled, base, why,
+                     sum(rounds.seconds), setup)
     set_study_attrs(study, {"confirmation": record})
-    search_best = best_trial(study)
-    log.info("confirmed: trial %d, %s samples/s (runs %s); baseline %s (runs %s): %.2fx%s",
-             winner, record["best_samples_per_sec"], record["best_runs"],
-             record["baseline_samples_per_sec"], record["baseline_runs"], record["speedup"],
-             "" if search_best is None or search_best.number == winner else
-             f" (the search's fastest, trial {search_best.number}, re-ran at "
-             f"{medians.get(search_best.number, 0):,.1f} samples/s)")
+    _log(record, study)
     return record
+
+
+def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,
+           stop: StopFlag | None, run: Callable[..., WindowResult]) -> None:
+    i = len(rounds.order)
+    seconds = 0.0  # the round's windows' own wall time (a served window's, in a benchmark)
+    for n in order:
+        knobs = trial_attrs(trials[n])["knobs"]
+        res = run(_request(setup, knobs), setup.out_dir / "confirm" / f"{i}-{n}",
+                  stop_requested=lambda: stop.reason if stop else None)
+        if res.ok:
+            rounds.add(n, setup.objective(res, knobs), res)
+        else:
+            rounds.add(n, None, res)
+            rounds.failures.append(f"trial {n} round {i}: {res.outcome}: {res.error}")
+        seconds += res.wall_s
+    rounds.order.append(order)
+    rounds.seconds.append(seconds)
+
+
+def _candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int],
+                base: FrozenTrial) -> list[Candidate]:
+    base_knobs = trial_attrs(base)["knobs"]
+    out = []
+    for n in active:
+        if n == base.number:
+            k = len(rounds.order)
+            iv = Interval(1.0, 1.0, 1.0, k) if k >= MIN_ROUNDS else Interval(1.0, 0.0, float("inf"), k)
+        else:
+            busy = [a or b for a, b in zip(rounds.contended[n], rounds.contended[base.number],
+                                           strict=False)]
+            iv = interval_of(rounds.runs[n], rounds.runs[base.number], busy)
+        if iv.rounds == 0:
+            continue  # every window of it failed: not a candidate
+        attrs = trial_attrs(trials[n])
+        out.append(Candidate(n, iv, len(changed_knobs(attrs["knobs"], base_knobs)),
+                             float(attrs.get("peak_memory_gb") or 0.0)))
+    return out
+
+
+def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], runs: int,
+                 spent_s: float) -> str | None:
+    done = len(rounds.order)
+    if not cands:
+        return "failed"
+    if done < runs:
+        return None
+    if done >= MIN_ROUNDS and precise(cands, setup.confirm_precision):
+        return "precision"
+    if done >= MAX_ROUNDS:
+        return "rounds"
+    # Stop before a round that would end past the budget (rounds take about as long as the last).
+    if spent_s + rounds.seconds[-1] > setup.confirm_budget_s:
+        return "budget"
+    return None
+
+
+def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
+            settled: list[Candidate], base: FrozenTrial, why: str, spent_s: float,
+            setup: StudySetup) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "method": "randomized interleaved rounds; speedup = geometric mean of the rounds' "
+                  "ratios over the baseline; 95% Student-t interval on the log ratios",
+        "finalists": finals,
+        "baseline_trial": base.number,
+        "rounds": len(rounds.order),
+        "order": rounds.order,
+        "runs": {str(n): [None if v is None else round(v, 3) for v in vals]
+                 for n, vals in rounds.runs.items()},
+        "contended": {str(n): v for n, v in rounds.contended.items()},
+        "intervals": {str(c.number): {**c.interval.as_dict(), "changed": c.changed,
+                                      "peak_memory_gb": c.peak_memory_gb} for c in cands},
+        "dropped": sorted(c.number for c in cands if c not in settled),
+        "stopped": why,
+        "precision": setup.confirm_precision,
+        "budget_s": setup.confirm_budget_s,
+        "spent_s": round(spent_s, 1),
+        "window_noise": round(window_noise(rounds.runs), 3),
+        "load": load_summary(rounds.loads),
+        "loads": [compact_load(c) for c in rounds.loads],
+        "failures": rounds.failures,
+    }
+    return decide(record, settled, setup.confirm_precision)
+
+
+def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -> dict[str, Any]:
+    """Fill in the choice among ``settled`` (the candidates still in question): the winner,
+    its figures and interval. Also how the numerics check re-picks when it refuses the
+    winner (search/numerics.py)."""
+    for key in ("best_trial", "leader", "established", "precise", "tie", "best_runs",
+                "best_samples_per_sec", "speedup", "speedup_ci", "speedup_text"):
+        record.pop(key, None)
+    if not settled:
+        return record
+    winner, tied = pick(settled)
+    base = int(record["baseline_trial"])
+    runs = record["runs"]
+    b_runs = [v for v in runs[str(base)] if v]
+    w_runs = [v for v in runs[str(winner.number)] if v]
+    iv = winner.interval
+    established = iv.above(1.0) if iv.known else None
+    # A speedup whose interval includes 1.0 is not a speedup: the user's own configuration
+    # stays (results/trust.py says so when the machine was to blame); with fewer than 3 rounds
+    # (study.confirm_runs) there is no interval and the winner stands on its point figure,
+    # marked so.
+    chosen = winner.number if established is not False else base
+    c_runs = w_runs if chosen == winner.number else b_runs
+    record.update({
+        "best_trial": chosen,
+        "leader": winner.number,
+        "established": established,
+        "precise": precise(settled, precision),
+        "tie": tie_words(winner, tied),
+        "best_runs": [round(v, 3) for v in c_runs],
+        "baseline_runs": [round(v, 3) for v in b_runs],
+        "best_samples_per_sec": round(statistics.median(c_runs), 3) if c_runs else None,
+        "baseline_samples_per_sec": round(statistics.median(b_runs), 3) if b_runs else None,
+        "speedup": round(iv.point, 3) if chosen == winner.number else 1.0,
+        "speedup_ci": [round(iv.low, 3), round(iv.high, 3)] if iv.known else None,
+        "speedup_text": iv.text(),
+    })
+    return record
+
+
+def candidates_of(record: dict[str, Any], exclude: Collection[int] = ()) -> list[Candidate]:
+    """The record's candidates (their intervals and tie-break figures), less ``exclude``."""
+    out = []
+    for n, d in (record.get("intervals") or {}).items():
+        if int(n) in exclude:
+            continue
+        iv = Interval(float(d["speedup"]), float(d["ci_low"] if d["ci_low"] is not None else 0.0),
+                      float(d["ci_high"]) if d["ci_high"] is not None else float("inf"),
+                      int(d["rounds"]))
+        out.append(Candidate(int(n), iv, int(d.get("changed") or 0),
+                             float(d.get("peak_memory_gb") or 0.0)))
+    return out
+
+
+def load_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The confirmation windows' load: how many were contended and what others used."""
+    busy = [c for c in loads if c.get("contended")]
+    others = [float(c.get("other_cpu_cores") or 0.0) for c in busy]
+    return {"windows": len(loads), "contended": len(busy),
+            "other_cpu_cores": round(statistics.fmean(others), 2) if others else 0.0,
+            "cpus": max((int(c.get("cpus") or 0) for c in loads), default=0)}
+
+
+def compact_load(c: dict[str, Any]) -> dict[str, Any]:
+    """A window's load as the study keeps it (results/trust.py reads these)."""
+    keys = ("contended", "cpus", "other_cpu_cores", "runqueue_wait_share", "steal_share",
+            "reasons")
+    return {k: c[k] for k in keys if k in c}
+
+
+def _log(record: dict[str, Any], study: optuna.Study) -> None:
+    if "best_trial" not in record:
+        log.warning("confirmation failed: %s", "; ".join(record["failures"]))
+        return
+    search_best = best_trial(study)
+    log.info("confirmed after %d rounds (%s, %.0fs): trial %d %s; window noise %.0f%%%s",
+             record["rounds"], record["stopped"], record["spent_s"], record["leader"],
+             record["speedup_text"], 100 * record["window_noise"],
+             "" if search_best is None or search_best.number == record["leader"] else
+             f" (the search's fastest was trial {search_best.number})")
+    if record.get("tie"):
+        log.info("  %s", record["tie"])
+    if record["established"] is False:
+        log.warning("  no finalist is shown faster than the baseline (its interval includes "
+                    "1.0): the baseline's configuration is kept")

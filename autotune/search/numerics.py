@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import statistics
 from typing import Any
 
 import optuna
@@ -48,6 +47,8 @@ from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.trials import chosen_trial, finalists
+from autotune.search.choose import still_racing
+from autotune.search.confirm import candidates_of, decide
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
@@ -222,22 +223,12 @@ def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag |
 
 
 def _repick_confirmation(study: optuna.Study, results: dict[str, Any]) -> None:
-    """If the confirmation's winner was refused, the finalist with the next best median wins
-    (its re-runs stand); with none left, best.yaml falls back to the search figures."""
+    """If the confirmation's winner was refused, the choice is made again among the finalists
+    left (their rounds and intervals stand: search/confirm.py decide); with none left, best.yaml
+    falls back to the search figures."""
     conf = dict(study_attrs(study).get("confirmation") or {})
     if "best_trial" not in conf or (results.get(str(conf["best_trial"])) or {}).get("passed") is not False:
         return
     out = {int(n) for n, e in results.items() if e.get("passed") is False}
-    runs = {int(n): v for n, v in (conf.get("runs") or {}).items()
-            if v and int(n) in set(conf.get("finalists") or []) and int(n) not in out}
-    if not runs:
-        for key in ("best_trial", "best_runs", "best_samples_per_sec", "speedup"):
-            conf.pop(key, None)
-    else:
-        winner = max(runs, key=lambda n: statistics.median(runs[n]))
-        conf.update(best_trial=winner, best_runs=runs[winner],
-                    best_samples_per_sec=round(statistics.median(runs[winner]), 3))
-        base = conf.get("baseline_samples_per_sec")
-        if base:
-            conf["speedup"] = round(conf["best_samples_per_sec"] / base, 3)
-    set_study_attrs(study, {"confirmation": conf})
+    left = still_racing(candidates_of(conf, out))
+    set_study_attrs(study, {"confirmation": decide(conf, left, float(conf.get("precision") or 0.05))})

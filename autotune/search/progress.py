@@ -21,7 +21,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results.record import trial_attrs
-from autotune.results.trials import baseline_trial, best_trial, counts, measured, over_limit
+from autotune.results.trials import (
+    baseline_trial,
+    best_trial,
+    counts,
+    measured,
+    near_best,
+    over_limit,
+    window_noise,
+)
 
 # The child's heartbeat stages (window.py) in the words a person reads.
 STAGES = {"start": "build", "compile": "compile", "warmup": "warm-up", "measure": "measure",
@@ -86,8 +94,12 @@ class StudyProgress:
         a = trial_attrs(trial)
         if measured(trial):
             over = over_limit(trial)
+            load = a.get("contention") or {}
             what = (f"{'INFEASIBLE' if over else 'COMPLETE'} {trial.value:,.1f} samples/s"
-                    + (f", peak {a.get('peak_memory_gb', 0):.2f} GB over the limit" if over else ""))
+                    f" (window spread {window_noise(trial):.0%})"
+                    + (f", peak {a.get('peak_memory_gb', 0):.2f} GB over the limit" if over else "")
+                    + (f", contended: {'; '.join(load.get('reasons') or [])}"
+                       if load.get("contended") else ""))
         elif trial.state == TrialState.COMPLETE:
             what = f"INFEASIBLE ({_short(a.get('reason', ''))})"
         else:
@@ -101,7 +113,10 @@ class StudyProgress:
         if best is None or best.value is None:
             return "best: none yet"
         speedup = f", {best.value / base.value:.2f}x baseline" if base and base.value else ""
-        return f"best: trial {best.number} {best.value:,.1f} samples/s{speedup}"
+        near = near_best(study)
+        within = (f" (trial{'s' if len(near) > 1 else ''} {', '.join(str(t.number) for t in near)}"
+                  " read faster, within the windows' noise)" if near else "")
+        return f"best: trial {best.number} {best.value:,.1f} samples/s{speedup}{within}"
 
     @staticmethod
     def counts_text(study: optuna.Study) -> str:

@@ -24,10 +24,11 @@ from autotune.results.trials import best_value
 # The knobs that decide what the input pipeline alone can deliver; every other knob (and the
 # batch size) decides what the step alone can do.
 LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-                "batch_size", "transfer_dtype", "transform_split")
+                "batch_size", "transfer_dtype", "transform_split", "cpu_threads",
+                "pad_to_multiple_of")
 COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "transform_split", "amp", "compile", "cuda_graphs",
                  "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
-                 "non_blocking", "host_allocator")
+                 "non_blocking", "host_allocator", "cpu_threads", "pad_to_multiple_of")
 # A ceiling is trusted to this relative error at least (its measured noise when larger):
 # ceilings are measured in isolation over a short window; on a shared 2-core VM they vary by
 # ~10% run to run. Below the best by more than this, it condemns a trial; beaten by more than

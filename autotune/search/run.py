@@ -26,6 +26,7 @@ from autotune.results.export import best_document, write_exports
 from autotune.results.report_html import write_report
 from autotune.results.storage import open_storage
 from autotune.results.trials import counts
+from autotune.results.trust import could_not_measure
 from autotune.search.confirm import confirm
 from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
 from autotune.search.numerics import check_numerics
@@ -35,6 +36,10 @@ from autotune.search.study import Driver
 from autotune.search.summary import print_summary
 
 log = logging.getLogger("autotune")
+
+#: Exit code of a study that could not measure: its confirmation spent its budget on a machine
+#: too busy or too noisy to rank configurations (results/trust.py; README "Exit codes").
+COULD_NOT_MEASURE = 4
 
 
 def split_trials(n_trials: int, workers: int) -> list[int]:
@@ -105,6 +110,11 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
         print(f"autotune: error: {paragraph(crashed, setup.out_dir)}", file=sys.stderr)
     if doc is None and code == 0:
         code = NOTHING_EXPORTED  # a study that exports nothing has not succeeded
+    unmeasured = could_not_measure(study)
+    if unmeasured is not None:
+        print(f"autotune: {unmeasured}", file=sys.stderr)
+        if code == 0:
+            code = COULD_NOT_MEASURE
     return report_and_compare(setup, study, code)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class StudySetup:
     worker_index: int = 0
     image_inputs: bool = False
     confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
+    confirm_precision: float = 0.05  # stop confirming at a +-5% interval ...
+    confirm_budget_s: float = 300.0  # ... or after this many seconds of rounds
     # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
     # the knobs of an earlier best to enqueue after the baseline (study.start_from).
     compare_to: str | None = None
@@ -84,8 +87,11 @@ class StopFlag:
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> StopFlag:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._handle)
+        # Handlers can only be set from the main thread: a study run from another thread
+        # (autotune.tune in a worker thread) is stopped by its caller instead.
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:

@@ -33,8 +33,9 @@ from autotune.results.record import (
     set_trial_attrs,
     trial_attrs,
 )
-from autotune.results.trials import best_value, finalists
+from autotune.results.trials import baseline_trial, best_value, finalists
 from autotune.search import agent
+from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
 from autotune.search.ownership import owner, owner_alive, reap_lost_trials, twin_of
 from autotune.search.pruning import (
@@ -56,7 +57,7 @@ HEARTBEAT_S = 10.0
 #: What a twin (same knobs, another worker's trial) copies of the trial that measured them.
 TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
              "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
-             "ceilings", "fraction_of_ceiling", "trace")
+             "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes")
 
 
 class Driver:
@@ -68,6 +69,7 @@ class Driver:
         self.on_trial = on_trial
         self.on_start = on_start  # (number, knobs) as a trial starts: live progress
         self.trials_dir = setup.out_dir / "trials"
+        self.busy = BusyMachine()
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -166,8 +168,12 @@ class Driver:
             return None
 
         try:
-            result = self.measure(req, self.trials_dir / str(trial.number),
-                                  on_progress=self.pruning_check(trial), stop_requested=tick)
+            result = measure_settled(
+                lambda r, d: self.measure(r, d, on_progress=self.pruning_check(trial),
+                                          stop_requested=tick), req,
+                self.trials_dir / str(trial.number), f"trial {trial.number}", tick,
+                retries=self.busy.retries())
+            self.busy.saw(result)
         except Interrupted as exc:
             self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
             study.tell(trial, state=TrialState.FAIL)
@@ -214,6 +220,10 @@ class Driver:
         seen_ceilings: dict[str, float] = {}
 
         def check(watch: Watch) -> str | None:
+            if watch.contended:
+                # Read while other processes held the cores: neither its ceilings nor its
+                # chunks say what the configuration can do, so nothing is pruned or cached.
+                return None
             best = best_value(self.study)
             if watch.ceilings and watch.ceilings != seen_ceilings:
                 seen_ceilings.update(watch.ceilings)
@@ -243,7 +253,7 @@ class Driver:
     def tell(self, trial: optuna.Trial, result: WindowResult) -> FrozenTrial:
         s = self.setup
         knobs = trial_attrs(trial)["knobs"]
-        if result.ceilings:
+        if result.ceilings and not result.contention.get("contended"):
             cache_ceilings(self.study, knobs, result.ceilings, result.ceiling_noise)
         ceilings = {**cached_ceilings(self.study, knobs), **result.ceilings}
         noise = {**cached_noise(self.study, knobs), **result.ceiling_noise}
@@ -287,9 +297,12 @@ class Driver:
 
     def _keep_finalists_traces(self) -> None:
         """Keep the Chrome traces of the trials that may be exported (the confirmation's
-        finalists so far, by search figure); delete the others' (tens of MB each on a GPU).
-        Their summaries stay in the study. write_exports publishes best_trace.json."""
+        finalists so far, by search figure, and the baseline, exported when no finalist's
+        speedup is supported); delete the others' (tens of MB each on a GPU). Their summaries
+        stay in the study. write_exports publishes best_trace.json."""
+        base = baseline_trial(self.study)
         keep = {t.number for t in finalists(self.study, self.setup.confirm_top)}
+        keep |= {base.number} if base is not None else set()
         for trace in self.trials_dir.glob("*/trace.json"):
             if not trace.parent.name.isdigit() or int(trace.parent.name) not in keep:
                 trace.unlink(missing_ok=True)
@@ -328,6 +341,8 @@ class Driver:
             "timers": r.timers,
             "chunks": r.chunks,
             "wall_s": r.wall_s,
+            "contention": r.contention,
+            "input_shapes": r.input_shapes,
             "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},
             "top_kernels": list(r.trace.get("top_kernels") or []),
             "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",

@@ -36,17 +36,11 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         else:
             b, a = _fmt(base.get(key), unit), _fmt(best.get(key), unit)
         print(f"  {label:28s} {b:>14s} {a:>14s}")
-    if best.get("confirm_runs"):
-        print(f"  samples/sec above are the medians of re-runs: best {best['confirm_runs']}, "
-              f"baseline {base.get('confirm_runs')} (search figures: "
-              f"{best.get('search_samples_per_sec'):,.2f} and {base.get('search_samples_per_sec') or 0:,.2f})")
-        conf = doc.get("confirmation") or {}
-        if len(conf.get("finalists") or []) > 1:
-            runs = conf.get("runs") or {}
-            print("  finalists re-run (samples/sec): " + "; ".join(
-                f"trial {n} {runs.get(str(n))}" for n in conf["finalists"]))
-    if doc.get("speedup"):
-        print(f"  speedup: {doc['speedup']:.2f}x over the baseline")
+    for line in confirmation_lines(doc):
+        print(f"  {line}")
+    shapes = shapes_line(doc, setup)
+    if shapes:
+        print(f"  {shapes}")
     baseline_knobs = setup.space.baseline
     changed = {k: v for k, v in doc["knobs"].items() if baseline_knobs.get(k) != v}
     for line in summary_lines(doc.get("compile")):
@@ -58,3 +52,53 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
             f"ok, max loss deviation {dev} (tolerance {e['tolerance']:.2%}, "
             f"{'/'.join(e['families'])})" if e.get("passed") else e.get("reason") or "refused"))
     print(f"  best config: {setup.out_dir / 'best.yaml'}   all trials: {setup.out_dir / 'trials.csv'}")
+
+
+def confirmation_lines(doc: dict[str, Any]) -> list[str]:
+    """The speedup with its interval, how it was measured, the tie and the load, in words."""
+    best, base = doc["metrics"], doc["baseline"] or {}
+    conf = doc.get("confirmation") or {}
+    out = []
+    if doc.get("speedup_text"):
+        out.append(f"speedup: {doc['speedup_text']}")
+    if conf.get("rounds"):
+        out.append(
+            f"samples/sec above are medians over {conf['rounds']} randomized interleaved rounds "
+            f"(stopped: {_STOPPED.get(str(conf.get('stopped')), conf.get('stopped'))}; window noise "
+            f"{100 * float(conf.get('window_noise') or 0):.1f}% CV; search figures "
+            f"{_fmt(best.get('search_samples_per_sec'))} and "
+            f"{_fmt(base.get('search_samples_per_sec'))})")
+        intervals = conf.get("intervals") or {}
+        if len(intervals) > 1:
+            out.append("finalists: " + "; ".join(
+                f"trial {n} {_interval_words(d)}" for n, d in intervals.items()))
+    if conf.get("tie"):
+        out.append(conf["tie"])
+    load = (doc.get("contention") or {}).get("windows")
+    if load and not load.startswith("no window"):
+        out.append(f"load: {load}")
+    return out
+
+
+_STOPPED = {"precision": "every finalist known to the precision asked",
+            "budget": "budget spent before the precision asked",
+            "rounds": "round limit", "failed": "every window failed"}
+
+
+def _interval_words(d: dict[str, Any]) -> str:
+    if d.get("ci_low") is None:
+        return f"{d['speedup']:.2f}x ({d['rounds']} rounds)"
+    return f"{d['speedup']:.2f}x ({d['ci_low']:.2f}-{d['ci_high']:.2f})"
+
+
+def shapes_line(doc: dict[str, Any], setup: StudySetup) -> str | None:
+    """Whether the batches' shapes varied (measured), and what that means for the knobs."""
+    shapes = doc.get("input_shapes") or {}
+    if not shapes.get("vary"):
+        return None
+    graphs = len(setup.space.domains["cuda_graphs"].values) > 1
+    return (f"batch shapes {shapes['words']}: " + (
+        "but the workload declares static shapes (static_shapes=True), so CUDA Graphs were "
+        "searched: set static_shapes=False" if graphs else
+        "CUDA Graphs and compile's graph-replaying modes stay out; compile follows the shapes "
+        "(dynamic after the first recompile)"))

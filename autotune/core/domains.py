@@ -1,0 +1,196 @@
+"""Each knob's domain on this device and for this workload, and when a knob does not apply.
+
+The knob registry (core/knobs.py) names these; they are kept apart so that the registry reads
+as one table. A domain says which values are valid here and, where it is narrower than the
+knob's full range, why (printed at the study's start and kept in best.yaml's ``fixed_knobs``).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.core.env import Env
+from autotune.core.stages import split_points
+from autotune.core.workload import Workload
+
+
+@dataclass(frozen=True)
+class Domain:
+    values: list[Any]
+    # Why the domain is narrower than the knob's full range here (e.g. "CUDA only").
+    reason: str | None = None
+
+
+def cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:
+    def domain(env: Env, wl: Workload) -> Domain:
+        if env.device == "cuda":
+            return Domain(values)
+        return Domain([off], f"{why} (CUDA only)")
+
+    return domain
+
+
+def workers(env: Env, wl: Workload) -> Domain:
+    return Domain(list(range(0, max(1, env.cpu_count) + 1)))
+
+
+def batch_size(env: Env, wl: Workload) -> Domain:
+    base = int(wl.defaults.get("batch_size", 32))
+    up = 32 if env.device == "cuda" else 4  # CPU: batch 256 steps take seconds each on 2 cores
+    lo = max(1, base // 4)
+    values, b = [], 1
+    while b <= base * up:
+        if b >= lo:
+            values.append(b)
+        b *= 2
+    if base not in values:
+        values = sorted({*values, base})
+    return Domain(values)
+
+
+def transfer_dtype(env: Env, wl: Workload) -> Domain:
+    if wl.stages():
+        return Domain(["float32"], "the workload declares input stages: transform_split decides "
+                      "what crosses to the device")
+    if wl.splits_transform:
+        return Domain(["float32", "uint8"])
+    return Domain(["float32"], "the workload does not split its input transform into host/device parts")
+
+
+def transform_split(env: Env, wl: Workload) -> Domain:
+    stages = wl.stages()
+    if not stages:
+        return Domain([0], "the workload declares no input stages (Workload.stages())")
+    points = split_points(stages)
+    if len(points) == 1:
+        return Domain(points, f"the last stage ({stages[-1].name}) has no batched device version")
+    return Domain(points)
+
+
+def all_on_host(env: Env, wl: Workload) -> int:
+    """The staged workload's baseline: every stage on the host, as a plain DataLoader runs it."""
+    return len(wl.stages())
+
+
+def amp(env: Env, wl: Workload) -> Domain:
+    if env.device == "cuda":
+        values = ["off", "fp16"] + (["bf16"] if env.bf16 else [])
+        return Domain(values, None if env.bf16 else "bf16 not supported by this GPU")
+    if env.bf16:
+        return Domain(["off", "bf16"], "fp16 autocast is for CUDA; the CPU searches bf16 only")
+    return Domain(["off"], "this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 autocast "
+                  "would be emulated, slower than fp32")
+
+
+def compile(env: Env, wl: Workload) -> Domain:
+    if not env.compiler:
+        return Domain(["off"], "no C/C++ compiler found for torch.compile's inductor backend")
+    if env.device == "cuda":
+        if not wl.static_shapes:
+            return Domain(["off", "default"], "reduce-overhead and max-autotune replay CUDA "
+                          "Graphs, which need static shapes; the workload's batches vary")
+        return Domain(["off", "default", "reduce-overhead", "max-autotune"])
+    return Domain(
+        ["off"],
+        "not searched on CPU by default: the inductor C++ compile it needs is not amortized "
+        "within a short CPU window; pin knobs.compile=default (or a list) to search it",
+    )
+
+
+def cuda_graphs(env: Env, wl: Workload) -> Domain:
+    if env.device != "cuda":
+        return Domain([False], "CUDA Graphs need a CUDA device")
+    if not wl.static_shapes:
+        return Domain([False], "the workload's batches do not have static shapes")
+    return Domain([False, True])
+
+
+def channels_last(env: Env, wl: Workload) -> Domain:
+    if wl.image_inputs:
+        return Domain([False, True])
+    return Domain([False], "the workload's inputs are not 4-D images")
+
+
+def tf32(env: Env, wl: Workload) -> Domain:
+    if env.device != "cuda":
+        return Domain([False], "TF32 is a CUDA (Ampere+) matmul mode")
+    if (env.cuda_capability or (0, 0)) < (8, 0):
+        return Domain([False], "TF32 needs compute capability 8.0+")
+    return Domain([False, True])
+
+
+def optimizer_impl(env: Env, wl: Workload) -> Domain:
+    if env.device == "cuda":
+        # torch's optimizers pick foreach by default when every parameter is on a GPU: a
+        # "foreach" trial would re-measure the "default" one.
+        return Domain(["default", "fused"], "foreach is torch's default on CUDA")
+    return Domain(["default", "foreach", "fused"])
+
+
+def host_allocator(env: Env, wl: Workload) -> Domain:
+    if platform.libc_ver()[0] != "glibc":
+        return Domain(["default"], "needs glibc's mallopt (Linux)")
+    if env.device == "cuda":
+        return Domain(["default"], "searched on CPU, where the step's tensors are host memory; "
+                      "on CUDA they are in PyTorch's caching allocator (pin it to search it)")
+    return Domain(["default", "retain"])
+
+
+def cpu_threads(env: Env, wl: Workload) -> Domain:
+    """Thread counts for the training process: every count up to the usable cores on a small
+    machine, powers of two (and the core count) on a large one."""
+    if env.device == "cuda":
+        return Domain([0], "on CUDA the training process's host threads are capped at the cores "
+                      "its DataLoader workers leave free (0: cores - num_workers, at least 1): "
+                      "the GPU does the arithmetic and more host threads only compete with the "
+                      "workers (pin a count to search it)")
+    n = max(1, env.cpu_count)
+    if n <= 8:
+        return Domain(list(range(1, n + 1)))
+    return Domain(sorted({2**k for k in range(n.bit_length()) if 2**k <= n} | {n}))
+
+
+def torch_default_threads(env: Env, wl: Workload) -> int:
+    """The baseline: the threads torch starts with here, as the user's training does today
+    (one of the domain's values: the largest not above it)."""
+    want = env.torch_threads or env.cpu_count
+    values = cpu_threads(env, wl).values
+    return max([v for v in values if v <= want] or values[:1])
+
+
+def pad_to_multiple_of(env: Env, wl: Workload) -> Domain:
+    """A padding collator's multiple: the user's own unless they list values to search, since
+    another multiple changes how many (masked) tokens each step processes."""
+    own = wl.defaults.get("pad_to_multiple_of")
+    if not wl.pads_batches:
+        return Domain([None], "the workload's collator does not pad batches to a multiple")
+    return Domain([own], "padding each batch to a multiple (8 for tensor cores, 64 for fewer "
+                  "distinct shapes to compile) changes the tokens a step processes: list values "
+                  "to search them, e.g. knobs.pad_to_multiple_of=[null,8,64]")
+
+
+def no_workers(p: Mapping[str, Any]) -> str | None:
+    return "only with num_workers > 0" if p.get("num_workers", 0) == 0 else None
+
+
+def graphs_inactive(p: Mapping[str, Any]) -> str | None:
+    if p.get("compile", "off") != "off":
+        return "torch.compile is on (its reduce-overhead mode is the compiled route to graphs)"
+    if p.get("amp") == "fp16":
+        return "fp16's GradScaler synchronizes in step(), which cannot be captured"
+    return None
+
+
+def graphed_step(p: Mapping[str, Any]) -> str | None:
+    if p.get("cuda_graphs"):
+        return "a captured step keeps its gradients in place"
+    if p.get("compile") in ("reduce-overhead", "max-autotune"):
+        # Both modes replay cudagraph trees: gradients kept across steps (zeroed in place)
+        # live in the graph pool, which the next replay overwrites.
+        return "compile's CUDA Graphs need gradients freed between steps"
+    return None
+
+

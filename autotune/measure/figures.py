@@ -1,0 +1,112 @@
+"""What the measured loop recorded (``Loop``) and the figures made of it (CHILD side):
+throughput, step-time percentiles, each phase's share, the window's own noise, and the chunk
+edges the pruner reads. Kept apart from window.py, which runs the loop, so that the loop reads
+top to bottom without its arithmetic."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from autotune.measure.clock import Clock
+from autotune.measure.protocol import WindowResult
+from autotune.measure.readings import Progress, loader_cpu_share
+
+
+@dataclass
+class Loop:
+    """What the measured loop recorded: per step, the host's wait for its batch and four marks
+    on the device's timeline (copy start, copy end, forward+backward end, optimizer end)."""
+
+    loss: torch.Tensor
+    marks: list[tuple[Any, Any, Any, Any]]
+    data_wait_ms: list[float]
+    elapsed_s: float
+    page_faults: int
+    data_cpu_s: float  # loading in this process while it waited (num_workers=0)
+    workers_cpu_s: float  # the DataLoader workers' CPU over the window
+    epoch_starts: int = 0  # epochs begun inside the window
+    epoch_start_s: float = 0.0  # seconds waiting for those epochs' first batches
+    input_shapes: dict[str, Any] = field(default_factory=dict)  # core/batch.ShapeLog.summary
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
+    """The measured window's noise: the relative spread of its two halves' throughputs (the
+    same estimate the compute ceiling states for itself). 0 for a window too short to split."""
+    marks, n = loop.marks, len(loop.marks)
+    if n < 5:
+        return 0.0
+    half = n // 2
+    ms = [clock.ms(marks[0][3], marks[half][3]), clock.ms(marks[half][3], marks[-1][3])]
+    if min(ms) <= 0:
+        return 0.0
+    rates = [half * batch_size / ms[0], (n - 1 - half) * batch_size / ms[1]]
+    return abs(rates[0] - rates[1]) / (sum(rates) / 2)
+
+
+def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress,
+              batch_size: int, workers: int) -> None:
+    """Throughput, step-time percentiles and each phase's share of the window."""
+    n, marks = len(loop.marks), loop.marks
+    total_ms = loop.elapsed_s * 1e3
+    step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [total_ms]
+    result.steps, result.samples, result.measure_s = n, n * batch_size, loop.elapsed_s
+    result.samples_per_sec = n * batch_size / loop.elapsed_s
+    result.chunks = list(progress.chunks)
+    result.input_shapes = loop.input_shapes
+    result.step_ms = {
+        "median": statistics.median(step_ms),
+        "p10": percentile(step_ms, 0.1),
+        "p90": percentile(step_ms, 0.9),
+        "p25": percentile(step_ms, 0.25),  # the quartiles: the window's noise, IQR/median
+        "p75": percentile(step_ms, 0.75),
+        "mean": total_ms / n,
+    }
+    wait_s = sum(loop.data_wait_ms) / 1e3
+    result.timers = {
+        "data_wait": wait_s * 1e3 / total_ms,
+        "h2d": sum(clock.ms(m[0], m[1]) for m in marks) / total_ms,
+        "compute": sum(clock.ms(m[1], m[2]) for m in marks) / total_ms,
+        "optimizer": sum(clock.ms(m[2], m[3]) for m in marks) / total_ms,
+        "step_ms": total_ms / n,
+        # Pages the training process faulted in per step (freshly mapped memory, zeroed by
+        # the kernel): the symptom of an allocator that unmaps what the step frees.
+        "page_faults_per_step": loop.page_faults / n,
+        # The share of the loader's time its processes spent on a CPU: near 1, loading is
+        # computation (decode, augment) and workers beyond the cores cannot help; near 0, it
+        # waits (storage, network, a sleep) and more workers than cores can.
+        "loader_cpu_share": loader_cpu_share(workers, loop.data_cpu_s, wait_s,
+                                              loop.workers_cpu_s, loop.elapsed_s),
+        # Epochs begun inside the window, and the share of it spent getting their first
+        # batches: without persistent workers, shutting down and starting up every worker.
+        "epoch_starts": loop.epoch_starts,
+        "epoch_start_share": loop.epoch_start_s * 1e3 / total_ms,
+    }
+
+
+def report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
+                   batch_size: int) -> bool:
+    """For every chunk edge the device has reached, add the window's throughput so far (from
+    its start to that edge) to the heartbeat: what the pruner reads. Return whether there was
+    one. Never waits for the device. Cumulative, so that one slow chunk late in a good
+    trial (another process took the cores for a moment) does not condemn it, while a trial
+    that is slow from the start is caught at its first edge."""
+    new = False
+    start = edges[0][0]
+    while len(progress.chunks) < len(edges) - 1:
+        edge, steps = edges[len(progress.chunks) + 1]
+        if not clock.done(edge):
+            break
+        progress.chunks.append(steps * batch_size / (clock.ms(start, edge) / 1e3))
+        new = True
+    return new
+
+

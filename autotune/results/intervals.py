@@ -1,0 +1,90 @@
+"""How sure a speedup is: paired rounds → a ratio with a 95% confidence interval.
+
+A comparison on a shared machine is run as rounds: in each round the candidate and the
+baseline are measured once, in random order (Abedi and Brecht, ICPE 2017: randomized multiple
+interleaved trials), so whatever the machine does over minutes hits both alike and cancels in
+the round's ratio. The speedup is the geometric mean of the rounds' ratios; its interval is a
+Student-t interval on the log ratios. Why t and not a bootstrap: confirmation stops after as
+few as 3 rounds, where a percentile bootstrap's interval is known to be too narrow (it can
+never be wider than the rounds' own range); t on log ratios is exact for log-normal timing
+noise and honest at small n. One definition for confirmation (search/confirm.py) and for
+production parity (``autotune verify``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Student's t, two-sided 95% (0.975 quantile), by degrees of freedom 1..30; beyond, normal.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+#: Rounds below which no interval is stated (two ratios cannot estimate their own spread).
+MIN_ROUNDS = 3
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.960
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A speedup (candidate over baseline) with its 95% interval over ``rounds`` paired rounds.
+    ``low``/``high`` are 0 and inf below MIN_ROUNDS: nothing is known about the spread yet."""
+
+    point: float
+    low: float
+    high: float
+    rounds: int
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width relative to the point: ±5% is 0.05."""
+        if not math.isfinite(self.high) or self.point <= 0:
+            return math.inf
+        return (self.high - self.low) / 2 / self.point
+
+    @property
+    def known(self) -> bool:
+        return math.isfinite(self.high)
+
+    def above(self, value: float = 1.0) -> bool:
+        """Whether the whole interval lies above ``value``: a speedup the data support."""
+        return self.known and self.low > value
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def text(self) -> str:
+        """"1.38x, 95% CI 1.31-1.45x, 6 rounds" (the words best.yaml, the summary and the
+        report all use)."""
+        if not self.known:
+            return f"{self.point:.2f}x ({self.rounds} round(s): too few for an interval)"
+        return f"{self.point:.2f}x, 95% CI {self.low:.2f}-{self.high:.2f}x, {self.rounds} rounds"
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"speedup": round(self.point, 3),
+                "ci_low": round(self.low, 3) if self.known else None,
+                "ci_high": round(self.high, 3) if self.known else None,
+                "rounds": self.rounds}
+
+
+def paired_speedup(candidate: Sequence[float], baseline: Sequence[float]) -> Interval:
+    """The candidate's speedup over the baseline from rounds measured side by side:
+    ``candidate[i]`` and ``baseline[i]`` are throughputs of the same round (pairs where either
+    is missing or not positive are dropped)."""
+    logs = [math.log(c / b) for c, b in zip(candidate, baseline, strict=False)
+            if c and b and c > 0 and b > 0]
+    n = len(logs)
+    if n == 0:
+        return Interval(math.nan, 0.0, math.inf, 0)
+    mean = statistics.fmean(logs)
+    if n < MIN_ROUNDS:
+        return Interval(math.exp(mean), 0.0, math.inf, n)
+    half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+

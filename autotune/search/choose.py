@@ -1,0 +1,98 @@
+"""Which finalist the confirmation's rounds support (pure: figures in, decision out).
+
+Each finalist's speedup over the baseline comes from the rounds as paired ratios with a 95%
+interval (results/intervals.py). A finalist whose interval lies wholly below the leader's is
+dropped from further rounds (racing, as irace does: rounds go to the configurations still in
+question). When the leader's interval overlaps others', the data cannot tell them apart: that
+is a tie, said in words, and broken toward a configuration whose speedup the data support, then
+the one that changes fewer knobs from the user's own (then lower peak memory), never toward
+the luckiest window. A speedup is exported only when its whole interval lies above 1.0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One finalist as the choice sees it: its interval and what a tie is broken on."""
+
+    number: int
+    interval: Interval
+    changed: int  # knobs that differ from the baseline's
+    peak_memory_gb: float
+
+
+def interval_of(runs: Sequence[float | None], base: Sequence[float | None],
+                contended: Sequence[bool] = ()) -> Interval:
+    """The speedup over the rounds where both were measured. Rounds with a contended window
+    on either side are left out while at least MIN_ROUNDS quiet ones remain (contention hits
+    one side of a pair, not both: the ratio is then the machine's, not the configuration's)."""
+    pairs = [(c, b, bool(contended[i]) if i < len(contended) else False)
+             for i, (c, b) in enumerate(zip(runs, base, strict=False)) if c and b]
+    quiet = [(c, b) for c, b, busy in pairs if not busy]
+    use = quiet if len(quiet) >= MIN_ROUNDS else [(c, b) for c, b, _ in pairs]
+    return paired_speedup([c for c, _ in use], [b for _, b in use])
+
+
+def changed_knobs(knobs: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k, v in knobs.items() if baseline.get(k) != v)
+
+
+def still_racing(cands: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates whose interval reaches the leader's: the others are settled below it."""
+    if not cands:
+        return []
+    lead = max(cands, key=lambda c: c.interval.point)
+    if not lead.interval.known:
+        return list(cands)
+    return [c for c in cands if not c.interval.known or c.interval.high >= lead.interval.low]
+
+
+def precise(cands: Sequence[Candidate], precision: float) -> bool:
+    """Every candidate still in question is known to +-precision."""
+    return all(c.interval.half_width <= precision for c in cands)
+
+
+def pick(cands: Sequence[Candidate]) -> tuple[Candidate, list[Candidate]]:
+    """The winner and the candidates it tied with. The leader is the highest point estimate;
+    the tie is every candidate whose interval overlaps the leader's; within it, one whose
+    speedup the data support (interval above 1.0) before one they do not, then fewer changed
+    knobs, then lower peak memory, then the higher point."""
+    lead = max(cands, key=lambda c: c.interval.point)
+    if not lead.interval.known:
+        return lead, []
+    tied = [c for c in cands if c is lead or (c.interval.known and c.interval.overlaps(lead.interval))]
+    winner = min(tied, key=lambda c: (not c.interval.above(1.0), c.changed, c.peak_memory_gb,
+                                      -c.interval.point))
+    return winner, [c for c in tied if c is not winner]
+
+
+def tie_words(winner: Candidate, others: Sequence[Candidate]) -> str | None:
+    """The tie in words, for the summary and the report."""
+    if not others:
+        return None
+    names = ", ".join(f"trial {c.number} ({c.interval.text()}, {c.changed} knob(s) changed)"
+                      for c in others)
+    return (f"trial {winner.number} ({winner.interval.text()}, {winner.changed} knob(s) "
+            f"changed) ties with {names}: their intervals overlap, so the data cannot rank "
+            "them; the tie goes to the configuration that changes fewer knobs from yours, "
+            "then to lower peak memory")
+
+
+def window_noise(runs: Mapping[Any, Sequence[float | None]]) -> float:
+    """How much windows of one configuration differ: the median over configurations of their
+    coefficient of variation (standard deviation / mean; pyperf warns above 10%)."""
+    cvs = [cv([v for v in vals if v]) for vals in runs.values()]
+    cvs = [c for c in cvs if c > 0]
+    return statistics.median(cvs) if cvs else 0.0
+
+
+def cv(values: Sequence[float]) -> float:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else 0.0

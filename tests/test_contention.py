@@ -1,0 +1,209 @@
+"""A window states the load it saw: beside a real CPU hog it is contended, with the hog's
+share named; on a quiet machine it is not; a GPU reading without NVML is a clean "not
+available"."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.core.env import Env
+from autotune.core.knobs import build_space
+from autotune.measure.contention import between, snapshot
+from autotune.measure.nvml import GpuReader, gpu_between
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
+from autotune.workloads.mlp import MLPWorkload
+from tests.conftest import TINY_WINDOW
+
+HOG_PY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\n"
+
+
+@contextmanager
+def cpu_hog(seconds: float = 120) -> Iterator[None]:
+    """One busy core for the block: stress-ng where installed (CI installs it), else a Python
+    busy loop. Started through a shell that exits at once, so the hog is nobody's child here:
+    another user's job, not part of the measured process tree."""
+    if shutil.which("stress-ng"):
+        cmd = f"stress-ng --cpu 1 --timeout {int(seconds)}s --quiet"
+    else:
+        cmd = f"{shlex.quote(sys.executable)} -c {shlex.quote(HOG_PY.format(s=seconds))}"
+    shell = subprocess.Popen(["sh", "-c", f"{cmd} >/dev/null 2>&1 &"], start_new_session=True)
+    shell.wait()
+    try:
+        time.sleep(1.0)  # let it start spinning
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+
+
+def _work(seconds: float) -> None:
+    """What a CPU trial does: matmuls on torch's intra-op threads (one per core)."""
+    a = torch.randn(256, 256)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        a = torch.tanh(a @ a)
+
+
+def _measure(seconds: float = 3.0) -> dict:
+    start = snapshot()
+    _work(seconds)
+    return between(start, snapshot())
+
+
+def _machine_is_quiet() -> bool:
+    """Nothing else ran on the machine over a second: the quiet-machine assertion holds only
+    then (a test that fails because CI is busy would be a bug of its own)."""
+    a = snapshot()
+    time.sleep(1.0)
+    return between(a, snapshot()).get("other_cpu_cores", 0.0) < 0.2
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
+def test_a_window_beside_a_cpu_hog_is_contended_and_names_the_load() -> None:
+    if (os.cpu_count() or 1) > 8:
+        pytest.skip("one busy core is under the contention threshold on a large machine")
+    with cpu_hog():
+        load = _measure()
+    assert load["contended"], load
+    assert load["other_cpu_cores"] >= 0.5
+    assert load["runqueue_wait_share"] > 0.0
+    assert any("other processes used" in r for r in load["reasons"]), load["reasons"]
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
+def test_a_window_on_a_quiet_machine_is_not_contended() -> None:
+    if not _machine_is_quiet():
+        pytest.skip("the machine is busy with other work: no quiet reading can be taken")
+    load = _measure()
+    if load["other_cpu_cores"] >= 0.2:
+        pytest.skip(f"other work started during the reading ({load['other_cpu_cores']} cores)")
+    assert not load["contended"], load
+    assert "reasons" not in load
+
+
+def test_a_real_trial_window_beside_a_hog_records_its_contention(tmp_path: Path,
+                                                                cpu_env: Env) -> None:
+    """The trial process itself takes the readings and hands them back in its WindowResult."""
+    knobs = build_space(cpu_env, MLPWorkload(), {}).baseline
+    req = TrialRequest(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"},
+                       knobs=knobs, device="cpu",
+                       window={**TINY_WINDOW, "measure_steps": 400, "measure_seconds": 4.0})
+    with cpu_hog():
+        result = run_window(req, tmp_path / "w")
+    assert result.ok, result.error
+    assert result.contention["contended"], result.contention
+    assert result.contention["other_cpu_cores"] >= 0.5
+
+
+def test_without_nvml_a_gpu_reading_is_a_clean_not_available() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: see the gpu-marked test")
+    reader = GpuReader(0)
+    assert not reader.available
+    assert reader.reason.startswith("NVML not available")
+    reading = reader.read()
+    assert reading == {"available": False, "reason": reader.reason}
+    figures, reasons = gpu_between(reading, reader.read(), 1.0)
+    assert reasons == []
+    # and a window snapshot with that reader carries it without failing
+    load = between(snapshot(reader), snapshot(reader))
+    assert load["contended"] is False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_nvml_readings_are_taken_on_a_gpu() -> None:
+    reader = GpuReader(0)
+    assert reader.available, reader.reason
+    a = reader.read()
+    x = torch.randn(4096, 4096, device="cuda")
+    for _ in range(50):
+        x = x @ x
+        x = x / x.norm()
+    torch.cuda.synchronize()
+    b = reader.read()
+    figures, _ = gpu_between(a, b, 1.0)
+    assert a["sm_clock_max_mhz"] and b["sm_clock_mhz"] is not None
+    assert "utilization_pct" in b and "others" in b
+    assert figures, figures
+
+
+def test_a_contended_window_is_measured_again_and_keeps_its_earlier_reading(
+        tmp_path: Path, cpu_env: Env) -> None:
+    """The driver re-measures a window taken beside a hog after a short wait; a hog that stays
+    leaves the last reading, contended, with the earlier one kept beside it."""
+    from autotune.search.contended import measure_settled
+
+    knobs = build_space(cpu_env, MLPWorkload(), {}).baseline
+    req = TrialRequest(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"},
+                       knobs=knobs, device="cpu",
+                       window={**TINY_WINDOW, "measure_steps": 400, "measure_seconds": 3.0})
+    with cpu_hog():
+        result = measure_settled(lambda r, d: run_window(r, d), req, tmp_path / "w", "trial 0",
+                                 lambda: None, retries=1, wait_s=0.5)
+    assert result.ok and result.contention["contended"], result.contention
+    earlier = result.contention["earlier"]
+    assert len(earlier) == 1 and earlier[0]["samples_per_sec"] > 0
+    assert any("other processes used" in r for r in earlier[0]["reasons"])
+
+
+def test_a_chunk_read_under_contention_never_prunes(tmp_path: Path) -> None:
+    """Far below the best, a chunk prunes the trial; the same chunk read while other processes
+    held the cores does not (nor does it count against the trial later)."""
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
+    from autotune.measure.runner import Watch
+    from autotune.results.record import set_trial_attrs
+    from autotune.search.study import Driver
+
+    window = {**TINY_WINDOW, "profile": False}
+    cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",
+                 study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False),
+                 window=WindowConfig(**window))
+    setup = build_setup(cfg, [f"window.{k}={v}" for k, v in window.items()])[0]
+    driver = Driver(setup)
+    driver.prepare()
+    assert driver.run(1) == 1
+    best = driver.study.best_value
+    trial = driver.study.ask()
+    set_trial_attrs(trial, {"knobs": setup.space.baseline})
+    check = driver.pruning_check(trial)
+    assert check is not None
+    slow = [best / 100]
+    assert check(Watch(stage="measure", chunks=slow, contended=True)) is None
+    assert "under half the best" in (check(Watch(stage="measure", chunks=slow)) or "")
+
+
+def test_a_machine_that_stays_busy_is_not_waited_for_trial_after_trial() -> None:
+    """Two trials whose windows stayed contended through their re-measurements: the load is
+    not passing, so the next windows are taken once (their load named) until one is quiet."""
+    from autotune.diagnose.thresholds import CONTENDED_RETRIES
+    from autotune.measure.protocol import WindowResult
+    from autotune.search.contended import BusyMachine
+
+    busy = WindowResult(outcome="ok", contention={"contended": True})
+    quiet = WindowResult(outcome="ok", contention={"contended": False})
+    failed = WindowResult(outcome="crash")
+    machine = BusyMachine()
+    assert machine.retries() == CONTENDED_RETRIES
+    machine.saw(busy)
+    machine.saw(failed)  # a failed trial says nothing about the load
+    assert machine.retries() == CONTENDED_RETRIES
+    machine.saw(busy)
+    assert machine.retries() == 0 and machine.retries() == 0
+    machine.saw(quiet)
+    assert machine.retries() == CONTENDED_RETRIES

@@ -1,0 +1,90 @@
+"""A study that could not measure says so: its confirmation ended on its budget while most
+windows were contended (or noisy), so best.yaml, the summary and the report name the load,
+export the user's own configuration instead of a speedup the intervals do not support, and the
+exit code says it. A quiet study with the same figures says nothing of the kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from autotune.results.export import best_document
+from autotune.results.intervals import paired_speedup
+from autotune.results.record import set_study_attrs
+from autotune.results.report_data import gather
+from autotune.results.report_html import markdown
+from autotune.results.trust import could_not_measure
+from autotune.search.choose import still_racing
+from autotune.search.confirm import candidates_of, decide, load_summary
+from autotune.search.summary import confirmation_lines
+
+BUSY = {"contended": True, "cpus": 2, "other_cpu_cores": 1.0, "runqueue_wait_share": 0.4,
+        "reasons": ["other processes used 1.0 of 2 cores and the trial waited for a CPU 40% "
+                    "of the time it wanted one"]}
+QUIET = {"contended": False, "cpus": 2, "other_cpu_cores": 0.02, "runqueue_wait_share": 0.01}
+
+
+def _study(load: dict[str, Any], stopped: str, noise: float) -> optuna.Study:
+    """A stored study: the baseline (trial 0) and one faster-looking trial, both measured under
+    ``load``, and a confirmation of 4 rounds whose interval for trial 1 includes 1.0."""
+    study = optuna.create_study(direction="maximize")
+    dist = {"amp": CategoricalDistribution(["off", "bf16"])}
+    for n, (amp, value) in enumerate((("off", 100.0), ("bf16", 130.0))):
+        study.add_trial(optuna.trial.create_trial(
+            params={"amp": amp}, distributions=dist, value=value,
+            user_attrs={"knobs": {"amp": amp}, "outcome": "ok", "samples_per_sec": value,
+                        "source": "baseline" if n == 0 else "sampler",
+                        "peak_memory_gb": 1.0, "contention": load},
+            system_attrs={"constraints": [-1.0]}))
+    runs = {"1": [130.0, 95.0, 120.0, 85.0], "0": [100.0, 100.0, 100.0, 100.0]}
+    iv = paired_speedup(runs["1"], runs["0"])
+    record: dict[str, Any] = {
+        "method": "randomized interleaved rounds", "finalists": [1], "baseline_trial": 0,
+        "rounds": 4, "order": [[0, 1]] * 4, "runs": runs,
+        "contended": {n: [load["contended"]] * 4 for n in runs},
+        "intervals": {"1": {**iv.as_dict(), "changed": 1, "peak_memory_gb": 1.0}},
+        "dropped": [], "stopped": stopped, "precision": 0.05, "budget_s": 300.0,
+        "spent_s": 310.0, "window_noise": noise, "load": load_summary([load] * 8),
+        "loads": [load] * 8, "failures": []}
+    set_study_attrs(study, {"confirmation": decide(record, still_racing(candidates_of(record)),
+                                                   0.05)})
+    set_study_attrs(study, {"device": {"device": "cpu", "device_name": "test"}})
+    return study
+
+
+def test_a_busy_study_names_the_load_and_keeps_the_users_configuration() -> None:
+    study = _study(BUSY, "budget", noise=0.15)
+    said = could_not_measure(study)
+    assert said is not None
+    assert "too busy to measure" in said
+    assert "other processes used 1.0 of 2 cores during 10 of 10 windows" in said
+    assert "no speedup is exported" in said and "confirm_budget_s=300.0" in said
+
+    doc = best_document(study, "sqlite:///x.db")
+    assert doc is not None
+    assert doc["best_trial"] == 0 and doc["knobs"] == {"amp": "off"} and doc["speedup"] == 1.0
+    assert doc["speedup_text"].startswith("none shown: the fastest finalist, trial 1")
+    assert "includes 1.0" in doc["speedup_text"]
+    assert doc["contention"]["could_not_measure"] == said
+
+    lines = " ".join(confirmation_lines(doc))
+    assert "speedup: none shown" in lines and "load: other processes used 1.0 of 2 cores" in lines
+    page = markdown(gather(study, "sqlite:///x.db"))
+    assert "Could not measure" in page and "none shown" in page
+
+
+def test_a_quiet_study_with_the_same_figures_is_not_called_unmeasurable() -> None:
+    study = _study(QUIET, "budget", noise=0.04)
+    assert could_not_measure(study) is None
+    doc = best_document(study, "sqlite:///x.db")
+    assert doc is not None and doc["contention"]["windows"] == "no window was contended"
+    # Still no speedup its interval does not support: the user's configuration stays.
+    assert doc["best_trial"] == 0 and doc["speedup_text"].startswith("none shown")
+    assert "Could not measure" not in markdown(gather(study, "sqlite:///x.db"))
+
+
+def test_a_confirmation_that_reached_its_precision_is_trusted_under_load() -> None:
+    """Contended windows, but the rounds still pinned the speedup down: nothing to refuse."""
+    assert could_not_measure(_study(BUSY, "precision", noise=0.15)) is None
