@@ -1,8 +1,8 @@
 """autotune: profiled, automatic tuning of PyTorch training speed.
 
-The public surface: what a production run imports (``Runtime``, ``load_best``, ``Meter``,
-``Training``) and what a user implements (``Workload``, ``Stage``). The package's parts are
-its subpackages (README "Layout")."""
+The public surface: running a study from Python (``tune``, ``verify``), what a production run
+imports (``Runtime``, ``load_best``, ``Meter``, ``Training``) and what a user implements
+(``Workload``, ``Stage``). The package's parts are its subpackages (README "Layout")."""
 
 from importlib.metadata import PackageNotFoundError, version
 
@@ -19,5 +19,20 @@ from autotune.production.environment_check import EnvironmentChanged  # noqa: E4
 from autotune.production.meter import Meter, SlowerThanMeasured  # noqa: E402
 from autotune.production.runtime import KnobOverridden, Runtime  # noqa: E402
 
-__all__ = ["BestConfig", "EnvironmentChanged", "KnobOverridden", "Meter", "Runtime",
-           "SlowerThanMeasured", "Stage", "Training", "Workload", "__version__", "load_best"]
+__all__ = ["BestConfig", "ConfigError", "CouldNotMeasure", "EnvironmentChanged", "KnobOverridden",  # noqa: F822
+           "Meter", "NothingExported", "RegressionFound", "Runtime", "SlowerThanMeasured", "Stage",
+           "StudyError", "StudyInterrupted", "Training", "Workload", "__version__", "load_best",
+           "tune", "verify"]
+
+#: Running a study from Python (autotune/cli/api.py), imported on first use: a trial process
+#: and a production run import ``autotune`` too, and neither needs the study driver.
+_API = ("tune", "verify", "StudyError", "ConfigError", "NothingExported", "RegressionFound",
+        "CouldNotMeasure", "StudyInterrupted")
+
+
+def __getattr__(name: str) -> object:
+    if name in _API:
+        from autotune.cli import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -15,7 +15,9 @@ import autotune
 from autotune.core.workload import build_workload, resolve_target
 
 PUBLIC = ["Runtime", "load_best", "BestConfig", "Workload", "Stage", "Meter", "Training",
-          "KnobOverridden", "EnvironmentChanged", "SlowerThanMeasured", "__version__"]
+          "KnobOverridden", "EnvironmentChanged", "SlowerThanMeasured", "__version__",
+          "tune", "verify", "StudyError", "ConfigError", "NothingExported", "RegressionFound",
+          "CouldNotMeasure", "StudyInterrupted"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
@@ -23,10 +25,22 @@ def test_public_names_import_from_the_top(name: str) -> None:
     assert hasattr(autotune, name), name
 
 
+def test_importing_autotune_loads_no_driver() -> None:
+    """A trial process and a production run import autotune; the study driver (search) comes
+    with tune/verify only, on first use."""
+    code = ("import sys, autotune; print(any(m.startswith('autotune.search') "
+            "or m.startswith('autotune.cli') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
 @pytest.mark.parametrize("path", [
     "autotune.adapters.hf.HFWorkload", "autotune.adapters.hf.training_arguments_kwargs",
     "autotune.adapters.lightning.LightningWorkload", "autotune.adapters.lightning.prepare_module",
     "autotune.adapters.lightning.trainer_kwargs", "autotune.adapters.lightning.dataloader_kwargs",
+    "autotune.adapters.hf.tune", "autotune.adapters.hf.apply", "autotune.adapters.hf.HFTuned",
+    "autotune.adapters.lightning.tune", "autotune.adapters.lightning.prepare_datamodule",
+    "autotune.adapters.lightning.LightningTuned", "autotune.core.shipping.CannotTravel",
     "autotune.workloads.resnet18.ResNet18Workload", "autotune.workloads.gpt.GPTWorkload",
     "autotune.workloads.mlp.MLPWorkload", "autotune.workloads.jpeg_folder.JPEGFolderWorkload",
 ])

@@ -45,8 +45,24 @@ def accumulation(best: Mapping[str, Any]) -> int:
 
 
 def environment(knobs: Mapping[str, Any]) -> dict[str, str]:
-    """Environment variables the configuration needs set before the training process starts."""
-    return dict(RETAIN_ENV) if knobs.get("host_allocator") == "retain" else {}
+    """Environment variables that set, for a process started with them, what the adapters'
+    ``apply`` / ``prepare_module`` set in a running one: glibc's allocator and the threads."""
+    env = dict(RETAIN_ENV) if knobs.get("host_allocator") == "retain" else {}
+    if knobs.get("cpu_threads"):
+        env["OMP_NUM_THREADS"] = str(int(knobs["cpu_threads"]))
+    return env
+
+
+#: Knobs no framework argument holds: the adapters set them in the user's process.
+IN_PROCESS = {"host_allocator": "default", "cpu_threads": None, "cudnn_benchmark": False,
+              "pad_to_multiple_of": None}
+
+
+def in_process(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The measured knobs that only the adapters' in-process call applies (not their
+    framework's own arguments), where they differ from leaving things as they are."""
+    return {k: knobs[k] for k, neutral in IN_PROCESS.items()
+            if k in knobs and knobs[k] != neutral}
 
 
 def load_object(path: str, args: Mapping[str, Any] | None, what: str) -> Any:

@@ -1,5 +1,6 @@
-"""A Hugging Face ``transformers`` model, a dataset and a data collator as an autotune Workload;
-the result as ``TrainingArguments`` fields.
+"""A Hugging Face ``transformers`` model, a dataset and a data collator as an autotune Workload
+(the trial side of the adapter; the user-facing module is ``autotune.adapters.hf``), and the
+result as ``TrainingArguments`` fields.
 
     autotune workload._target_=autotune.adapters.hf.HFWorkload \\
         +workload.model=transformers.GPT2LMHeadModel \\
@@ -28,6 +29,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
+from autotune.core.batch import measure_shapes
+from autotune.core.shipping import Shipped
 from autotune.core.workload import Workload, WorkloadError, resolve_target
 
 #: TrainingArguments.optim values and the optimizer_impl knob they are.
@@ -63,16 +66,29 @@ class HFWorkload(Workload):
         "set_to_none": ([True], "the Trainer calls model.zero_grad(), which sets gradients to None"),
         "optimizer_impl": (["default", "fused"], "TrainingArguments.optim offers adamw_torch "
                                                  "(torch's default) and adamw_torch_fused"),
-        "cudnn_benchmark": ([False], "TrainingArguments has no cudnn.benchmark field"),
-        "host_allocator": (["default"], "TrainingArguments cannot set glibc's allocator"),
     }
+    #: The verify side for this workload: the user's Trainer.train (autotune/search/verify.py).
+    verifier = "autotune.adapters.hf_verify"
 
     def __init__(self, model: str, dataset: str, config: str | None = None,
                  config_args: Mapping[str, Any] | None = None,
                  model_args: Mapping[str, Any] | None = None,
                  dataset_args: Mapping[str, Any] | None = None, collator: str | None = None,
                  collator_args: Mapping[str, Any] | None = None,
-                 training_args: Mapping[str, Any] | None = None, static_shapes: bool = True):
+                 training_args: Mapping[str, Any] | None = None,
+                 static_shapes: bool | None = None):
+        """``static_shapes``: None measures it (8 batches drawn through the collator: a
+        padding collator gives batches of varying shapes); True/False states it."""
+        training_argument_fields()  # transformers first: without it, say which extra to install
+        self.model_path, self.config_path = model, config
+        self.config_args, self.model_args = dict(config_args or {}), dict(model_args or {})
+        self.dataset_path = dataset
+        self._configure(training_args, load_object(dataset, dataset_args, "dataset"),
+                        _collator(collator, collator_args), static_shapes)
+
+    def _configure(self, training_args: Mapping[str, Any] | None, data: Dataset,
+                   collator: Callable[[list[Any]], Any], static_shapes: bool | None) -> None:
+        """What both ways in (import paths, a live Trainer's objects) set up alike."""
         fields = training_argument_fields()
         self.args = dict(training_args or {})
         unknown = sorted(k for k in self.args if k not in fields)
@@ -83,15 +99,15 @@ class HFWorkload(Workload):
         self.full_args = {k: self.args.get(k, fields[k]) for k in _STEP_FIELDS + _SPEED_FIELDS}
         if self.full_args["optim"] not in OPTIM_IMPL:
             raise WorkloadError(
-                f"workload.training_args.optim={self.full_args['optim']!r}: the adapter measures "
+                f"training_args.optim={self.full_args['optim']!r}: the adapter measures "
                 f"{' and '.join(OPTIM_IMPL)} (PyTorch's AdamW); other optimizers are not supported.")
-        self.model_path, self.config_path = model, config
-        self.config_args, self.model_args = dict(config_args or {}), dict(model_args or {})
-        self.data = load_object(dataset, dataset_args, "dataset")
-        self.dataset_path = dataset
-        self.collator = _collator(collator, collator_args)
-        self.static_shapes = static_shapes
-        self.defaults = _defaults(self.full_args)
+        self.data, self.collator = data, collator
+        self.pads_batches = hasattr(collator, "pad_to_multiple_of")
+        self.defaults = {**_defaults(self.full_args),
+                         "pad_to_multiple_of": getattr(collator, "pad_to_multiple_of", None)}
+        self.input_shapes = measure_shapes(data, collator, self.defaults["batch_size"])
+        self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
+                              else bool(static_shapes))
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         return self.data
@@ -147,6 +163,33 @@ class HFWorkload(Workload):
     @classmethod
     def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {"training_args.yaml": training_arguments_kwargs(best)}
+
+
+class HFTrainerWorkload(HFWorkload):
+    """A live ``transformers.Trainer``'s objects, shipped to the trial processes by
+    ``autotune.adapters.hf.tune(trainer)`` (autotune/core/shipping.py): its model, its train
+    dataset and collator (as its own train DataLoader gets them: unused columns removed), and
+    its TrainingArguments fields."""
+
+    def __init__(self, objects: str, name: str = "hf-trainer", static_shapes: bool | None = None):
+        self.shipped = Shipped(objects)
+        self.model_path, self.config_path = self.shipped["model_name"], None
+        self.dataset_path = f"the Trainer's train_dataset ({self.shipped['dataset_name']})"
+        self.name = name
+        self._configure(self.shipped["training_args"], self.shipped["dataset"],
+                        self.shipped["collator"], static_shapes)
+
+    def model(self) -> nn.Module:
+        """A fresh copy of the user's model each call (the shipped bytes loaded again): every
+        trial starts from the same weights, frozen parameters and adapters included."""
+        built = self.shipped.fresh("model")
+        if not isinstance(built, nn.Module):
+            raise WorkloadError(f"the Trainer's model is a {type(built).__name__}, not a torch "
+                                "nn.Module.")
+        return built
+
+    def describe(self) -> str:
+        return f"hf Trainer: {self.model_path} on {self.dataset_path}"
 
 
 #: TrainingArguments fields that decide the step's arithmetic (not searched, kept as given).

@@ -1,4 +1,5 @@
-"""A user's LightningModule and its data as an autotune Workload; the result as Trainer and
+"""A user's LightningModule and its data as an autotune Workload (the trial side of the
+adapter; the user-facing module is ``autotune.adapters.lightning``); the result as Trainer and
 DataLoader arguments.
 
     autotune workload._target_=autotune.adapters.lightning.LightningWorkload \\
@@ -23,7 +24,6 @@ batched by autotune's loader knobs; trial 0 uses the DataModule's own loader set
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -32,8 +32,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.adapters import accumulation, best_document, environment, load_object
-from autotune.core.training import loader_kwargs, optimizer_kwargs
+from autotune.adapters import accumulation, best_document, environment, in_process, load_object
+from autotune.core.batch import measure_shapes, tensors
+from autotune.core.shipping import Shipped
+from autotune.core.training import loader_kwargs, optimizer_kwargs, set_optimizer_impl
 from autotune.core.workload import Workload, WorkloadError
 
 #: Trainer(precision=...) values and the amp knob they are.
@@ -96,27 +98,55 @@ class LightningWorkload(Workload):
                                 "gradients to None"),
         "non_blocking": ([True], "Lightning copies batches to CUDA with non_blocking=True"),
     }
+    #: The verify side for this workload: the user's Trainer.fit (autotune/search/verify.py).
+    verifier = "autotune.adapters.lightning_verify"
 
     def __init__(self, module: str, module_args: Mapping[str, Any] | None = None,
                  datamodule: str | None = None, datamodule_args: Mapping[str, Any] | None = None,
                  dataloader: str | None = None, dataloader_args: Mapping[str, Any] | None = None,
                  precision: str | int = "32-true", image_inputs: bool = False,
-                 static_shapes: bool = True):
+                 static_shapes: bool | None = None):
+        """``static_shapes``: None measures it (8 batches drawn through the loader's collate
+        function); True/False states it."""
         self.pl = _lightning()
         self.module_path, self.module_args = module, dict(module_args or {})
+        self.datamodule_spec = (datamodule, datamodule_args)
+        self.loader = self._train_loader(datamodule, datamodule_args, dataloader, dataloader_args)
+        self.source = datamodule or dataloader or f"{module}.train_dataloader()"
+        self._configure({"precision": precision}, image_inputs, static_shapes)
+
+    def _configure(self, trainer_kwargs: Mapping[str, Any], image_inputs: bool,
+                   static_shapes: bool | None) -> None:
+        """What both ways in (import paths, live objects) set up alike, from the loader and the
+        user's Trainer arguments (``precision`` is the baseline's amp)."""
+        self.trainer_kwargs = dict(trainer_kwargs)
+        precision = self.trainer_kwargs.get("precision", "32-true")
         if str(precision) not in PRECISION_AMP:
             raise WorkloadError(
-                f"workload.precision={precision!r} is not one autotune measures: use one of "
+                f"precision={precision!r} is not one autotune measures: use one of "
                 f"{', '.join(PRECISION_AMP)} (mixed precision is torch.autocast, as the amp knob; "
                 "'bf16-true' / '16-true' cast the weights and are not searched)."
             )
-        self.image_inputs, self.static_shapes = image_inputs, static_shapes
-        self.loader = self._train_loader(datamodule, datamodule_args, dataloader, dataloader_args)
-        self.source = datamodule or dataloader or f"{module}.train_dataloader()"
-        self.defaults = {**_loader_defaults(self.loader), "amp": PRECISION_AMP[str(precision)]}
+        self.image_inputs = image_inputs
+        collate = self.loader.collate_fn
+        self.pads_batches = hasattr(collate, "pad_to_multiple_of")
+        self.defaults = {**_loader_defaults(self.loader), "amp": PRECISION_AMP[str(precision)],
+                         "pad_to_multiple_of": getattr(collate, "pad_to_multiple_of", None)}
+        self.input_shapes = measure_shapes(self.loader.dataset, collate,
+                                           self.defaults["batch_size"])
+        self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
+                              else bool(static_shapes))
 
     def _new_module(self) -> Any:
-        module = load_object(self.module_path, self.module_args, "module")
+        return self._checked(load_object(self.module_path, self.module_args, "module"))
+
+    def new_datamodule(self) -> Any:
+        """A fresh DataModule as the user's code builds it (None: the data is a DataLoader
+        factory's or the module's own): what verify hands to Trainer.fit."""
+        path, args = self.datamodule_spec
+        return load_object(path, args, "datamodule") if path else None
+
+    def _checked(self, module: Any) -> Any:
         if not isinstance(module, self.pl.LightningModule):
             raise WorkloadError(f"module={self.module_path!r} built a {type(module).__name__}, "
                                 "not a lightning.pytorch.LightningModule.")
@@ -130,26 +160,24 @@ class LightningWorkload(Workload):
     def _train_loader(self, datamodule: str | None, datamodule_args: Mapping[str, Any] | None,
                       dataloader: str | None, dataloader_args: Mapping[str, Any] | None) -> DataLoader:
         if datamodule:
-            dm = load_object(datamodule, datamodule_args, "datamodule")
-            if not isinstance(dm, self.pl.LightningDataModule):
-                raise WorkloadError(f"datamodule={datamodule!r} built a {type(dm).__name__}, "
-                                    "not a lightning.pytorch.LightningDataModule.")
-            dm.prepare_data()
-            dm.setup("fit")
-            loader = dm.train_dataloader()
+            loader = self._datamodule_loader(load_object(datamodule, datamodule_args,
+                                                         "datamodule"), datamodule)
         elif dataloader:
             loader = load_object(dataloader, dataloader_args, "dataloader")
         else:
             # A module built only for its loader: model() builds the trained one after
             # Training seeds the RNG, so its initial weights are the same in every trial.
             loader = self._new_module().train_dataloader()
-        where = datamodule or dataloader or f"{self.module_path}.train_dataloader()"
-        if not isinstance(loader, DataLoader) or loader.batch_size is None:
-            raise WorkloadError(
-                f"{where} gave {type(loader).__name__}: the Lightning adapter needs one "
-                "torch DataLoader with a batch_size (not a batch_sampler, a dict of loaders or "
-                "a CombinedLoader), since autotune rebuilds it with the loader knobs.")
-        return loader
+        return _checked_loader(loader, datamodule or dataloader or
+                               f"{self.module_path}.train_dataloader()")
+
+    def _datamodule_loader(self, dm: Any, where: str) -> DataLoader:
+        if not isinstance(dm, self.pl.LightningDataModule):
+            raise WorkloadError(f"datamodule={where!r} is a {type(dm).__name__}, not a "
+                                "lightning.pytorch.LightningDataModule.")
+        dm.prepare_data()
+        dm.setup("fit")
+        return dm.train_dataloader()
 
     # --- the Workload protocol -------------------------------------------------------------
     def dataset(self, transfer_dtype: str) -> Dataset:
@@ -177,14 +205,15 @@ class LightningWorkload(Workload):
         return outputs
 
     def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
-        """``configure_optimizers``' one optimizer, rebuilt with autotune's foreach=/fused=."""
+        """``configure_optimizers``' one optimizer, with autotune's foreach=/fused= set on it
+        in place (training.set_optimizer_impl: what prepare_module does in production)."""
         module = self.step_module.module
-        found = _optimizers(module.configure_optimizers())
+        found = optimizers_in(module.configure_optimizers())
         if len(found) != 1:
             raise WorkloadError(
                 f"{self.module_path}.configure_optimizers returned {len(found)} optimizers; "
                 "automatic optimization trains with exactly one.")
-        return _with_impl(found[0], impl)
+        return set_optimizer_impl(found[0], {"optimizer_impl": _impl_name(impl)})
 
     def describe(self) -> str:
         return f"lightning {self.module_path} on {self.source}"
@@ -192,6 +221,59 @@ class LightningWorkload(Workload):
     @classmethod
     def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {"lightning.yaml": lightning_document(best)}
+
+
+class LightningObjectsWorkload(LightningWorkload):
+    """A live LightningModule and its data (a DataModule or a train DataLoader, else the
+    module's own ``train_dataloader()``), shipped to the trial processes by
+    ``autotune.adapters.lightning.tune`` (autotune/core/shipping.py), with the user's Trainer
+    arguments (``precision`` is the baseline's amp). ``image_inputs`` None: measured (a 4-D
+    floating-point tensor in a batch)."""
+
+    def __init__(self, objects: str, name: str = "lightning", image_inputs: bool | None = None,
+                 static_shapes: bool | None = None):
+        self.pl = _lightning()
+        self.shipped = Shipped(objects)
+        self.name = name
+        self.module_path, self.module_args = self.shipped["module_name"], {}
+        self.datamodule_spec = (None, None)
+        if self.shipped["datamodule"] is not None:
+            self.source = f"its {type(self.shipped['datamodule']).__name__}"
+            loader = self._datamodule_loader(self.shipped.fresh("datamodule"), self.source)
+        elif self.shipped["train_dataloaders"] is not None:
+            self.source, loader = "its train DataLoader", self.shipped["train_dataloaders"]
+        else:
+            self.source = f"{self.module_path}.train_dataloader()"
+            loader = self._new_module().train_dataloader()
+        self.loader = _checked_loader(loader, self.source)
+        images = _has_images(next(iter(self.loader))) if image_inputs is None else image_inputs
+        self._configure(self.shipped["trainer_kwargs"], images, static_shapes)
+
+    def _new_module(self) -> Any:
+        """A fresh copy of the user's module (its shipped bytes loaded again): every trial
+        starts from the same weights."""
+        return self._checked(self.shipped.fresh("module"))
+
+    def new_datamodule(self) -> Any:
+        return self.shipped.fresh("datamodule") if self.shipped["datamodule"] is not None else None
+
+    def new_loader(self) -> Any:
+        """The user's own train DataLoader, where they gave one instead of a DataModule."""
+        return self.shipped.fresh("train_dataloaders")
+
+
+def _checked_loader(loader: Any, where: str) -> DataLoader:
+    if not isinstance(loader, DataLoader) or loader.batch_size is None:
+        raise WorkloadError(
+            f"{where} gave {type(loader).__name__}: the Lightning adapter needs one torch "
+            "DataLoader with a batch_size (not a batch_sampler, a dict of loaders or a "
+            "CombinedLoader), since autotune rebuilds it with the loader knobs.")
+    return loader
+
+
+def _has_images(batch: Any) -> bool:
+    """A 4-D floating-point tensor in the batch: NCHW images, so channels_last may apply."""
+    return any(t.ndim == 4 and t.is_floating_point() for t in tensors(batch))
 
 
 def _loader_defaults(loader: DataLoader) -> dict[str, Any]:
@@ -205,35 +287,24 @@ def _loader_defaults(loader: DataLoader) -> dict[str, Any]:
     return out
 
 
-def _optimizers(out: Any) -> list[torch.optim.Optimizer]:
+def _impl_name(impl: Mapping[str, Any]) -> str:
+    """The knob's value for Training's foreach=/fused= keywords."""
+    return next((k for k in ("fused", "foreach") if impl.get(k)), "default")
+
+
+def optimizers_in(out: Any) -> list[torch.optim.Optimizer]:
     """Every optimizer in configure_optimizers' return value, whichever form Lightning allows:
     an optimizer, a list of them, ([optimizers], [schedulers]), a dict with "optimizer", or a
     list of such dicts."""
     if isinstance(out, torch.optim.Optimizer):
         return [out]
     if isinstance(out, Mapping):
-        return _optimizers(out.get("optimizer"))
+        return optimizers_in(out.get("optimizer"))
     if isinstance(out, (list, tuple)):
         if len(out) == 2 and isinstance(out[0], (list, tuple)):
-            return _optimizers(list(out[0]))
-        return [o for item in out for o in _optimizers(item)]
+            return optimizers_in(list(out[0]))
+        return [o for item in out for o in optimizers_in(item)]
     return []
-
-
-def _with_impl(opt: torch.optim.Optimizer, impl: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """The same optimizer (class, parameter groups, hyper-parameters) built again with the
-    trial's implementation (foreach=True / fused=True); it has taken no step yet."""
-    if not impl:
-        return opt
-    params = inspect.signature(type(opt).__init__).parameters
-    missing = [k for k in impl if k not in params]
-    if missing:
-        raise ValueError(f"{type(opt).__name__} takes no {missing[0]}= argument, so "
-                         f"optimizer_impl={missing[0]} cannot apply to it.")
-    impl_keys = ("foreach", "fused")
-    kwargs = {k: v for k, v in opt.defaults.items() if k in params and k not in impl_keys}
-    groups = [{k: v for k, v in g.items() if k not in impl_keys} for g in opt.param_groups]
-    return type(opt)(groups, **kwargs, **impl)
 
 
 # --- export --------------------------------------------------------------------------------
@@ -252,19 +323,6 @@ def dataloader_kwargs(best: Any) -> dict[str, Any]:
     return loader_kwargs(best_document(best)["knobs"])
 
 
-def prepare_module(module: nn.Module, best: Any) -> nn.Module:
-    """Apply what is not a Trainer or DataLoader argument, before ``trainer.fit``: fp32 matmul
-    precision (TF32), channels_last and ``torch.compile`` (Lightning unwraps the compiled
-    module and compiles its training_step). Returns the module to pass to ``fit``."""
-    doc = lightning_document(best)
-    torch.set_float32_matmul_precision(doc["float32_matmul_precision"])
-    if doc["module"]["channels_last"]:
-        module = module.to(memory_format=torch.channels_last)
-    if doc["module"]["compile"]:
-        return torch.compile(module, mode=doc["module"]["compile"]["mode"])  # type: ignore[return-value]
-    return module
-
-
 def lightning_document(best: Any) -> dict[str, Any]:
     """lightning.yaml: everything the exported configuration sets, in Lightning's terms."""
     doc = best_document(best)
@@ -277,6 +335,9 @@ def lightning_document(best: Any) -> dict[str, Any]:
                    "channels_last": bool(knobs["channels_last"])},
         "optimizer_kwargs": optimizer_kwargs(knobs),
         "float32_matmul_precision": "high" if knobs["tf32"] else "highest",
+        # Set in the training process by prepare_module (before fit forks the loader's
+        # workers); ``environment`` sets the same for a process started with it.
+        "in_process": in_process(knobs),
         "environment": environment(knobs),
         "samples_per_sec": (doc.get("metrics") or {}).get("samples_per_sec"),
         "speedup": doc.get("speedup"),

@@ -1,4 +1,5 @@
 """The command line: the Hydra entry (``main``), its config schemas (``config``), the step
-from a validated config to a running study (``app``) and readable driver errors (``crash``).
-Nothing imports this package but ``autotune.__main__`` and the console script.
+from a validated config to a running study (``app``), readable driver errors (``crash``).
+``api``: the same study from Python (``autotune.tune``, the adapters' ``tune``). Nothing else
+imports this package.
 """

@@ -19,6 +19,10 @@ from pathlib import Path
 from autotune.results.storage import password_of, redact
 
 
+class UsageError(ValueError):
+    """A wrong override, workload, knob value or storage: one paragraph, exit code 2."""
+
+
 def fail(message: str, code: int = 2) -> None:
     """A usage error: one paragraph on stderr, then exit ``code`` (2), nothing touched."""
     print(f"autotune: error: {' '.join(message.split())}", file=sys.stderr)

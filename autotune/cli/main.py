@@ -17,43 +17,21 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from autotune import __version__
+from autotune.cli.compose import CONF_DIR, compose_config, force_workload_args
 from autotune.cli.config import Config, register_configs
-from autotune.cli.crash import explain, fail
+from autotune.cli.crash import UsageError, explain, fail
 
-#: The Hydra configs ship inside the package (package data), so a wheel install finds them.
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("autotune")
-
-def force_workload_args(args: list[str]) -> list[str]:
-    """``+workload.<arg>=`` becomes ``++workload.<arg>=`` (add or override). The README's form
-    adds an argument for a user factory, but Hydra refuses ``+`` for a key the default workload
-    (resnet18) already has, e.g. ``image_size``; which keys reach a user factory is decided by
-    what was typed (app.build_setup), not by the default workload's node."""
-    return ["+" + a if a.startswith("+workload.") else a for a in args]
 
 
 def check_overrides(args: list[str]) -> None:
     """Compose the config the way Hydra will, to turn its errors into one clear paragraph."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
-
-    overrides = [a for a in args if not a.startswith("-") and not a.startswith("hydra.")]
     if any(a.startswith("-") for a in args):
         return  # --help, --cfg, --multirun...: Hydra's own handling
-    register_configs()
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            cfg = compose("config", overrides=overrides)
-            OmegaConf.to_object(cfg)
-    except MissingConfigException as exc:
-        options = ", ".join(sorted(exc.options or [])) if getattr(exc, "options", None) else ""
-        fail(f"{exc}".split("\n")[0] + (f" Valid workloads: {options}, or "
-             "workload._target_=package.module.Factory for your own." if options else ""))
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        text = " ".join(str(exc).split())
-        fail(f"invalid configuration: {text}. Valid top-level keys: workload, device, seed, "
-             "workers, study.*, window.*, memory.*, knobs.* (see README 'Configuration').")
+        compose_config([a for a in args if not a.startswith("hydra.")])
+    except UsageError as exc:
+        fail(str(exc))
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
@@ -74,10 +52,38 @@ def _app(cfg: DictConfig) -> None:
         sys.exit(code)
 
 
+def verify_main(argv: list[str]) -> int:
+    """``autotune verify <study> [--rounds N] [--steps N] [--warmup N] [--script train.py
+    [args...]]``: the realized speedup in the production path (autotune/search/verify.py)."""
+    import argparse
+
+    from autotune.cli.api import StudyError, verify
+
+    ap = argparse.ArgumentParser(prog="autotune verify", description=verify_main.__doc__)
+    ap.add_argument("study", help="best.yaml, its folder, or a study name under studies/")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="measured steps per side and round")
+    ap.add_argument("--warmup", type=int, default=None, help="steps run before measuring")
+    ap.add_argument("--script", nargs=argparse.REMAINDER, default=None,
+                    help="your training script and its arguments, run as they are")
+    a = ap.parse_args(argv)
+    try:
+        result = verify(a.study, rounds=a.rounds, steps=a.steps, warmup=a.warmup,
+                        script=a.script or None)
+    except (StudyError, ValueError) as exc:
+        fail(str(exc))
+        return 2
+    print(f"autotune verify: {result.text()}")
+    return 0
+
+
 def main() -> None:
     if sys.argv[1:2] in (["--version"], ["-V"]):
         print(f"autotune {__version__}")
         return
+    if sys.argv[1:2] == ["verify"]:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+        sys.exit(verify_main(sys.argv[2:]))
     # A user workload is imported by its dotted path from where the command is typed, as a
     # `python -m` run would; a console script alone would only see installed packages.
     if os.getcwd() not in sys.path:

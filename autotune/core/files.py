@@ -15,14 +15,14 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, text: str, durable: bool = True) -> None:
-    """Replace ``path`` with ``text`` in one rename. ``durable``: fsync before the rename (an
+def atomic_write(path: Path, text: str | bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``text`` (or bytes) in one rename. ``durable``: fsync before the rename (an
     export must survive a power cut); a heartbeat rewritten four times a second needs only
     atomicity. The file gets the permissions the umask allows (exports are shared)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             if durable:
                 f.flush()

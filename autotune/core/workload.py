@@ -55,6 +55,14 @@ class Workload:
     #: ``{knob: (allowed values, why)}``. The adapters use it so that the study never picks a
     #: configuration their export could not hand back (e.g. CUDA Graphs for Lightning's loop).
     knob_limits: dict[str, tuple[list[Any], str]] = {}
+    #: Its collate function pads each batch (it has a ``pad_to_multiple_of`` setting): the
+    #: knob of that name applies (the value in ``defaults`` is the user's own).
+    pads_batches: bool = False
+    #: How ``autotune verify`` runs this workload's production path, one side of its A/B
+    #: rounds: a module with ``main()`` (autotune/search/verify.py). By default the runtime
+    #: API around the workload's own objects (autotune/production/parity.py); the adapters
+    #: run their framework's real Trainer.
+    verifier: str = "autotune.production.parity"
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         """The training data as ``(inputs, target)`` items. A staged workload need not

@@ -8,6 +8,7 @@ safe. If the driver dies, the trial notices within a second and kills its own pr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
@@ -117,13 +119,39 @@ def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
     sys.exit(code)
 
 
+@contextlib.contextmanager
+def _main_left_alone() -> Iterator[None]:
+    """Start a process without multiprocessing re-running the caller's ``__main__`` in it.
+
+    multiprocessing prepares a forkserver child by importing the parent's main module again
+    (as ``__mp_main__``), so that functions defined there can be unpickled. A trial needs
+    nothing from it (its target is ``_trial_entry``; the user's own objects travel in their
+    shipped file, autotune/core/shipping.py), and a script that calls ``autotune.tune`` at
+    its top level, without an ``if __name__ == "__main__"`` guard as notebook code is written,
+    would run its whole study again inside every trial. So the main module's file and spec
+    are hidden for the moment the child's preparation data is taken."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved: dict[str, Any] = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
+                             if k in main.__dict__}
+    main.__spec__ = None  # read unguarded by multiprocessing.spawn.get_preparation_data
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 class TrialProcess:
     """A started trial: a Popen-like view of a fork-server child."""
 
     def __init__(self, request: str, result: str, log: str, env: dict[str, str]):
         self._proc = context().Process(target=_trial_entry,
                                        args=(request, result, log, env, os.getpid()), daemon=False)
-        self._proc.start()
+        with _main_left_alone():
+            self._proc.start()
         assert self._proc.pid is not None  # set by start()
         self.pid: int = self._proc.pid  # also its session and process-group id
 

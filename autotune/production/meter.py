@@ -12,9 +12,13 @@ times on the host.
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
 import time
 import warnings
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from autotune.diagnose import verdicts as diagnosis
@@ -22,6 +26,8 @@ from autotune.production.best import BestConfig
 
 #: A window this far below the study's confirmed samples/sec warns.
 TOLERANCE = 0.15
+#: Where a meter writes its summary when the process exits (set by ``autotune verify``).
+OUT_ENV = "AUTOTUNE_METER_OUT"
 
 
 class SlowerThanMeasured(UserWarning):
@@ -57,6 +63,10 @@ class Meter:
         self._wait = 0.0
         self._wrapped = False
         self._batch_sizes: set[int] = set()
+        # Over every window so far (summary(); autotune verify reads it at exit).
+        self._total_samples, self._total_s, self._total_wait = 0, 0.0, 0.0
+        if os.environ.get(OUT_ENV):
+            atexit.register(self.write_summary, os.environ[OUT_ENV])
 
     @classmethod
     def from_best(cls, best: BestConfig, *, device: str | None = None, **kwargs: Any) -> Meter:
@@ -102,11 +112,28 @@ class Meter:
             self.samples_per_sec = self._samples / elapsed if elapsed > 0 else None
             self.data_wait_share = min(1.0, self._wait / elapsed) if self._wrapped and elapsed > 0 \
                 else None
+            self._total_samples += self._samples
+            self._total_s += elapsed
+            self._total_wait += self._wait
             if (self.warning is None and self.samples_per_sec is not None
                     and self.samples_per_sec < (1 - self.tolerance) * self.expected):
                 self.warning = self._message()
                 warnings.warn(self.warning, SlowerThanMeasured, stacklevel=2)
             self._start(now)
+
+    def summary(self) -> dict[str, Any]:
+        """samples/sec over every full window since warm-up (not only the last), with the
+        share of that time the loop waited for its batches (``wrap`` only)."""
+        if self._total_s <= 0:
+            return {"samples_per_sec": None, "steps": self.steps}
+        return {"samples_per_sec": self._total_samples / self._total_s, "steps": self.steps,
+                "seconds": self._total_s,
+                "data_wait_share": self._total_wait / self._total_s if self._wrapped else None}
+
+    def write_summary(self, path: str) -> None:
+        """The summary as JSON (``autotune verify --script`` sets AUTOTUNE_METER_OUT so that
+        the user's script, unchanged, reports its rate when it exits)."""
+        Path(path).write_text(json.dumps(self.summary()))
 
     def _start(self, now: float) -> None:
         self._t0, self._samples, self._wait = now, 0, 0.0

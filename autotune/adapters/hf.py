@@ -1,0 +1,171 @@
+"""Hugging Face Transformers: tune the Trainer you hold, apply the result to it in one call, and
+read the result as ``TrainingArguments``.
+
+    from autotune.adapters import hf
+
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator)
+    tuned = hf.tune(trainer, overrides=["study.n_trials=8"])   # a study on the Trainer's objects
+    tuned.training_args                                         # the tuned TrainingArguments
+    tuned.apply(trainer).train()                                # every measured setting applied
+
+``tune`` ships the Trainer's model, train dataset, collator and arguments to the trial
+processes (autotune/core/shipping.py; an object that cannot travel is named), runs the study
+(autotune.tune: the same study as the command line) and returns ``HFTuned``. ``apply(trainer,
+best)`` sets every knob the study measured: the TrainingArguments fields (batch size, mixed
+precision, TF32, torch.compile, the DataLoader fields, the fused optimizer, non_blocking), and
+what no TrainingArguments field holds, in this process: glibc's allocator (before the loader
+forks its workers), the torch threads of this process and of each loader worker, cuDNN's
+autotuning, the collator's ``pad_to_multiple_of``. ``autotune verify`` then measures the
+realized speedup of ``Trainer.train`` itself (autotune/adapters/hf_verify.py).
+
+The study by import paths (``workload._target_=autotune.adapters.hf.HFWorkload``) is in
+autotune/adapters/hf_workload.py; both write ``training_args.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.adapters import best_document, in_process
+from autotune.adapters.hf_workload import (
+    _SPEED_FIELDS,
+    _STEP_FIELDS,
+    HFTrainerWorkload,
+    HFWorkload,
+    training_argument_fields,
+    training_arguments_kwargs,
+)
+from autotune.core.host import apply_process_knobs, worker_init
+from autotune.core.shipping import ToShip
+from autotune.core.training import (
+    with_padding,
+)
+from autotune.production.best import BestConfig
+
+__all__ = ["HFTrainerWorkload", "HFTuned", "HFWorkload", "apply", "training_arguments_kwargs",
+           "tune", "tuned_arguments"]
+
+
+@dataclasses.dataclass
+class HFTuned:
+    """A study's result for a Trainer: ``best`` (best.yaml read back), ``training_args`` (the
+    Trainer's own TrainingArguments with the tuned fields), and ``apply(trainer)``."""
+
+    best: BestConfig
+    training_args: Any
+
+    def apply(self, trainer: Any) -> Any:
+        return apply(trainer, self.best)
+
+
+def tune(trainer: Any, overrides: Sequence[str] = (), **kwargs: Any) -> HFTuned:
+    """Tune ``trainer``'s training speed (before ``trainer.train()``): a study whose baseline
+    is the Trainer as it is, run on its own model, data and arguments. ``overrides`` and
+    ``kwargs`` are autotune.tune's (``device="cpu"``, ``n_trials=8``, ``name=...``). Raises
+    ``autotune.core.shipping.CannotTravel`` naming an object that cannot reach the trials."""
+    # Imported here, not above: a trial process imports this module to build the workload
+    # (workload._target_=autotune.adapters.hf.HFWorkload) and must not load the driver.
+    from autotune.cli.api import tune as tune_study
+
+    best = tune_study(list(overrides), workload=trainer_parts(trainer), **kwargs)
+    return HFTuned(best, tuned_arguments(trainer.args, best))
+
+
+def trainer_parts(trainer: Any) -> ToShip:
+    """What of a Trainer the trials need: its model (all of it: frozen layers and adapters
+    decide the step's cost), the train dataset and collator as its own train DataLoader gets
+    them (unused columns removed), and its arguments."""
+    loader = trainer.get_train_dataloader()
+    model = trainer.model
+    args = trainer.args
+    fields = {k: getattr(args, k) for k in _STEP_FIELDS + _SPEED_FIELDS}
+    fields["accelerator_config"] = {"non_blocking": bool(args.accelerator_config.non_blocking)}
+    fields["optim"] = str(getattr(args.optim, "value", args.optim))
+    init = training_argument_fields()
+    every = {k: v for k, v in args.to_dict().items() if k in init and not k.startswith("_")}
+    parts = {"model": model, "dataset": loader.dataset, "collator": loader.collate_fn,
+             "training_args": fields, "all_training_args": every, "trainer_class": type(trainer),
+             "callbacks": _user_callbacks(trainer),
+             "model_name": f"{type(model).__module__}.{type(model).__qualname__}",
+             "dataset_name": f"{type(loader.dataset).__name__} of {len(loader.dataset)} rows"}
+    names = {"model": "the Trainer's model", "dataset": "the Trainer's train_dataset",
+             "collator": "the Trainer's data_collator", "trainer_class": "the Trainer's class",
+             "callbacks": "the Trainer's callbacks"}
+    return ToShip(parts, names, target="autotune.adapters.hf_workload.HFTrainerWorkload",
+                  label=f"hf-{type(model).__name__.lower()}", on_cpu=["model"])
+
+
+def _user_callbacks(trainer: Any) -> list[Any]:
+    """The callbacks the user added (the Trainer adds its defaults again itself); one that
+    cannot travel is left out, with a warning (verify then runs without it)."""
+    from transformers.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK
+    from transformers.trainer_callback import PrinterCallback
+
+    defaults = {*DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, PrinterCallback}
+    out = []
+    for cb in trainer.callback_handler.callbacks:
+        if type(cb) in defaults or type(cb).__module__.startswith("transformers.integrations"):
+            continue
+        try:
+            import cloudpickle
+
+            cloudpickle.dumps(cb)
+            out.append(cb)
+        except Exception as exc:  # noqa: BLE001 - verify runs without it, and says so here
+            warnings.warn(f"autotune: the Trainer's callback {type(cb).__name__} cannot be sent "
+                          f"to autotune verify's processes ({exc}); verify runs without it.",
+                          stacklevel=3)
+    return out
+
+
+def tuned_arguments(args: Any, best: Any) -> Any:
+    """``args`` (the Trainer's TrainingArguments) with every field the study tuned; the user's
+    other fields (output_dir, epochs, logging, evaluation...) as they were."""
+    tuned = training_arguments_kwargs(best)
+    accel = args.accelerator_config
+    accel = accel.to_dict() if hasattr(accel, "to_dict") else dict(accel or {})
+    tuned["accelerator_config"] = {**accel, **tuned["accelerator_config"]}
+    return dataclasses.replace(args, **tuned)
+
+
+def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
+    """Apply ``best`` to ``trainer`` in place (before ``train()``) and return it: its
+    TrainingArguments (and the Accelerator they configure: mixed precision, compile), then
+    what no field holds, in this process: the host allocator, the CPU threads (this process
+    and each loader worker), cuDNN autotuning, TF32 matmuls, the collator's padding."""
+    doc = best_document(best)
+    knobs = doc["knobs"]
+    apply_process_knobs(knobs)  # before the Trainer's DataLoader forks its workers
+    new = tuned_arguments(trainer.args, doc)
+    # What the Trainer's own hyper-parameter search does to a live Trainer with new arguments
+    # (Trainer._hp_search_setup): the batch size it caches, the Accelerator they configure.
+    trainer.args = new
+    trainer._train_batch_size = new.train_batch_size
+    trainer.create_accelerator_and_postprocess()
+    _loader_settings(trainer, knobs)
+    return trainer
+
+
+def _loader_settings(trainer: Any, knobs: dict[str, Any]) -> None:
+    """The two loader settings TrainingArguments has no field for, set on the Trainer's own
+    train DataLoader as it is built: each worker's torch threads, the collator's padding."""
+    trainer.data_collator = with_padding(trainer.data_collator, knobs)
+    build = trainer.get_train_dataloader
+
+    def get_train_dataloader() -> Any:
+        loader = build()
+        if loader.num_workers:
+            loader.worker_init_fn = worker_init(knobs, loader.worker_init_fn)
+        return loader
+
+    trainer.get_train_dataloader = get_train_dataloader
+
+
+def unapplied(best: Any) -> dict[str, Any]:
+    """Measured settings that ``training_arguments_kwargs`` alone does not carry (no
+    TrainingArguments field holds them): ``apply(trainer, best)`` sets them."""
+    return in_process(best_document(best)["knobs"])

@@ -1,0 +1,83 @@
+"""One side of ``autotune verify`` for a Hugging Face study: the user's own ``Trainer.train``.
+
+The baseline side builds the Trainer as the user did (their Trainer class, model, dataset,
+collator, callbacks and TrainingArguments); the exported side builds the same Trainer and
+then calls ``autotune.adapters.hf.apply(trainer, best)``, exactly what the README tells a user
+to do, so verify measures that call too. Both train ``warmup + steps`` optimizer steps
+(``max_steps``; no checkpoints, no external loggers: verify runs offline) and a callback times
+each step (autotune/production/parity.StepClock). Arguments: autotune/production/parity.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from autotune.adapters.hf import apply
+from autotune.adapters.hf_workload import HFTrainerWorkload, HFWorkload
+from autotune.production.best import load_best
+from autotune.production.parity import StepClock, load_workload, side_args, write
+
+
+def build_trainer(workload: HFWorkload, output_dir: str, steps: int, device: str) -> Any:
+    """The user's Trainer with their arguments, running ``steps`` optimizer steps."""
+    from transformers import Trainer, TrainingArguments
+
+    shipped = workload.shipped if isinstance(workload, HFTrainerWorkload) else None
+    fields = dict(shipped["all_training_args"]) if shipped else dict(workload.args)
+    fields.update(output_dir=output_dir, max_steps=steps, save_strategy="no", report_to="none",
+                  push_to_hub=False, eval_strategy="no", load_best_model_at_end=False)
+    if device == "cpu":
+        fields["use_cpu"] = True
+    args = TrainingArguments(**fields)
+    cls = shipped["trainer_class"] if shipped else Trainer
+    callbacks = list(shipped["callbacks"]) if shipped else []
+    kwargs: dict[str, Any] = {"model": workload.model(), "args": args, "train_dataset": workload.data,
+              "data_collator": workload.collator, "callbacks": callbacks}
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a Trainer subclass whose constructor takes other arguments
+        return Trainer(**kwargs)
+
+
+def timer(clock: StepClock, samples_per_step: int) -> Any:
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        """on_step_begin comes after the step's batches are fetched; on_step_end after the
+        optimizer step: between them, the step; between an end and the next begin, the next
+        batch and the Trainer's own per-step work (logging, callbacks, progress bar)."""
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            clock.begin()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            clock.end(samples_per_step)
+
+    return StepTimer()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = side_args(argv)
+    workload = load_workload(args)
+    assert isinstance(workload, HFWorkload), type(workload)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = build_trainer(workload, out, args.warmup + args.steps, args.device)
+        if args.side == "exported":
+            trainer = apply(trainer, load_best(args.config, check_environment=False))
+        a = trainer.args
+        clock = StepClock(args.warmup, torch.device(a.device.type))
+        trainer.add_callback(timer(clock, a.per_device_train_batch_size * a.gradient_accumulation_steps))
+        trainer.train()
+        clock.finish()
+    write(args, {**clock.result(), "batch_size": a.per_device_train_batch_size,
+                 "grad_accum": a.gradient_accumulation_steps, "bf16": a.bf16,
+                 "workers": a.dataloader_num_workers})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,216 @@
+"""Lightning: tune a LightningModule and its data the way ``Tuner`` does, and apply the result
+in one call.
+
+    from autotune.adapters import lightning as at_lightning
+
+    tuned = at_lightning.tune(module, datamodule=dm, trainer_kwargs={"precision": "32-true"},
+                              overrides=["study.n_trials=8"])
+    module, dm = tuned.apply(module, dm)          # every measured setting, before fit forks
+    L.Trainer(**tuned.trainer_kwargs, max_epochs=10).fit(module, datamodule=dm)
+
+``tune`` ships the module and its data to the trial processes (autotune/core/shipping.py; an
+object that cannot travel is named), runs the study (autotune.tune: the same study as the
+command line) and returns ``LightningTuned``: the Trainer arguments (precision, cuDNN
+autotuning, accumulation), the DataLoader arguments, and ``apply``, which sets what no Trainer
+argument holds, in this process: glibc's allocator (before fit forks the loader's workers),
+torch's threads (this process and each loader worker), TF32 matmuls, channels_last,
+torch.compile, the fused/foreach optimizer (set on what ``configure_optimizers`` returns, so its
+LR schedulers stay attached), and the DataModule's train loader rebuilt with the measured
+arguments. ``autotune verify`` then measures the realized speedup of ``Trainer.fit`` itself
+(autotune/adapters/lightning_verify.py).
+
+The study by import paths (``workload._target_=autotune.adapters.lightning.LightningWorkload``)
+is in autotune/adapters/lightning_workload.py; both write ``lightning.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, RandomSampler
+
+from autotune.adapters import best_document
+from autotune.adapters.lightning_workload import (
+    LightningObjectsWorkload,
+    LightningWorkload,
+    dataloader_kwargs,
+    lightning_document,
+    optimizers_in,
+    trainer_kwargs,
+)
+from autotune.adapters.lightning_workload import trainer_kwargs as lightning_trainer_kwargs
+from autotune.core.host import apply_process_knobs, worker_init
+from autotune.core.shipping import ToShip
+from autotune.core.training import (
+    loader_kwargs,
+    set_optimizer_impl,
+    with_padding,
+)
+from autotune.production.best import BestConfig
+from autotune.production.runtime import KnobOverridden
+
+__all__ = ["LightningObjectsWorkload", "LightningTuned", "LightningWorkload", "dataloader_kwargs",
+           "lightning_document", "prepare_datamodule", "prepare_loader", "prepare_module",
+           "trainer_kwargs", "tune"]
+
+
+@dataclasses.dataclass
+class LightningTuned:
+    """A study's result for a LightningModule: ``best`` (best.yaml read back), the Trainer and
+    DataLoader arguments, the module and DataModule (or train DataLoader) given to ``tune``
+    prepared with it, and ``apply(module, datamodule)`` for other instances."""
+
+    best: BestConfig
+    trainer_kwargs: dict[str, Any]
+    dataloader_kwargs: dict[str, Any]
+    module: Any = None
+    datamodule: Any = None
+    train_dataloaders: Any = None
+
+    def apply(self, module: nn.Module, datamodule: Any = None) -> tuple[nn.Module, Any]:
+        """``(prepare_module(module), prepare_datamodule(datamodule))``: pass both to fit."""
+        return (prepare_module(module, self.best),
+                prepare_datamodule(datamodule, self.best) if datamodule is not None else None)
+
+
+def tune(module: nn.Module, datamodule: Any = None, *, train_dataloaders: Any = None,
+         trainer_kwargs: Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
+         **kwargs: Any) -> LightningTuned:
+    """Tune the training speed of ``module`` on ``datamodule`` (or ``train_dataloaders``, a
+    DataLoader; else the module's own ``train_dataloader()``), before ``fit``: a study whose
+    baseline is your DataLoader settings and ``trainer_kwargs`` (the Trainer arguments you
+    train with: its ``precision`` is the baseline's; verify runs your Trainer with them).
+    ``overrides`` and ``kwargs`` are autotune.tune's. The returned ``module`` and
+    ``datamodule`` are yours, prepared (``apply``: this process's settings are made now, before
+    ``fit`` forks the loader's workers). Raises ``autotune.core.shipping.CannotTravel`` naming
+    an object that cannot reach the trials."""
+    parts = {"module": module, "datamodule": datamodule, "train_dataloaders": train_dataloaders,
+             "trainer_kwargs": dict(trainer_kwargs or {}),
+             "module_name": f"{type(module).__module__}.{type(module).__qualname__}"}
+    names = {"module": "the LightningModule", "datamodule": "the LightningDataModule",
+             "train_dataloaders": "the train DataLoader", "trainer_kwargs": "trainer_kwargs"}
+    ship = ToShip(parts, names, target="autotune.adapters.lightning_workload.LightningObjectsWorkload",
+                  label=f"lightning-{type(module).__name__.lower()}", on_cpu=["module"])
+    # Imported here, not above: a trial process imports this module to build the workload
+    # (workload._target_=autotune.adapters.lightning.LightningWorkload) and must not load the
+    # driver.
+    from autotune.cli.api import tune as tune_study
+
+    best = tune_study(list(overrides), workload=ship, **kwargs)
+    doc = best_document(best)
+    tuned = LightningTuned(best, lightning_trainer_kwargs(doc), dataloader_kwargs(doc))
+    tuned.module, tuned.datamodule = tuned.apply(module, datamodule)
+    if train_dataloaders is not None:
+        tuned.train_dataloaders = prepare_loader(train_dataloaders, best)
+    return tuned
+
+
+def prepare_module(module: nn.Module, best: Any) -> nn.Module:
+    """Apply to ``module`` and this process everything the study measured that is not a
+    Trainer or DataLoader argument, before ``trainer.fit``: the host allocator and the CPU
+    threads (before fit forks the loader's workers), TF32 matmuls, channels_last, the
+    optimizer's fused/foreach implementation (on what ``configure_optimizers`` returns) and
+    ``torch.compile`` (Lightning unwraps the compiled module and compiles its training_step).
+    Returns the module to pass to ``fit``."""
+    doc = lightning_document(best)
+    knobs = best_document(best)["knobs"]
+    apply_process_knobs(knobs)
+    torch.set_float32_matmul_precision(doc["float32_matmul_precision"])
+    if doc["module"]["channels_last"]:
+        module = module.to(memory_format=torch.channels_last)
+    if knobs.get("optimizer_impl", "default") != "default":
+        _optimizers_with(module, knobs)
+    _check_at_train_start(module, best_document(best))
+    if doc["module"]["compile"]:
+        return torch.compile(module, mode=doc["module"]["compile"]["mode"])  # type: ignore[return-value]
+    return module
+
+
+def _optimizers_with(module: Any, knobs: dict[str, Any]) -> None:
+    """``configure_optimizers`` wrapped: what it returns (schedulers and all), with each
+    optimizer's implementation set in place (training.set_optimizer_impl, as in the trials)."""
+    original = module.configure_optimizers
+
+    def configure_optimizers(self: Any) -> Any:
+        out = original()
+        for opt in optimizers_in(out):
+            set_optimizer_impl(opt, knobs)
+        return out
+
+    module.configure_optimizers = types.MethodType(configure_optimizers, module)
+
+
+def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
+    """What prepare_module cannot set from inside (the Trainer's arguments, a loader the user
+    builds): checked when training starts (the train loader is built by then), with one
+    KnobOverridden warning naming each setting that differs from the measured one and the
+    line that applies it."""
+    original = module.on_train_start
+    want = lightning_trainer_kwargs(doc)
+    loader_want = dataloader_kwargs(doc)
+
+    def on_train_start(self: Any) -> None:
+        trainer = self.trainer
+        have = {"precision": str(trainer.precision),
+                "accumulate_grad_batches": trainer.accumulate_grad_batches,
+                "benchmark": bool(torch.backends.cudnn.benchmark)}
+        off = [f"{k}={have[k]!r} (measured {v!r})" for k, v in want.items() if have.get(k) != v]
+        if off:
+            _warn(f"the Trainer runs {', '.join(off)}: pass L.Trainer(**autotune.adapters."
+                  "lightning.trainer_kwargs(best), ...) (or tune(...).trainer_kwargs)")
+        loader = _train_loader(trainer)
+        if loader is not None:
+            got = {k: getattr(loader, k, None) for k in ("batch_size", "num_workers")}
+            odd = [f"{k}={v!r} (measured {loader_want[k]!r})" for k, v in got.items()
+                   if v is not None and v != loader_want[k]]
+            if odd:
+                _warn(f"the train DataLoader has {', '.join(odd)}: pass the DataModule through "
+                      "autotune.adapters.lightning.prepare_datamodule(dm, best) (or a loader "
+                      "through prepare_loader)")
+        original()
+
+    module.on_train_start = types.MethodType(on_train_start, module)
+
+
+def _train_loader(trainer: Any) -> Any:
+    """The loader fit trains on, where Lightning has built it already (None otherwise)."""
+    try:
+        loader = trainer.fit_loop._combined_loader
+        return loader.flattened[0] if loader is not None and loader.flattened else None
+    except Exception:  # noqa: BLE001 - Lightning internals: no check rather than a wrong one
+        return None
+
+
+def _warn(text: str) -> None:
+    warnings.warn(f"autotune: {text}; the study's figure assumes it.", KnobOverridden,
+                  stacklevel=3)
+
+
+def prepare_loader(loader: DataLoader, best: Any) -> DataLoader:
+    """``loader`` rebuilt with the measured DataLoader arguments (batch size, workers, pinning,
+    prefetch, persistence), each worker's torch threads and the collator's padding; its
+    dataset, collate function, shuffling and drop_last kept."""
+    knobs = best_document(best)["knobs"]
+    kwargs = loader_kwargs(knobs)
+    return DataLoader(loader.dataset, shuffle=isinstance(loader.sampler, RandomSampler),
+                      collate_fn=with_padding(loader.collate_fn, knobs), drop_last=loader.drop_last,
+                      worker_init_fn=worker_init({**knobs, **kwargs}, loader.worker_init_fn),
+                      **kwargs)
+
+
+def prepare_datamodule(datamodule: Any, best: Any) -> Any:
+    """``datamodule`` whose ``train_dataloader()`` returns its own loader rebuilt with the
+    measured arguments (``prepare_loader``); the DataModule object itself is returned."""
+    original = datamodule.train_dataloader
+
+    def train_dataloader(self: Any) -> DataLoader:
+        return prepare_loader(original(), best)
+
+    datamodule.train_dataloader = types.MethodType(train_dataloader, datamodule)
+    return datamodule

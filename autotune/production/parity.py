@@ -1,0 +1,133 @@
+"""One side of ``autotune verify``'s A/B rounds: the production path run in a process of its own
+with one configuration (the user's original settings, or the exported ones), timed per step.
+
+``autotune verify`` (autotune/search/verify.py) starts ``python -m <verifier> --spec ...
+--config <side>.yaml --side baseline|exported --steps N --warmup W --device D --out r.json``
+for each side of each round; the verifier is the workload's (``Workload.verifier``). This
+module is the default one: the runtime API (``autotune.Runtime``, the code a plain PyTorch
+loop uses) around the workload's own dataset, model, optimizer and loss, with the meter. The
+adapters' verifiers run the user's real Trainer (autotune/adapters/hf_verify.py,
+lightning_verify.py) and share ``StepClock`` and ``side_args`` from here.
+
+A process per side, not both in one: the host allocator, the CPU threads and TF32 are
+process-wide and one-way, so a baseline run after an exported one in the same process would
+run with the exported settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune.core.workload import Workload, build_workload
+
+
+@dataclass
+class StepClock:
+    """Per-step host times of a training loop, warm-up excluded: when each step began (after
+    its batch arrived) and ended. The device is synchronized at the measured span's two ends
+    (CUDA), so the rate is the device's; in between the host runs as the loop lets it."""
+
+    warmup: int
+    device: torch.device
+    begins: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+
+    def begin(self) -> None:
+        self.begins.append(time.perf_counter())
+
+    def end(self, samples: int) -> None:
+        if self.device.type == "cuda" and len(self.ends) == self.warmup - 1:
+            torch.cuda.synchronize(self.device)  # the measured span starts on the device's time
+        self.ends.append(time.perf_counter())
+        self.samples.append(int(samples))
+
+    def finish(self) -> None:
+        """Synchronize after the last step, so the last end is the device's."""
+        if self.device.type == "cuda" and self.ends:
+            torch.cuda.synchronize(self.device)
+            self.ends[-1] = time.perf_counter()
+
+    def result(self) -> dict[str, Any]:
+        """samples/sec from the end of the last warm-up step to the end of the last step; the
+        median time inside a step and between steps (the next batch, the loop's own hooks)."""
+        w = self.warmup
+        n = len(self.ends) - w
+        if n < 2:
+            raise RuntimeError(f"only {len(self.ends)} steps ran ({w} warm-up): too few to time")
+        span = self.ends[-1] - self.ends[w - 1] if w > 0 else self.ends[-1] - self.begins[0]
+        inside = [e - b for b, e in zip(self.begins[w:], self.ends[w:], strict=False)]
+        between = [b - e for e, b in zip(self.ends[w - 1:-1] if w else self.ends[:-1],
+                                          self.begins[w:] if w else self.begins[1:], strict=False)]
+        return {"samples_per_sec": sum(self.samples[w:]) / span, "steps": n,
+                "step_ms": 1e3 * span / n, "inside_ms": 1e3 * statistics.median(inside),
+                "between_ms": 1e3 * statistics.median(between) if between else 0.0}
+
+
+def side_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The arguments every verifier takes (autotune/search/verify.py passes them)."""
+    ap = argparse.ArgumentParser(description="one side of autotune verify's rounds")
+    ap.add_argument("--spec", required=True, help="the study's workload spec (JSON file)")
+    ap.add_argument("--config", required=True, help="this side's best.yaml")
+    ap.add_argument("--side", choices=("baseline", "exported"), required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--warmup", type=int, required=True)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cpu-sized", action="store_true")
+    ap.add_argument("--out", required=True)
+    return ap.parse_args(argv)
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    workload = build_workload(json.loads(Path(args.spec).read_text()))
+    return workload.cpu_sized() if args.cpu_sized else workload
+
+
+def write(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    Path(args.out).write_text(json.dumps({"side": args.side, **figures}))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The runtime API's loop: ``Runtime`` from this side's best.yaml around the workload's
+    own objects, as examples/train_plain.py and a user's plain loop use it."""
+    from autotune.production.runtime import Runtime
+
+    args = side_args(argv)
+    workload = load_workload(args)
+    rt = Runtime(args.config, device=args.device)
+    stages = workload.stages()
+    if stages:
+        loader = rt.dataloader(workload.raw_dataset(), stages=stages, shuffle=True)
+    else:
+        loader = rt.dataloader(workload.dataset(rt.knobs["transfer_dtype"]), shuffle=True,
+                               collate_fn=workload.collate_fn())
+    model = rt.model(workload.model())
+    opt = workload.optimizer(model.parameters(), **rt.optimizer_kwargs())
+    run = rt.wrap(model, opt, workload.loss, loader=loader,
+                  device_transform=workload.device_transform, split_batch=workload.split_batch)
+    clock = StepClock(args.warmup, rt.device)
+    batch = int(rt.knobs["batch_size"])
+    while len(clock.ends) < args.warmup + args.steps:
+        it = iter(loader)
+        for item in it:
+            clock.begin()
+            run.step(*run.to_device(*run.split(item)))
+            clock.end(batch)
+            if len(clock.ends) >= args.warmup + args.steps:
+                break
+    clock.finish()
+    write(args, clock.result())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,197 @@
+"""``autotune verify``: does the exported configuration give the user's own training the speed
+the study measured?
+
+A study's figure is its window's; the claim a user cares about is "my ``trainer.train()`` got
+1.4x faster". verify runs the production path (the workload's ``verifier``: the user's
+``Trainer.train`` / ``Trainer.fit`` through the adapters, the runtime API around the
+workload's objects, or the user's own script) once with the original settings and once with
+the exported ones per round, each in a process of its own, in a random order each round
+(as the study's confirmation does), and states the realized speedup with its 95% interval
+(autotune/results/intervals.py) beside the study's. Where the realized speedup falls well
+short of the study's, it names the likely cause from what it measured: time per step outside
+the step itself (the next batch, the framework's logging, callbacks, progress bar) against the
+study window's wait for its batch, or a step that itself runs slower than the window's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.core.env import child_environ
+from autotune.core.files import atomic_write
+from autotune.core.workload import build_workload
+from autotune.production.meter import OUT_ENV
+from autotune.production.runtime import BEST_ENV
+from autotune.results.intervals import Interval, paired_speedup
+
+log = logging.getLogger("autotune")
+
+#: Realized below this share of the study's speedup: verify names what the production path adds.
+SHORTFALL = 0.8
+SIDES = ("baseline", "exported")
+
+
+class VerifyError(RuntimeError):
+    """A side of the rounds could not run; the message names it and its log."""
+
+
+@dataclass
+class Verified:
+    """What verify measured: each side's samples/sec per round, the realized speedup with its
+    interval, the study's, and the likely causes of a shortfall (empty when there is none)."""
+
+    realized: Interval
+    study_speedup: float | None
+    study_text: str | None
+    figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    causes: list[str] = field(default_factory=list)
+    how: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """The realized speedup as a share of the study's."""
+        return self.realized.point / self.study_speedup if self.study_speedup else None
+
+    def text(self) -> str:
+        head = (f"realized {self.realized.text()} ({self.how}); the study measured "
+                f"{self.study_text or self.study_speedup}")
+        if self.ratio is not None:
+            head += f": {self.ratio:.0%} of it"
+        return head + ("" if not self.causes else ". Likely cause: " + "; ".join(self.causes))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"realized": self.realized.as_dict(), "realized_text": self.realized.text(),
+                "study_speedup": self.study_speedup, "study_text": self.study_text,
+                "ratio": self.ratio, "how": self.how, "causes": self.causes,
+                "figures": self.figures}
+
+
+def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
+           warmup: int | None = None, script: Sequence[str] | None = None) -> Verified:
+    """Run the rounds for the study whose best.yaml is ``best_yaml`` (or its folder); write
+    ``verify.json`` beside it. ``script``: the user's own script and its arguments, run as it
+    is with AUTOTUNE_BEST naming each side's best.yaml (``autotune.Runtime`` reads it) and
+    AUTOTUNE_METER_OUT where its ``Meter`` writes its samples/sec on exit."""
+    path = Path(best_yaml)
+    path = path / "best.yaml" if path.is_dir() else path
+    doc = yaml.safe_load(path.read_text())
+    folder = path.parent / "verify"
+    folder.mkdir(exist_ok=True)
+    request = _baseline_request(path.parent, doc)
+    configs = {"baseline": _baseline_config(doc, request, folder), "exported": path}
+    window = request["window"]
+    steps = steps or max(20, 2 * int(window["measure_steps"]))
+    warmup = warmup if warmup is not None else int(window["warmup_steps"]) + 2
+    if script:
+        command, how = list(script), f"{Path(script[0]).name}, your script, as it is"
+    else:
+        spec_file = folder / "spec.json"
+        spec_file.write_text(json.dumps(request["workload"]))
+        verifier = build_workload(request["workload"]).verifier
+        command = [sys.executable, "-m", verifier, "--spec", str(spec_file), "--steps",
+                   str(steps), "--warmup", str(warmup), "--device", request["device"],
+                   *(["--cpu-sized"] if request.get("cpu_sized") else [])]
+        how = {"autotune.adapters.hf_verify": "Trainer.train",
+               "autotune.adapters.lightning_verify": "Trainer.fit"}.get(
+            verifier, "your loop through autotune.Runtime")
+    rng = random.Random(0)
+    figures: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+    for i in range(rounds):
+        order = list(SIDES)
+        rng.shuffle(order)
+        for side in order:
+            figures[side].append(_run_side(command, side, configs[side], folder / f"{i}-{side}",
+                                           bool(script)))
+            log.info("verify round %d %s: %.1f samples/s", i, side,
+                     figures[side][-1]["samples_per_sec"])
+    realized = paired_speedup([f["samples_per_sec"] for f in figures["exported"]],
+                              [f["samples_per_sec"] for f in figures["baseline"]])
+    result = Verified(realized, doc.get("speedup"), doc.get("speedup_text"), figures, how=how)
+    if result.ratio is not None and result.ratio < SHORTFALL:
+        result.causes = causes(figures["exported"], _window(path.parent, doc))
+    atomic_write(path.parent / "verify.json", json.dumps(result.as_dict(), indent=1))
+    return result
+
+
+def _baseline_request(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """The baseline trial's request (its workload, device, window): what both sides run."""
+    number = (doc.get("confirmation") or {}).get("baseline_trial", 0)
+    req = folder / "trials" / str(number) / "request.json"
+    if not req.exists():
+        raise VerifyError(f"{req} is missing: verify reads the study's own trial records "
+                          "(run it on the study's folder, where best.yaml was written).")
+    return dict(json.loads(req.read_text()))
+
+
+def _baseline_config(doc: dict[str, Any], request: dict[str, Any], folder: Path) -> Path:
+    """best.yaml with the baseline's knobs: the original settings, through the same code."""
+    base = {**doc, "knobs": request["knobs"], "metrics": doc.get("baseline") or {},
+            "grad_accum": request.get("grad_accum") or 1}
+    out = folder / "baseline.yaml"
+    atomic_write(out, yaml.safe_dump(base, sort_keys=False))
+    return out
+
+
+def _run_side(command: list[str], side: str, config: Path, out: Path,
+              script: bool) -> dict[str, Any]:
+    result = out.with_suffix(".json")
+    result.unlink(missing_ok=True)
+    if script:  # the user's script as it is: Runtime and Meter read these two variables
+        full = [sys.executable, *command]
+        env = child_environ({BEST_ENV: str(config.resolve()), OUT_ENV: str(result.resolve())})
+    else:
+        full = [*command, "--side", side, "--config", str(config), "--out", str(result)]
+        env = {k: v for k, v in child_environ().items() if k not in (BEST_ENV, OUT_ENV)}
+    with out.with_suffix(".log").open("w") as logf:
+        proc = subprocess.run(full, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                              cwd=os.getcwd())
+    if proc.returncode != 0 or not result.exists():
+        tail = out.with_suffix(".log").read_text()[-1500:]
+        raise VerifyError(f"the {side} side exited with code {proc.returncode} without a "
+                          f"result (log: {out.with_suffix('.log')}):\n{tail}")
+    figures: dict[str, Any] = json.loads(result.read_text())
+    if not figures.get("samples_per_sec"):
+        raise VerifyError(f"the {side} side measured no samples/sec ({figures}): a script must "
+                          "step autotune's Meter (rt.meter(), meter.step(n)) past its warm-up.")
+    return figures
+
+
+def _window(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """The exported trial's measured window (its result.json), for the comparison."""
+    res = folder / "trials" / str(doc.get("best_trial")) / "result.json"
+    return dict(json.loads(res.read_text())) if res.exists() else {}
+
+
+def causes(exported: list[dict[str, Any]], window: dict[str, Any]) -> list[str]:
+    """What the production path adds, from the exported side's step times against the study
+    window of the same configuration: the time between steps (the next batch and the
+    framework's own per-step work) against the window's wait for its batch, and the step
+    itself against the window's step."""
+    if not exported or not window.get("step_ms"):
+        return ["unknown: the study's window of this configuration is not on record"]
+    median = sorted(exported, key=lambda f: f["samples_per_sec"])[len(exported) // 2]
+    w_step = float(window["step_ms"].get("mean") or window["step_ms"]["median"])
+    w_wait = w_step * float((window.get("timers") or {}).get("data_wait") or 0.0)
+    between, inside = float(median.get("between_ms") or 0.0), float(median.get("inside_ms") or 0.0)
+    out = []
+    if between > w_wait + 0.1 * w_step:
+        out.append(f"time between steps: {between:.1f} ms per step go to the next batch and "
+                   f"the loop's own per-step work (logging, callbacks, schedulers, progress "
+                   f"bar), where the study's window waited {w_wait:.1f} ms for its batch")
+    if inside > 1.1 * (w_step - w_wait):
+        out.append(f"a slower step: {inside:.1f} ms inside each step against the window's "
+                   f"{w_step - w_wait:.1f} ms (per-step work inside the framework's step: "
+                   "gradient clipping, a scheduler, a sync for logged values)")
+    return out or [f"neither: {median['step_ms']:.1f} ms per step against the window's "
+                   f"{w_step:.1f} ms; the machine may have been busier than during the study"]
