@@ -106,7 +106,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds))
         if why:
             break
-    record = _record([t.number for t in finals], rounds, cands, settled, base, why,
+    # Every finalist's interval over the rounds it was measured in, the dropped ones too.
+    every = _candidates(trials, rounds, [t.number for t in finals], base)
+    record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
     set_study_attrs(study, {"confirmation": record})
     _log(record, study)
@@ -183,7 +185,7 @@ def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
         "contended": {str(n): v for n, v in rounds.contended.items()},
         "intervals": {str(c.number): {**c.interval.as_dict(), "changed": c.changed,
                                       "peak_memory_gb": c.peak_memory_gb} for c in cands},
-        "dropped": sorted(c.number for c in cands if c not in settled),
+        "dropped": sorted({c.number for c in cands} - {c.number for c in settled}),
         "stopped": why,
         "precision": setup.confirm_precision,
         "budget_s": setup.confirm_budget_s,
