@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.results.record import study_attrs, trial_attrs
 
 
@@ -88,16 +89,21 @@ def best_value(study: optuna.Study) -> float | None:
 
 
 def finalists(study: optuna.Study, top: int) -> list[FrozenTrial]:
-    """The ``top`` fastest ranked trials, one per distinct configuration."""
+    """The ``top`` fastest ranked trials, one per distinct configuration, and after them any
+    other whose search figure lies within FINALIST_BAND of the fastest (at most ``2 * top``
+    in all): one window each cannot rank configurations that close, so the confirmation's
+    rounds do (racing drops the ones that fall behind after three)."""
     seen: set[str] = set()
-    out = []
+    out: list[FrozenTrial] = []
     for t in ranked_trials(study):
         key = json.dumps(trial_attrs(t).get("knobs"), sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            out.append(t)
-        if len(out) == top:
+        if key in seen:
+            continue
+        close = bool(out) and (t.value or 0.0) >= (1 - FINALIST_BAND) * (out[0].value or 0.0)
+        if len(out) >= top and not (close and len(out) < 2 * top):
             break
+        seen.add(key)
+        out.append(t)
     return out
 
 

@@ -3,8 +3,9 @@
 A study on a machine that stays busy still produces figures: they describe the machine's
 moods, not the configurations. Confirmation runs until its intervals are precise or its
 budget is spent (search/confirm.py); when it ends on the budget while most windows were
-contended, or while windows of one configuration kept disagreeing, the study says so, names
-the load it saw ("other processes used 1.7 of 2 cores during 9 of 12 windows"), exports only
+contended, or with the winner's speedup still known only to more than twice the precision
+asked, the study says so, names the load it saw ("other processes used 1.7 of 2 cores during
+9 of 12 windows") or the noise, exports only
 what its intervals support (search/confirm.py keeps the user's configuration when the winner's
 interval includes 1.0) and exits with search/run.py's COULD_NOT_MEASURE, so that a scheduler
 can tell. Read from the stored study alone: best.yaml, the summary and the report say the same.
@@ -17,7 +18,11 @@ from typing import Any
 
 import optuna
 
-from autotune.diagnose.thresholds import CONTENDED_WINDOWS_SHARE, NOISY_WINDOWS_CV
+from autotune.diagnose.thresholds import (
+    CONTENDED_WINDOWS_SHARE,
+    IMPRECISE_FACTOR,
+    NOISY_WINDOWS_CV,
+)
 from autotune.results.intervals import MIN_ROUNDS
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.trials import measured
@@ -52,31 +57,45 @@ def load_statement(loads: list[dict[str, Any]]) -> str | None:
 
 def could_not_measure(study: optuna.Study) -> str | None:
     """The statement when the study could not measure (None: it could): its confirmation ended
-    on its budget or round limit, not on its precision, while the machine was busy or the
-    windows noisy beyond the thresholds (diagnose/thresholds.py)."""
+    on its budget or round limit, not on its precision, and either most windows were contended
+    (too busy) or the rounds left the winner's speedup known only to more than
+    IMPRECISE_FACTOR x the precision asked (too noisy to rank configurations)."""
     conf = study_attrs(study).get("confirmation") or {}
     if (not conf or conf.get("stopped") not in ("budget", "rounds") or conf.get("precise")
             or int(conf.get("rounds") or 0) < MIN_ROUNDS):
         return None  # precise; or too few rounds asked for (study.confirm_runs) to judge
     loads = window_loads(study)
     busy = sum(1 for c in loads if c.get("contended"))
-    noisy = float(conf.get("window_noise") or 0.0) > NOISY_WINDOWS_CV
     crowded = bool(loads) and busy / len(loads) >= CONTENDED_WINDOWS_SHARE
-    if not (noisy or crowded):
+    precision = float(conf.get("precision") or 0.05)
+    known = _known_to(conf)
+    imprecise = known is None or known > IMPRECISE_FACTOR * precision
+    if not (crowded or imprecise):
         return None
-    parts = []
-    if crowded:
-        parts.append(load_statement(loads) or "")
-    if noisy:
-        parts.append(f"windows of one configuration differed by {conf['window_noise']:.0%} "
-                     f"(coefficient of variation; above {NOISY_WINDOWS_CV:.0%} no ranking holds)")
+    noise = float(conf.get("window_noise") or 0.0)
+    parts = [load_statement(loads) or ""] if crowded else []
+    if imprecise:
+        parts.append(
+            f"after {conf.get('rounds')} rounds the speedup is known only to "
+            + (f"+-{known:.0%}" if known is not None else "no interval")
+            + f", with windows of one configuration differing by {noise:.0%} (coefficient of "
+            f"variation{'; pyperf warns above ' + format(NOISY_WINDOWS_CV, '.0%') if noise > NOISY_WINDOWS_CV else ''})")
     verdict = ("the speedup above is supported by its interval"
                if conf.get("established") else
                "no speedup is exported: the confirmed interval does not exclude 1.0, so your "
                "own configuration stays")
-    return (f"this machine was too busy to measure: {'; '.join(p for p in parts if p)}. "
-            f"Confirmation spent its budget ({conf.get('spent_s')} of "
-            f"study.confirm_budget_s={conf.get('budget_s')}s, {conf.get('rounds')} rounds) "
-            f"without reaching +-{100 * float(conf.get('precision') or 0):.0f}%; {verdict}. "
-            "Run the study again on a quiet machine (or raise study.confirm_budget_s) to rank "
+    head = ("this machine was too busy to measure" if crowded else
+            "this machine's measurements were too noisy to rank configurations")
+    return (f"{head}: {'; '.join(p for p in parts if p)}. Confirmation spent its budget "
+            f"({conf.get('spent_s')} of study.confirm_budget_s={conf.get('budget_s')}s, "
+            f"{conf.get('rounds')} rounds) without reaching +-{100 * precision:.0f}%; {verdict}. "
+            "Run the study again on a quieter machine (or raise study.confirm_budget_s) to rank "
             "the configurations.")
+
+
+def _known_to(conf: dict[str, Any]) -> float | None:
+    """The half-width of the winner's (the leader's) interval, relative: 0.05 is +-5%."""
+    iv = (conf.get("intervals") or {}).get(str(conf.get("leader"))) or {}
+    if iv.get("ci_low") is None or not iv.get("speedup"):
+        return None
+    return (float(iv["ci_high"]) - float(iv["ci_low"])) / 2 / float(iv["speedup"])

@@ -123,8 +123,11 @@ def check_numerics(setup: StudySetup, study: optuna.Study, stop: StopFlag | None
         set_study_attrs(study, {"numerics": record})
         _repick_confirmation(study, results)
 
+    conf = study_attrs(study).get("confirmation") or {}
+    dropped = set(conf.get("dropped") or [])  # settled below the leader: never exported
     for t in finalists(study, setup.confirm_top):
-        check(t)
+        if t.number not in dropped:
+            check(t)
     while True:  # the trial that would be exported must have been checked
         chosen, _ = chosen_trial(study)
         if chosen is None or str(chosen.number) in results:
