@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import autotune
-from tests.conftest import ROOT, TINY_ARGS, run_cli
+from tests.conftest import ROOT, TINY_ARGS, ran_to_the_end, run_cli
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -76,7 +76,7 @@ def test_dead_storage_names_host_not_password(tmp_path: Path) -> None:
 def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "study.n_trials=3", "study.name=e2e", *TINY_ARGS],
                    tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), proc.stderr[-3000:]
     out = tmp_path / "studies" / "e2e"
     doc = yaml.safe_load((out / "best.yaml").read_text())
     assert doc["schema"] == 1 and doc["speedup"] is not None
@@ -153,7 +153,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
 
     before = {t.number: t.state for t in _study(tmp_path, "killed").get_trials()}
     proc = run_cli(args[:-3] + [*TINY_ARGS, "study.n_trials=2"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), proc.stderr[-3000:]
     study = _study(tmp_path, "killed")
     trials = study.get_trials()
     lost = trials[running.number]

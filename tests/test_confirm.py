@@ -169,3 +169,24 @@ def test_finalists_include_every_configuration_within_the_noise_of_the_fastest()
     assert values == [100.0, 99.0, 95.0, 90.0, 88.0, 86.0]  # 80 is outside the band
     assert [t.value for t in finalists(study, 2)] == [100.0, 99.0, 95.0, 90.0]  # at most 2x2
     assert len(finalists(study, 1)) == 2  # 1 + one more close one, at most 2x1
+
+
+def test_finalists_that_sat_in_the_same_rounds_are_compared_paired() -> None:
+    """Two finalists drift together within each round (the machine's mood), the baseline on its
+    own: their intervals over the baseline overlap, yet their paired ratio (1.12 every round)
+    shows one faster. Not a tie: the faster wins though it changes more knobs."""
+    drift = [1.00, 0.85, 1.10, 0.92, 1.05, 0.88, 1.12, 0.95]
+    own = [1.05, 0.90, 0.97, 1.08, 0.93, 1.02, 0.96, 1.10]
+    base = [100.0 * e for e in own]
+    fast_runs = [196.0 * d for d in drift]
+    slow_runs = [175.0 * d for d in drift]
+    fast = Candidate(4, paired_speedup(fast_runs, base), 3, 1.0, tuple(fast_runs))
+    slow = Candidate(1, paired_speedup(slow_runs, base), 2, 1.0, tuple(slow_runs))
+    assert fast.interval.overlaps(slow.interval)  # over the baseline they cannot be told apart
+    assert pick([fast, slow]) == (fast, [])
+    assert still_racing([fast, slow]) == [fast]  # settled below: no more rounds for it
+    # The same drift, but 2% apart: the rounds cannot tell them apart, a tie to fewer knobs.
+    close_runs = [192.0 * d * (1 + (0.03 if i % 2 else -0.03)) for i, d in enumerate(drift)]
+    close = Candidate(7, paired_speedup(close_runs, base), 2, 1.0, tuple(close_runs))
+    winner, tied = pick([fast, close])
+    assert winner is close and tied == [fast]

@@ -73,7 +73,8 @@ class Interval:
                 "rounds": self.rounds}
 
 
-def paired_speedup(candidate: Sequence[float], baseline: Sequence[float]) -> Interval:
+def paired_speedup(candidate: Sequence[float | None],
+                   baseline: Sequence[float | None]) -> Interval:
     """The candidate's speedup over the baseline from rounds measured side by side:
     ``candidate[i]`` and ``baseline[i]`` are throughputs of the same round (pairs where either
     is missing or not positive are dropped)."""

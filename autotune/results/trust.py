@@ -3,7 +3,7 @@
 A study on a machine that stays busy still produces figures: they describe the machine's
 moods, not the configurations. Confirmation runs until its intervals are precise or its
 budget is spent (search/confirm.py); when it ends on the budget while most windows were
-contended, or with the winner's speedup still known only to more than twice the precision
+contended, or with the winner's speedup still known only to more than three times the precision
 asked, the study says so, names the load it saw ("other processes used 1.7 of 2 cores during
 9 of 12 windows") or the noise, exports only
 what its intervals support (search/confirm.py keeps the user's configuration when the winner's

@@ -1,12 +1,15 @@
 """Which finalist the confirmation's rounds support (pure: figures in, decision out).
 
 Each finalist's speedup over the baseline comes from the rounds as paired ratios with a 95%
-interval (results/intervals.py). A finalist whose interval lies wholly below the leader's is
-dropped from further rounds (racing, as irace does: rounds go to the configurations still in
-question). When the leader's interval overlaps others', the data cannot tell them apart: that
-is a tie, said in words, and broken toward a configuration whose speedup the data support, then
-the one that changes fewer knobs from the user's own (then lower peak memory), never toward
-the luckiest window. A speedup is exported only when its whole interval lies above 1.0.
+interval (results/intervals.py). Finalists sit in the same rounds, so two of them are compared
+by their own paired ratio, which cancels the machine's drift that their intervals over the
+baseline each carry (two overlapping intervals can still differ, paired). A finalist the
+rounds show slower than the leader is dropped from further rounds (racing, as irace does:
+rounds go to the configurations still in question). The finalists the rounds cannot show
+slower than the leader tie with it: said in words, and broken toward a configuration whose
+speedup the data support, then the one that changes fewer knobs from the user's own, then
+lower peak memory, never toward the luckiest window. A speedup is exported only when its
+whole interval lies above 1.0.
 """
 
 from __future__ import annotations
@@ -21,12 +24,32 @@ from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 
 @dataclass(frozen=True)
 class Candidate:
-    """One finalist as the choice sees it: its interval and what a tie is broken on."""
+    """One finalist as the choice sees it: its interval over the baseline, its own figure in
+    each round (None: not measured or failed that round), and what a tie is broken on."""
 
     number: int
     interval: Interval
     changed: int  # knobs that differ from the baseline's
     peak_memory_gb: float
+    runs: tuple[float | None, ...] = ()
+
+
+def versus(a: Candidate, b: Candidate) -> Interval:
+    """``a``'s speedup over ``b`` from the rounds that measured both: the two sat in the same
+    rounds, so their own paired ratio cancels the machine's drift that their intervals over
+    the baseline each carry (two overlapping intervals can still differ, paired)."""
+    return paired_speedup(list(a.runs), list(b.runs))
+
+
+def _behind(lead: Candidate, c: Candidate) -> bool:
+    """``c`` is shown slower than ``lead``: paired (rounds with both), else by intervals over
+    the baseline lying apart."""
+    if c is lead:
+        return False
+    pair = versus(lead, c)
+    if pair.known:
+        return pair.above(1.0)
+    return lead.interval.known and c.interval.known and c.interval.high < lead.interval.low
 
 
 def interval_of(runs: Sequence[float | None], base: Sequence[float | None],
@@ -46,13 +69,11 @@ def changed_knobs(knobs: Mapping[str, Any], baseline: Mapping[str, Any]) -> list
 
 
 def still_racing(cands: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates whose interval reaches the leader's: the others are settled below it."""
+    """The candidates not shown slower than the leader: the others are settled below it."""
     if not cands:
         return []
     lead = max(cands, key=lambda c: c.interval.point)
-    if not lead.interval.known:
-        return list(cands)
-    return [c for c in cands if not c.interval.known or c.interval.high >= lead.interval.low]
+    return [c for c in cands if not _behind(lead, c)]
 
 
 def precise(cands: Sequence[Candidate], precision: float) -> bool:
@@ -62,13 +83,14 @@ def precise(cands: Sequence[Candidate], precision: float) -> bool:
 
 def pick(cands: Sequence[Candidate]) -> tuple[Candidate, list[Candidate]]:
     """The winner and the candidates it tied with. The leader is the highest point estimate;
-    the tie is every candidate whose interval overlaps the leader's; within it, one whose
-    speedup the data support (interval above 1.0) before one they do not, then fewer changed
-    knobs, then lower peak memory, then the higher point."""
+    the tie is every candidate the rounds cannot show slower than the leader (their paired
+    ratio's 95% interval includes 1.0); within it, one whose speedup the data support
+    (interval above 1.0) before one they do not, then fewer changed knobs, then lower peak
+    memory, then the higher point."""
     lead = max(cands, key=lambda c: c.interval.point)
     if not lead.interval.known:
         return lead, []
-    tied = [c for c in cands if c is lead or (c.interval.known and c.interval.overlaps(lead.interval))]
+    tied = [c for c in cands if not _behind(lead, c)]
     winner = min(tied, key=lambda c: (not c.interval.above(1.0), c.changed, c.peak_memory_gb,
                                       -c.interval.point))
     return winner, [c for c in tied if c is not winner]
@@ -81,9 +103,9 @@ def tie_words(winner: Candidate, others: Sequence[Candidate]) -> str | None:
     names = ", ".join(f"trial {c.number} ({c.interval.text()}, {c.changed} knob(s) changed)"
                       for c in others)
     return (f"trial {winner.number} ({winner.interval.text()}, {winner.changed} knob(s) "
-            f"changed) ties with {names}: their intervals overlap, so the data cannot rank "
-            "them; the tie goes to the configuration that changes fewer knobs from yours, "
-            "then to lower peak memory")
+            f"changed) ties with {names}: their paired rounds cannot tell them apart, so the "
+            "data cannot rank them; the tie goes to a speedup the data support, then to the "
+            "configuration that changes fewer knobs from yours, then to lower peak memory")
 
 
 def window_noise(runs: Mapping[Any, Sequence[float | None]]) -> float:

@@ -149,7 +149,7 @@ def _candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int
             continue  # every window of it failed: not a candidate
         attrs = trial_attrs(trials[n])
         out.append(Candidate(n, iv, len(changed_knobs(attrs["knobs"], base_knobs)),
-                             float(attrs.get("peak_memory_gb") or 0.0)))
+                             float(attrs.get("peak_memory_gb") or 0.0), tuple(rounds.runs[n])))
     return out
 
 
@@ -247,7 +247,8 @@ def candidates_of(record: dict[str, Any], exclude: Collection[int] = ()) -> list
                       float(d["ci_high"]) if d["ci_high"] is not None else float("inf"),
                       int(d["rounds"]))
         out.append(Candidate(int(n), iv, int(d.get("changed") or 0),
-                             float(d.get("peak_memory_gb") or 0.0)))
+                             float(d.get("peak_memory_gb") or 0.0),
+                             tuple((record.get("runs") or {}).get(str(n)) or ())))
     return out
 
 
