@@ -6,10 +6,13 @@ by their own paired ratio, which cancels the machine's drift that their interval
 baseline each carry (two overlapping intervals can still differ, paired). A finalist the
 rounds show slower than the leader is dropped from further rounds (racing, as irace does:
 rounds go to the configurations still in question). The finalists the rounds cannot show
-slower than the leader tie with it: said in words, and broken toward a configuration whose
-speedup the data support, then the one that changes fewer knobs from the user's own, then
-lower peak memory, never toward the luckiest window. A speedup is exported only when its
-whole interval lies above 1.0.
+slower than the leader, and whose estimate lies within the precision asked of the leader's,
+tie with it: said in words, and broken toward a configuration whose speedup the data support,
+then the one that changes fewer knobs from the user's own, then lower peak memory, never
+toward the luckiest window. A finalist estimated further behind than the precision is not
+tied even when its rounds cannot exclude a tie: preferring it for its fewer knobs would cost
+more than the user said mattered (an idle run's tie of four went from 1.80x to 1.68x that
+way). A speedup is exported only when its whole interval lies above 1.0.
 """
 
 from __future__ import annotations
@@ -81,16 +84,27 @@ def precise(cands: Sequence[Candidate], precision: float) -> bool:
     return all(c.interval.half_width <= precision for c in cands)
 
 
-def pick(cands: Sequence[Candidate]) -> tuple[Candidate, list[Candidate]]:
+def _within(lead: Candidate, c: Candidate, precision: float) -> bool:
+    """``c``'s estimate is within ``precision`` of the leader's: paired where the rounds
+    allow, else the ratio of their estimates over the baseline."""
+    pair = versus(lead, c)
+    ratio = pair.point if pair.known else lead.interval.point / max(c.interval.point, 1e-12)
+    return ratio <= 1.0 + precision
+
+
+def pick(cands: Sequence[Candidate], precision: float = 0.05
+         ) -> tuple[Candidate, list[Candidate]]:
     """The winner and the candidates it tied with. The leader is the highest point estimate;
     the tie is every candidate the rounds cannot show slower than the leader (their paired
-    ratio's 95% interval includes 1.0); within it, one whose speedup the data support
+    ratio's 95% interval includes 1.0) whose estimate is within ``precision`` (the study's
+    confirm_precision) of the leader's; within it, one whose speedup the data support
     (interval above 1.0) before one they do not, then fewer changed knobs, then lower peak
     memory, then the higher point."""
     lead = max(cands, key=lambda c: c.interval.point)
     if not lead.interval.known:
         return lead, []
-    tied = [c for c in cands if not _behind(lead, c)]
+    tied = [c for c in cands if c is lead
+            or (not _behind(lead, c) and _within(lead, c, precision))]
     winner = min(tied, key=lambda c: (not c.interval.above(1.0), c.changed, c.peak_memory_gb,
                                       -c.interval.point))
     return winner, [c for c in tied if c is not winner]
@@ -103,9 +117,10 @@ def tie_words(winner: Candidate, others: Sequence[Candidate]) -> str | None:
     names = ", ".join(f"trial {c.number} ({c.interval.text()}, {c.changed} knob(s) changed)"
                       for c in others)
     return (f"trial {winner.number} ({winner.interval.text()}, {winner.changed} knob(s) "
-            f"changed) ties with {names}: their paired rounds cannot tell them apart, so the "
-            "data cannot rank them; the tie goes to a speedup the data support, then to the "
-            "configuration that changes fewer knobs from yours, then to lower peak memory")
+            f"changed) ties with {names}: their paired rounds cannot tell them apart and their "
+            "estimates lie within the precision asked, so the data cannot rank them; the tie "
+            "goes to a speedup the data support, then to the configuration that changes fewer "
+            "knobs from yours, then to lower peak memory")
 
 
 def window_noise(runs: Mapping[Any, Sequence[float | None]]) -> float:

@@ -207,7 +207,7 @@ def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -
         record.pop(key, None)
     if not settled:
         return record
-    winner, tied = pick(settled)
+    winner, tied = pick(settled, precision)
     base = int(record["baseline_trial"])
     runs = record["runs"]
     b_runs = [v for v in runs[str(base)] if v]
