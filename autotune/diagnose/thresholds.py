@@ -47,9 +47,10 @@ BATCH_HEADROOM_SHARE = 0.50
 # -- confirmation ---------------------------------------------------------------------------
 #: A configuration whose search window read within this share of the fastest is a finalist
 #: too (beyond study.confirm_top, up to twice as many): on this project's idle 2-core VM,
-#: windows of one configuration differ by 7-11% (coefficient of variation over confirmation
-#: rounds, 2026-11-25), and one study's true best (batch 64) read 9% below a batch-32 window
-#: in its search and was left out of the top three.
+#: windows of one configuration differ by 6-11% (coefficient of variation over confirmation
+#: rounds, 2026-11-25, docs/benchmarks.md), and in an earlier run that day one study's true
+#: best (batch 64) read 9% below a batch-32 window in its search and was left out of the top
+#: three.
 FINALIST_BAND = 0.15
 
 # -- contention: a window measured while the machine was busy (measure/contention.py) -----------
@@ -77,9 +78,10 @@ CONTENDED_WAIT_S = 5.0
 #: contended, or when its rounds left the winner's speedup known only to more than
 #: IMPRECISE_FACTOR times study.confirm_precision: paired rounds cancel a noisy machine's drift,
 #: so the interval, not the windows' own spread, says whether configurations could be ranked.
-#: Three times: on this project's idle 2-core VM (windows varying 10-12%) a budget-bound
-#: confirmation left the winner known to +-6% to +-11% (docs/benchmarks.md, busy machines),
-#: a speedup the data support, not one they could not measure.
+#: Three times: on this project's idle 2-core VM (windows varying 6-12%) budget-bound
+#: confirmations left the winner known to +-5% and +-8% (docs/benchmarks.md, busy machines)
+#: and, in an earlier unrecorded run the same day, +-11% at 1.75x: speedups the data support,
+#: not ones they could not measure.
 #: NOISY_WINDOWS_CV (pyperf warns above 10%) is stated beside it as the reason.
 CONTENDED_WINDOWS_SHARE = 0.5
 IMPRECISE_FACTOR = 3.0
