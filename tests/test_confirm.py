@@ -13,10 +13,10 @@ import optuna
 import pytest
 import yaml
 
-from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
+from autotune.results.intervals import Interval, paired_speedup
 from autotune.results.trust import could_not_measure
 from autotune.search.choose import Candidate, pick, still_racing, tie_words
-from autotune.search.confirm import candidates_of
+from autotune.search.confirm import PRECISE_ROUNDS, candidates_of
 from tests.conftest import TINY_ARGS, run_cli
 
 #: TINY_ARGS without its quick confirmation and without profiling: each test sets its own.
@@ -44,10 +44,17 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
     assert 2 <= len(finals) <= 4 and finals[0] == ranked[0].number  # confirm_top=2, +band
     assert study.trials[finals[0]].user_attrs["knobs"] != study.trials[finals[1]].user_attrs["knobs"]
     # Every round measured each finalist and the baseline once; precision 10 is met by the
-    # first interval, which needs MIN_ROUNDS rounds.
-    assert conf["rounds"] == MIN_ROUNDS and conf["stopped"] == "precision"
-    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"])
-    assert all(len(conf["runs"][str(n)]) == MIN_ROUNDS for n in (*finals, 0))
+    # first interval, but a precision stop needs PRECISE_ROUNDS rounds (four lucky ones once
+    # agreed to +-3% by chance).
+    assert conf["rounds"] == PRECISE_ROUNDS and conf["stopped"] == "precision"
+    # Racing starts after 3 rounds: until then every round has every finalist; after, each
+    # round has the baseline and each finalist not yet dropped, once, in its own order.
+    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"][:3])
+    kept = {*finals, 0} - set(conf["dropped"])
+    assert all(len(order) == len(set(order)) and kept <= set(order) <= {*finals, 0}
+               for order in conf["order"])
+    for n in (*finals, 0):
+        assert len(conf["runs"][str(n)]) == sum(n in order for order in conf["order"])
 
     # Each finalist's stored interval is the paired one over its rounds with the baseline.
     for n in finals:
@@ -68,7 +75,7 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
     if conf["leader"] == 0:  # the user's own configuration measured fastest: nothing to show
         assert doc["speedup_text"].startswith("none: your own configuration (trial 0)")
     else:
-        assert f"{MIN_ROUNDS} rounds" in doc["speedup_text"] and "95% CI" in doc["speedup_text"]
+        assert f"{PRECISE_ROUNDS} rounds" in doc["speedup_text"] and "95% CI" in doc["speedup_text"]
     if exported == 0:
         assert doc["speedup_text"].startswith("none") and doc["speedup"] == 1.0
     assert doc["confirmation"]["window_noise"] >= 0 and doc["confirmation"]["method"]

@@ -173,6 +173,32 @@ class SyncWorkload(_Classifier):
         return per_sample.mean()
 
 
+class _Sleeps(nn.Module):
+    """A forward that sleeps: a step as slow as one beside a CPU hog, without using a core."""
+
+    def __init__(self, inner: nn.Module, sleep_s: float):
+        super().__init__()
+        self.inner, self.sleep_s = inner, sleep_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.sleep_s)
+        return self.inner(x)
+
+
+class SlowStepWorkload(ComputeWorkload):
+    """Every training step takes ``step_s`` (a sleep in forward): a 3.5 s ResNet step beside
+    `stress-ng --cpu 1`, scaled down."""
+
+    name = "slow-step"
+
+    def __init__(self, step_s: float = 0.3):
+        super().__init__(batch_size=8, width=64, n=64)
+        self.step_s = step_s
+
+    def model(self) -> nn.Module:
+        return _Sleeps(super().model(), self.step_s)
+
+
 def spec(cls: type[Workload], **kwargs: Any) -> dict[str, Any]:
     """The workload config node for a class here, importable wherever the tests run from."""
     return {"_target_": f"{cls.__module__}.{cls.__name__}", **kwargs}

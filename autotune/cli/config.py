@@ -62,7 +62,8 @@ class StudyConfig:
     # again in rounds, in a random order each round (search/confirm.py): at least confirm_runs
     # rounds, then more until every finalist's 95% interval of its speedup over the baseline is
     # within +-confirm_precision (0.05: +-5%) or confirm_budget_s seconds of confirmation are
-    # spent. Intervals need 3 rounds; 0 rounds = report the search figures.
+    # spent. Intervals need 3 rounds, a stop on precision 6 (confirm.PRECISE_ROUNDS); 0 rounds =
+    # report the search figures.
     confirm_runs: int = 3
     confirm_top: int = 3
     confirm_precision: float = 0.05

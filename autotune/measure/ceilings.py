@@ -7,6 +7,7 @@ noise stated.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from autotune.core.training import Training
@@ -67,14 +68,20 @@ def _slope(times: list[float]) -> float:
 
 
 def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str, Any],
-                    clock: Clock) -> tuple[float, float]:
+                    clock: Clock, beat: Callable[[int], None] = lambda step: None
+                    ) -> tuple[float, float]:
     """Seed 003's mock loader: one batch kept on the device, the step alone. Samples/sec the
     model can train at with a free input pipeline, and its noise (relative spread).
 
     Timed in two halves, each at least half of ``measure_steps`` and a quarter of
     ``min_measure_seconds`` (six 1 ms steps read 904 samples/s for a step whose window trained
     at 1,452 on a loaded VM), at most a quarter of ``measure_seconds``; the device is
-    synchronized at each half's end. The noise is the spread of the two halves' rates."""
+    synchronized at each half's end. The noise is the spread of the two halves' rates.
+
+    The cap is read after every step, not only at the ``steps`` multiples the floor is checked
+    at: beside `stress-ng --cpu 1` a 3.5 s CPU step made the two halves 16 steps (56 s), the
+    re-measure doubled it, and the trial went 120 s without a heartbeat and was killed as
+    stalled. ``beat`` is called after each step so the watchdog sees the ceiling progress."""
     inputs, targets = run.to_device(*next(batches))  # the model is warm: no extra warm-up
     clock.sync(run.device)
     steps = max(2, int(win["measure_steps"]) // 2)
@@ -86,7 +93,11 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
         while True:
             run.step(inputs, targets)  # no sync inside: ``steps`` bounds the queued work
             n += 1
-            if n % steps == 0:
+            beat(total_n + n)
+            # The host's clock runs ahead of a GPU's work, never behind it: past the cap on
+            # the host is past it on the device too.
+            over = time.perf_counter() - start >= cap_s
+            if n % steps == 0 or over:
                 clock.sync(run.device)
                 t = time.perf_counter() - start
                 if t >= min_s or t >= cap_s:

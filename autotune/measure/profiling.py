@@ -12,7 +12,7 @@ The summary itself (its fields, pure functions over the trace) is autotune/diagn
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,11 @@ __all__ = ["capture", "is_low_precision_kernel", "summarize_trace"]
 
 
 # --- the capture (child side) ---------------------------------------------------------------
-def capture(run: Any, batches: Iterator[Any], steps: int, trace_path: str) -> dict[str, Any]:
+def capture(run: Any, batches: Iterator[Any], steps: int, trace_path: str,
+            beat: Callable[[int], None] = lambda step: None) -> dict[str, Any]:
     """Profile ``steps`` training steps of ``run`` (an ``autotune.core.training.Training``) fed from
-    ``batches``; write the Chrome trace to ``trace_path``; return its summary.
+    ``batches``; write the Chrome trace to ``trace_path``; return its summary. ``beat`` after
+    each step tells the trial's watchdog that a slow step (a loaded machine) is not a hang.
 
     Never raises: a failed capture returns ``{"error": "<type>: <message>"}`` so the measured
     window still counts."""
@@ -59,6 +61,7 @@ def capture(run: Any, batches: Iterator[Any], steps: int, trace_path: str) -> di
                     # The warm-up step's kernels must not spill into the recorded steps.
                     torch.cuda.synchronize(run.device)
                 prof.step()
+                beat(i + 1)
         if not written:  # the schedule's cycle did not complete: export what there is
             prof.export_chrome_trace(str(path))
         with open(path, encoding="utf-8") as f:

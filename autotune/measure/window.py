@@ -95,11 +95,12 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
 
     progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
     if wanted.get("compute"):
-        rate, noise = compute_ceiling(run, batches, batch_size, win, clock)
+        beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
+        rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
         if result.samples_per_sec > rate * (1 + max(noise, 0.1)):
             # Beaten (pruning.ceiling_violations): measured again before the driver reports
             # it. An upper bound may take the higher reading; their gap is noise too.
-            again, noise2 = compute_ceiling(run, batches, batch_size, win, clock)
+            again, noise2 = compute_ceiling(run, batches, batch_size, win, clock, beat)
             noise = max(noise, noise2, abs(again - rate) / max(again, rate))
             rate = max(rate, again)
         result.ceilings["compute"], result.ceiling_noise["compute"] = rate, noise
@@ -110,7 +111,8 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     result.ceiling_noise["window"] = window_spread(loop, clock, batch_size)
 
     if win.get("profile") and req.trace_path:
-        result.trace = capture(run, batches, win.get("profile_steps", 3), req.trace_path)
+        result.trace = capture(run, batches, win.get("profile_steps", 3), req.trace_path,
+                               lambda step: progress.beat("profile", step, force=True))
     if req.loader_profile and (result.timers.get("data_wait") or 0.0) >= DATA_WAIT_NOTABLE:
         progress.beat("loader_profile", result.steps, force=True)
         result.loader_profile = profile_input(workload, req.knobs, batch_size, req.seed)

@@ -33,7 +33,7 @@ from autotune.results.trials import (
 
 # The child's heartbeat stages (window.py) in the words a person reads.
 STAGES = {"start": "build", "compile": "compile", "warmup": "warm-up", "measure": "measure",
-          "ceiling": "ceilings", "loader_profile": "loader profile"}
+          "ceiling": "ceilings", "profile": "profile", "loader_profile": "loader profile"}
 
 
 def interactive(stream: TextIO) -> bool:
