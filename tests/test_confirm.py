@@ -47,9 +47,9 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
     # first interval, but a precision stop needs PRECISE_ROUNDS rounds (four lucky ones once
     # agreed to +-3% by chance).
     assert conf["rounds"] == PRECISE_ROUNDS and conf["stopped"] == "precision"
-    # Racing starts after 3 rounds: until then every round has every finalist; after, each
-    # round has the baseline and each finalist not yet dropped, once, in its own order.
-    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"][:3])
+    # Racing starts after PRECISE_ROUNDS rounds: until then every round has every finalist;
+    # after, each round has the baseline and each finalist not yet dropped, once.
+    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"][:PRECISE_ROUNDS])
     kept = {*finals, 0} - set(conf["dropped"])
     assert all(len(order) == len(set(order)) and kept <= set(order) <= {*finals, 0}
                for order in conf["order"])

@@ -48,7 +48,8 @@ MAX_ROUNDS = 30
 #: Before this many rounds a narrow interval does not end the confirmation (the budget still
 #: may): four rounds of the README's CPU study once agreed to +-3% by chance (2.19x, 95% CI
 #: 2.12-2.25x, with windows 6-11% noisy) and the configuration re-measured alone read 2.07x.
-#: A t interval over 3 degrees of freedom trusts four lucky rounds; six are the floor.
+#: A t interval over 3 degrees of freedom trusts four lucky rounds; six are the floor, for
+#: dropping a finalist (racing) as for stopping.
 PRECISE_ROUNDS = 6
 
 
@@ -106,7 +107,10 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         rng.shuffle(order)
         _round(setup, trials, order, rounds, stop, run)
         cands = _candidates(trials, rounds, active, base)
-        settled = still_racing(cands) if len(rounds.order) >= MIN_ROUNDS else cands
+        # Racing drops a finalist on the same evidence a precision stop needs: after 3
+        # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) that the next run's
+        # 10 rounds tied with the batch-128 winner, so the tie rule never saw them.
+        settled = still_racing(cands) if len(rounds.order) >= PRECISE_ROUNDS else cands
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds))
         if why:
