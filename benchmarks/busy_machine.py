@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--idle", type=int, default=5)
     ap.add_argument("--hog1", type=int, default=3, help="runs beside stress-ng --cpu 1")
     ap.add_argument("--hog4", type=int, default=1, help="runs beside stress-ng --cpu 4")
-    ap.add_argument("--reproduce-rounds", type=int, default=5)
+    ap.add_argument("--reproduce-rounds", type=int, default=10)
     ap.add_argument("--out", default="/tmp/autotune-busy")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("extra", nargs="*", help="more overrides for every run")
