@@ -149,3 +149,7 @@ def test_a_load_that_hit_both_sides_or_spared_enough_rounds_is_not_one_sided() -
     spared = _study(BUSY, "precision", noise=0.02, runs1=NARROW,
                     contended={"0": [True, False, False, False], "1": [False] * 4})
     assert could_not_measure(spared) is None
+    # Two one-sided rounds of four: under three, a passing load, not a finding.
+    passing = _study(BUSY, "precision", noise=0.02, runs1=NARROW,
+                     contended={"0": [True, True, False, False], "1": [False] * 4})
+    assert could_not_measure(passing) is None
