@@ -72,8 +72,8 @@ def could_not_measure(study: optuna.Study) -> str | None:
 def one_sided(conf: dict[str, Any], loads: list[dict[str, Any]]) -> str | None:
     """A precise speedup can still describe the load rather than the configurations: beside
     `stress-ng --cpu 1` in another session the baseline's two intra-op threads waited for a
-    core half the time (9 samples/s) while one-thread finalists did not (180): 19.8x, known to
-    +-2%, where the idle machine's median is 1.9x. When fewer than MIN_ROUNDS of the winner's
+    core half the time (9 samples/s) while one-thread finalists did not (187): 20.3x, 95% CI
+    19.1-21.6x, where the idle machine's median is 1.9x. When fewer than MIN_ROUNDS of the winner's
     paired rounds were quiet on both sides and the load hit one side only in most of them (and
     in MIN_ROUNDS at least: a passing load in one of three rounds is not a finding), the ratio
     is what this machine gives beside that load, not what a quiet one would."""

@@ -108,8 +108,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         _round(setup, trials, order, rounds, stop, run)
         cands = _candidates(trials, rounds, active, base)
         # Racing drops a finalist on the same evidence a precision stop needs: after 3
-        # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) that the next run's
-        # 10 rounds tied with the batch-128 winner, so the tie rule never saw them.
+        # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) beside a batch-128
+        # winner at 2.03x, where the run before had confirmed batch 64 at 2.00-2.09x over 10
+        # rounds: dropped that early, a finalist never reaches the tie rule.
         settled = still_racing(cands) if len(rounds.order) >= PRECISE_ROUNDS else cands
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds))
