@@ -18,6 +18,7 @@ import random
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,18 @@ from autotune.results.intervals import Interval, paired_speedup  # noqa: E402
 from autotune.results.storage import open_storage  # noqa: E402
 
 
-def reproduce(best_yaml: Path, rounds: int, storage: str | None = None,
-              seed: int = 0) -> dict[str, Any]:
-    """Rounds of (exported, baseline) windows in random order; the figures and the interval."""
+@dataclass
+class Side:
+    """One configuration to re-measure: its knobs and gradient accumulation."""
+
+    knobs: dict[str, Any]
+    grad_accum: int = 1
+
+
+def study_sides(best_yaml: Path, storage: str | None = None
+                ) -> tuple[dict[str, Any], dict[str, Any], Side, Side]:
+    """best.yaml's document, its baseline trial's request (workload, window, seed), and the
+    exported and baseline configurations, as the study ran them."""
     best = autotune.load_best(best_yaml, check_environment=False)
     doc = best.document
     url = storage or f"sqlite:///{best_yaml.parent / 'study.db'}"
@@ -43,26 +53,42 @@ def reproduce(best_yaml: Path, rounds: int, storage: str | None = None,
     baseline = next(t for t in study.trials if t.user_attrs.get("source") == "baseline")
     request = json.loads((best_yaml.parent / "trials" / str(baseline.number) / "request.json")
                          .read_text())
+    return (doc, request, Side(best.knobs, int(doc.get("grad_accum") or 1)),
+            Side(baseline.user_attrs["knobs"], int(request.get("grad_accum") or 1)))
+
+
+def measure(request: dict[str, Any], side: Side, where: Path) -> float:
+    """One confirmation-style window (no profile) of ``side`` under the study's request."""
     window = {**request["window"], "profile": False, "loader_profile": False}
-    sides = {"exported": best.knobs, "baseline": baseline.user_attrs["knobs"]}
-    accum = {"exported": int(doc.get("grad_accum") or 1),
-             "baseline": int(request.get("grad_accum") or 1)}
+    req = TrialRequest(workload=request["workload"], knobs=side.knobs, device=request["device"],
+                       window=window, seed=request["seed"], cpu_sized=request["cpu_sized"],
+                       env=request.get("env") or {}, grad_accum=side.grad_accum)
+    res = run_window(req, where)
+    if res.outcome != "ok":
+        raise SystemExit(f"{where.name}: {res.outcome}: {res.error}")
+    return float(res.samples_per_sec)
+
+
+def interleaved(request: dict[str, Any], sides: dict[str, Side], rounds: int,
+                rng: random.Random) -> dict[str, list[float]]:
+    """``rounds`` rounds, each measuring every side once in a random order."""
     figures: dict[str, list[float]] = {k: [] for k in sides}
-    rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
             order = list(sides)
             rng.shuffle(order)
             for which in order:
-                req = TrialRequest(workload=request["workload"], knobs=sides[which],
-                                   device=request["device"], window=window,
-                                   seed=request["seed"], cpu_sized=request["cpu_sized"],
-                                   env=request.get("env") or {}, grad_accum=accum[which])
-                res = run_window(req, Path(tmp) / f"{which}{i}")
-                if res.outcome != "ok":
-                    raise SystemExit(f"{which} round {i}: {res.outcome}: {res.error}")
-                figures[which].append(res.samples_per_sec)
-                print(f"round {i} {which}: {res.samples_per_sec:,.1f} samples/s", flush=True)
+                figures[which].append(measure(request, sides[which], Path(tmp) / f"{which}{i}"))
+                print(f"round {i} {which}: {figures[which][-1]:,.1f} samples/s", flush=True)
+    return figures
+
+
+def reproduce(best_yaml: Path, rounds: int, storage: str | None = None,
+              seed: int = 0) -> dict[str, Any]:
+    """Rounds of (exported, baseline) windows in random order; the figures and the interval."""
+    doc, request, exported, baseline = study_sides(best_yaml, storage)
+    figures = interleaved(request, {"exported": exported, "baseline": baseline}, rounds,
+                          random.Random(seed))
     iv = paired_speedup(figures["exported"], figures["baseline"])
     return {"doc": doc, "figures": figures, "interval": iv,
             "inside": _inside(iv, doc)}
