@@ -1,9 +1,15 @@
 """Diagnosis-guided search: turn the best trial's bottleneck into the next trial to run.
 
 Between trials the agent reads the best trial's diagnosis and enqueues the first of its fixes
-that is valid here and not yet tried, ahead of the sampler. It steps aside every third trial so
-TPE keeps exploring, and when the best trial has no untried fix left. Each trial it proposes
-records where it came from and why (``source=agent``, ``agent_reason``).
+that is valid here and not yet tried, ahead of the sampler. When the best has no untried fix
+left, it goes on from the trials one window each cannot rank below the best (within
+FINALIST_BAND of it, fastest first): a step that read a little lower may be the better one.
+On the idle 2-core VM (2026-11-25) the batch-64 step read 0-4% below the batch-32 best in
+three of five studies of the README's command; the agent stopped there, none of the three tried
+batch 128, and batch 128 measured 6% faster than their export side by side (docs/benchmarks.md). It
+steps aside every third trial so TPE keeps exploring, and when no such trial has an untried
+fix. Each trial it proposes records where it came from and why (``source=agent``,
+``agent_reason``).
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ import logging
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.knobs import Space, fix_text
+from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.results.record import TrialAttrs, trial_attrs
-from autotune.results.trials import best_trial
+from autotune.results.trials import best_trial, ranked_trials
 
 log = logging.getLogger("autotune")
 
@@ -62,6 +69,25 @@ def tried(study: optuna.Study, knobs: dict[str, Any], space: Space | None = None
                if (stored := trial_attrs(t).get("knobs")) is not None)
 
 
+def bases(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials the agent steers from, in order: the best, then every other trial whose
+    search figure lies within FINALIST_BAND of the best's (one window each cannot rank them),
+    fastest first."""
+    best = best_trial(study)
+    if best is None:
+        return []
+    floor = (1 - FINALIST_BAND) * (best.value or 0.0)
+    return [best, *(t for t in ranked_trials(study)
+                    if t.number != best.number and (t.value or 0.0) >= floor)]
+
+
+def _as_seen(t: FrozenTrial, best: FrozenTrial) -> str:
+    if t.number == best.number:
+        return f"trial {t.number} (best, {t.value:,.1f} samples/s)"
+    return (f"trial {t.number} ({t.value:,.1f} samples/s, within {FINALIST_BAND:.0%} of the "
+            f"best trial {best.number}'s {best.value:,.1f}: one window each cannot rank them)")
+
+
 def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | None:
     """The agent's next configuration and its reason, or None to let the sampler choose."""
     trials = study.get_trials(deepcopy=False)
@@ -70,22 +96,23 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
     recent = [trial_attrs(t).get("source") for t in trials[-(SAMPLER_EVERY - 1):]]
     if len(recent) == SAMPLER_EVERY - 1 and all(s == "agent" for s in recent):
         return None
-    best = best_trial(study)
-    if best is None or "diagnosis" not in trial_attrs(best):
-        return None
-    diag = trial_attrs(best)["diagnosis"]
-    base = trial_attrs(best)["knobs"]
-    for asked in diag.get("fixes", []):
-        value = _within(space, asked, base.get(asked["knob"]))
-        fix = {**asked, "value": value}
-        knobs = candidate(space, base, fix)
-        if knobs is None or tried(study, knobs, space):
+    steer = bases(study)
+    for base_trial in steer:
+        if "diagnosis" not in trial_attrs(base_trial):
             continue
-        capped = "" if value == asked["value"] else (
-            f"; {asked['knob']}={asked['value']} capped at {value}, the largest valid here")
-        why = (f"trial {best.number} (best, {best.value:,.1f} samples/s) is "
-               f"{diag['bottleneck']}: {fix_text(fix)} ({fix['why']}{capped})")
-        return knobs, why
+        diag = trial_attrs(base_trial)["diagnosis"]
+        base = trial_attrs(base_trial)["knobs"]
+        for asked in diag.get("fixes", []):
+            value = _within(space, asked, base.get(asked["knob"]))
+            fix = {**asked, "value": value}
+            knobs = candidate(space, base, fix)
+            if knobs is None or tried(study, knobs, space):
+                continue
+            capped = "" if value == asked["value"] else (
+                f"; {asked['knob']}={asked['value']} capped at {value}, the largest valid here")
+            why = (f"{_as_seen(base_trial, steer[0])} is {diag['bottleneck']}: "
+                   f"{fix_text(fix)} ({fix['why']}{capped})")
+            return knobs, why
     return None
 
 
