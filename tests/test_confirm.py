@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -210,3 +211,88 @@ def test_finalists_that_sat_in_the_same_rounds_are_compared_paired() -> None:
     close = Candidate(7, paired_speedup(close_runs, base), 2, 1.0, tuple(close_runs))
     winner, tied = pick([fast, close])
     assert winner is close and tied == [fast]
+
+
+def _served_study(tmp_path: Path, budget_s: float) -> tuple[Any, optuna.Study, dict[str, str]]:
+    """A real study setup and study with a baseline and three finalists, whose confirmation
+    windows are served from planted figures (10 s each), by round: batch 128 and batch 64
+    change 4 knobs each (batch 64 needs less memory), a third changes 5."""
+    from optuna.distributions import IntDistribution
+
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
+    from tests.conftest import TINY_WINDOW
+
+    cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",
+                 study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False,
+                                   confirm_precision=0.05, confirm_budget_s=budget_s),
+                 window=WindowConfig(**TINY_WINDOW))
+    setup = build_setup(cfg, [])[0]
+    base = setup.space.baseline
+    four = {"channels_last": True, "amp": "bf16", "host_allocator": "retain"}
+    configs = {"base": (base, 100.0, 1.0),
+               "b128": ({**base, **four, "batch_size": 128}, 210.0, 1.0),
+               "b64": ({**base, **four, "batch_size": 64}, 205.0, 0.5),
+               "five": ({**base, **four, "batch_size": 96, "cpu_threads": 1}, 200.0, 0.7)}
+    study = optuna.create_study(direction="maximize")
+    names = {}
+    for name, (knobs, value, memory) in configs.items():
+        study.add_trial(optuna.trial.create_trial(
+            params={"batch_size": knobs["batch_size"]},
+            distributions={"batch_size": IntDistribution(1, 256)}, value=value,
+            user_attrs={"knobs": knobs, "outcome": "ok", "peak_memory_gb": memory,
+                        "source": "baseline" if name == "base" else "search"},
+            system_attrs={"constraints": [-1.0]}))
+        names[json.dumps(knobs, sort_keys=True)] = name
+    return setup, study, names
+
+
+#: batch 128 over batch 64, round by round: 2.7% apart over the first six rounds, too noisy
+#: to tell (95% CI 0.95-1.11), then 7-9% apart round after round.
+_PAIR = [1.12, 0.95, 1.10, 0.96, 1.08, 0.97, 1.07, 1.09, 1.08, 1.07, 1.09, 1.08]
+
+
+def _serve(names: dict[str, str], seen: list[tuple[int, str]]) -> Any:
+    from autotune.measure.protocol import WindowResult
+
+    def run(req: Any, trial_dir: Path, **_: Any) -> WindowResult:
+        i = int(trial_dir.name.split("-")[0])
+        name = names[json.dumps(req.knobs, sort_keys=True)]
+        seen.append((i, name))
+        r = _PAIR[i]
+        figure = {"base": 100.0, "b128": 200.0 * math.sqrt(r), "b64": 200.0 / math.sqrt(r),
+                  "five": 198.0 * (1.03 if i % 2 else 0.97)}[name]
+        return WindowResult(outcome="ok", samples_per_sec=figure, steps=10, wall_s=10.0)
+    return run
+
+
+def test_a_tie_broken_against_the_leader_is_settled_by_more_rounds_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle run tied batch 64 with batch 128 (equal knob counts, 2.6% apart after 16 rounds)
+    and exported batch 64 for its lower memory; side by side it was 6% slower. Rounds of the
+    two and the baseline alone now settle such a tie before the tie-break decides it; the
+    other finalists sit those rounds out."""
+    from autotune.search import confirm as confirm_mod
+
+    setup, study, names = _served_study(tmp_path, budget_s=300)
+    seen: list[tuple[int, str]] = []
+    record = confirm_mod.confirm(setup, study, 3, 2, run=_serve(names, seen))
+    assert record is not None
+    number = {n: t.number for t in study.trials
+              for n in [names[json.dumps(t.user_attrs["knobs"], sort_keys=True)]]}
+    assert record["stopped"] == "precision" and record["rounds"] > PRECISE_ROUNDS
+    tie = record["tie_settling"]
+    assert tie["trials"] == [number["b128"], number["b64"]] and tie["rounds"] >= 1
+    assert record["best_trial"] == number["b128"], record
+    assert "the leader, is exported" in tie["outcome"]
+    extra = [name for i, name in seen if i >= PRECISE_ROUNDS]
+    assert set(extra) == {"base", "b128", "b64"}  # the third finalist sat them out
+    assert record["runs"][str(number["five"])][PRECISE_ROUNDS:] == [None] * tie["rounds"]
+
+    # Without the extra rounds the same six rounds tie them, and the tie goes to batch 64.
+    monkeypatch.setattr(confirm_mod, "TIE_BUDGET_SHARE", 0.0)
+    setup, study, names = _served_study(tmp_path / "again", budget_s=300)
+    record = confirm_mod.confirm(setup, study, 3, 2, run=_serve(names, []))
+    assert record is not None and record["rounds"] == PRECISE_ROUNDS
+    assert record["best_trial"] == number["b64"] and "ties with" in record["tie"]
+    assert record["tie_settling"]["outcome"].startswith("unsettled")

@@ -63,7 +63,8 @@ class StudyConfig:
     # rounds, then more until every finalist's 95% interval of its speedup over the baseline is
     # within +-confirm_precision (0.05: +-5%) or confirm_budget_s seconds of confirmation are
     # spent. Intervals need 3 rounds, a stop on precision 6 (confirm.PRECISE_ROUNDS); 0 rounds =
-    # report the search figures.
+    # report the search figures. A tie the tie-break would decide against the leader then gets
+    # up to half the budget again (confirm.TIE_BUDGET_SHARE).
     confirm_runs: int = 3
     confirm_top: int = 3
     confirm_precision: float = 0.05

@@ -156,7 +156,7 @@ def _speedup_text(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, A
 #: The confirmation's keys best.yaml carries (the per-window loads stay in the study).
 CONFIRMATION_KEYS = ("method", "finalists", "baseline_trial", "rounds", "runs", "intervals",
                      "dropped", "stopped", "precision", "budget_s", "spent_s", "window_noise",
-                     "leader", "established", "tie", "load")
+                     "leader", "established", "tie", "tie_settling", "load")
 
 
 def _confirmation_section(conf: dict[str, Any]) -> dict[str, Any] | None:

@@ -12,7 +12,10 @@ then the one that changes fewer knobs from the user's own, then lower peak memor
 toward the luckiest window. A finalist estimated further behind than the precision is not
 tied even when its rounds cannot exclude a tie: preferring it for its fewer knobs would cost
 more than the user said mattered (an idle run's tie of four went from 1.80x to 1.68x that
-way). A speedup is exported only when its whole interval lies above 1.0.
+way). Where the tie-break would export another finalist than the leader while their paired
+rounds show it neither slower nor within the precision of the leader, the two get more rounds
+first (``unsettled``; search/confirm.py). A speedup is exported only when its whole interval
+lies above 1.0.
 """
 
 from __future__ import annotations
@@ -108,6 +111,25 @@ def pick(cands: Sequence[Candidate], precision: float = 0.05
     winner = min(tied, key=lambda c: (not c.interval.above(1.0), c.changed, c.peak_memory_gb,
                                       -c.interval.point))
     return winner, [c for c in tied if c is not winner]
+
+
+def unsettled(cands: Sequence[Candidate], precision: float) -> list[Candidate]:
+    """The leader and the finalist the tie-break would export in its place, while their paired
+    rounds show the second neither slower than the leader nor within ``precision`` of it:
+    more rounds of the two can say which ([] when there is nothing to settle). Why: an idle
+    run tied batch 64 with batch 128 (equal knob counts, 2.6% apart after 16 rounds) and
+    exported batch 64 for its lower memory; side by side over 24 rounds it was 6% slower,
+    more than the precision the user asked for."""
+    if len(cands) < 2:
+        return []
+    winner, _ = pick(cands, precision)
+    lead = max(cands, key=lambda c: c.interval.point)
+    if winner is lead or not lead.interval.known:
+        return []
+    pair = versus(lead, winner)
+    if pair.known and pair.high <= 1.0 + precision:
+        return []  # shown within the precision of the leader: a tie in fact
+    return [lead, winner]
 
 
 def tie_words(winner: Candidate, others: Sequence[Candidate]) -> str | None:
