@@ -288,6 +288,9 @@ def test_a_tie_broken_against_the_leader_is_settled_by_more_rounds_first(
     extra = [name for i, name in seen if i >= PRECISE_ROUNDS]
     assert set(extra) == {"base", "b128", "b64"}  # the third finalist sat them out
     assert record["runs"][str(number["five"])][PRECISE_ROUNDS:] == [None] * tie["rounds"]
+    from autotune.search.summary import confirmation_lines
+    said = confirmation_lines({"metrics": {}, "baseline": {}, "confirmation": record})
+    assert tie["words"] in said and f"{tie['rounds']} more round(s)" in tie["words"]
 
     # Without the extra rounds the same six rounds tie them, and the tie goes to batch 64.
     monkeypatch.setattr(confirm_mod, "TIE_BUDGET_SHARE", 0.0)

@@ -64,6 +64,8 @@ def headline(d: dict[str, Any]) -> list[str]:
                  + (f" (confirmed over {conf['rounds']} interleaved rounds; window noise "
                     f"{100 * float(conf.get('window_noise') or 0):.1f}% CV)" if conf.get("rounds")
                     else " (search figures)"))
+    if conf.get("tie_settling"):
+        lines.append(f"Tie with the leader: {conf['tie_settling']['words']}")
     if conf.get("tie"):
         lines.append(f"Tie: {conf['tie']}")
     load = best.get("contention") or {}

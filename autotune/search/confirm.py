@@ -193,8 +193,12 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
         outcome = (f"trial {winner.number}, the leader, is exported"
                    if winner is lead else
                    "the rounds show them within the precision: the tie-break stands")
-    return settled, {"trials": first, "rounds": len(rounds.order) - start,
-                     "spent_s": round(spent, 1), "outcome": outcome}
+    extra = len(rounds.order) - start
+    words = (f"the tie-break would have exported trial {first[1]} over the leader, trial "
+             f"{first[0]}, before their rounds told them apart: {extra} more round(s) of the "
+             f"two and the baseline ({spent:.0f}s): {outcome}")
+    return settled, {"trials": first, "rounds": extra, "spent_s": round(spent, 1),
+                     "outcome": outcome, "words": words}
 
 
 def _candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int],
@@ -342,12 +346,8 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
              record["speedup_text"], 100 * record["window_noise"],
              "" if search_best is None or search_best.number == record["leader"] else
              f" (the search's fastest was trial {search_best.number})")
-    tie = record.get("tie_settling")
-    if tie:
-        a, b = tie["trials"]
-        log.info("  the tie-break would have exported trial %d over the leader, trial %d, before "
-                 "their rounds told them apart: %d more round(s) of the two and the baseline "
-                 "(%.0fs): %s", b, a, tie["rounds"], tie["spent_s"], tie["outcome"])
+    if record.get("tie_settling"):
+        log.info("  %s", record["tie_settling"]["words"])
     if record.get("tie"):
         log.info("  %s", record["tie"])
     if record["established"] is False:

@@ -72,6 +72,8 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
         if len(intervals) > 1:
             out.append("finalists: " + "; ".join(
                 f"trial {n} {_interval_words(d)}" for n, d in intervals.items()))
+    if conf.get("tie_settling"):
+        out.append(conf["tie_settling"]["words"])
     if conf.get("tie"):
         out.append(conf["tie"])
     load = (doc.get("contention") or {}).get("windows")
