@@ -63,3 +63,8 @@ def test_a_shortfall_names_what_the_production_path_adds() -> None:
                     "between_ms": 1.0}]
     assert "a slower step: 19.0 ms" in " ".join(causes(slow_inside, window))
     assert "not on record" in causes(slow_inside, {})[0]
+    # Neither, from a script's Meter that reports no step time: said, not a KeyError (a noisy
+    # one-round verify of examples/train_plain.py once read its exported side slower).
+    meter = [{"samples_per_sec": 58479.3, "inside_ms": 0.5, "between_ms": 0.4}]
+    said = causes(meter, window)
+    assert len(said) == 1 and said[0].startswith("neither: 0.9 ms per step")
