@@ -195,7 +195,7 @@ def causes(exported: list[dict[str, Any]], window: dict[str, Any]) -> list[str]:
                    "gradient clipping, a scheduler, a sync for logged values)")
     # A script's Meter reports its time between and inside steps, not always a step time:
     # a noisy round where the exported side read slower once raised KeyError here.
-    step = median.get("step_ms") or (between + inside) or None
+    step = median.get("step_ms") or between + inside
     mine = f"{float(step):.1f} ms per step" if step else "its steps"
     return out or [f"neither: {mine} against the window's {w_step:.1f} ms; the machine may "
                    "have been busier than during the study"]
