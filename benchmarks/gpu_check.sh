@@ -1,88 +1,198 @@
 #!/usr/bin/env bash
-# One run on a GPU machine (H100/H200, see /work/shared/gpu/README.md): the GPU tests, the
-# resnet18 and gpt studies, and the side-by-side (baseline, seed 004 recipe, autotune), with
-# every figure written under $OUT for docs/benchmarks.md. Not run where it was written (no GPU
-# there): each step is a plain command, its output kept whatever happens to the others.
+# The GPU check (issue 30): what a GPU user's first runs exercise, in the minutes a GPU is lent.
+# One command of a 15-minute loan: at most 6 minutes on one H100, copy and install included, the
+# whole script under one timeout; a rerun of failed steps in about 3.
 #
-#   OUT=/some/dir bash benchmarks/gpu_check.sh            # everything (~25 minutes on an H100)
-#   STEPS="tests gpt" bash benchmarks/gpu_check.sh        # a subset: tests resnet18 gpt side
+#   timeout 360 bash benchmarks/gpu_check.sh                        # on the GPU machine ($OUT set)
+#   STEPS="jpeg ncu" timeout 200 bash benchmarks/gpu_check.sh       # rerun the failed steps alone
+#   GPU_CHECK_DRY=1 OUT=/tmp/rehearsal bash benchmarks/gpu_check.sh  # the rehearsal, on the CPU
 #
-# The machine lacks optuna/hydra/nvtx: wheels from `bash ../shared/gpu/wheels.sh` in .whl/ are
-# installed into /tmp/site first when present. Studies run from a copy of the checkout
-# (/tmp/gpu_check), so replacing the checkout mid-run does not kill them.
+# Steps, most informative first, so a loan cut short keeps what tells most:
+#   study    the README's main command on CUDA at 224 px (8 trials, 3 confirmation rounds at
+#            least). It is the user's first command and crosses most GPU paths at once: batches
+#            moved to the device, device input stages, cuDNN/TF32/AMP/CUDA Graphs applied, NVML
+#            per window, pruning, the interleaved confirmation, numerics with device transforms,
+#            the Nsight commands; each trial that fails is recorded with its reason.
+#   tests    the gpu-marked tests: each GPU path alone (CUDA faults, the sync rule, adapters).
+#   jpeg     a JPEG folder decoded and resized on the device (nvJPEG, transform_split=0).
+#   ncu      the first ncu command of the study's best.yaml nsight section, as printed there.
+#   figures  benchmarks/gpu_figures.py over the studies: figures.md (goal: 22x, 90% of ceiling).
+#   compile  (not in the default set: a cold compile does not fit the 6 minutes) one trial of
+#            the study's workload with torch.compile, for its compile cost on this device.
+#
+# Each step has its own timeout (BUDGET_<step> seconds, cut to what the whole script has left,
+# TOTAL_S), and ends in $OUT/<step>.tgz (its log and files), written as it ends; summary.txt
+# holds the device and one line per step: PASS, FAIL, TIMEOUT or SKIP, seconds, and why. Files
+# back: summary.txt, figures.md and one archive per step (at most 8).
+#
+# The GPU machine lacks optuna, hydra and nvtx: wheels from `bash ../shared/gpu/wheels.sh` in
+# .whl/ (carried) are installed into /tmp/site when present. Steps run in a copy of the
+# checkout (WORK), so a checkout replaced mid-run does not kill a study.
+#
+# GPU_CHECK_DRY=1 runs the same steps against the CPU with tiny windows and trial counts, so
+# the plumbing (paths, timeouts, the $OUT layout, the figures) is proven before a loan is spent;
+# tests/test_gpu_check.py runs it.
 set -u -o pipefail
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$SRC/gpu_check_out}
-STEPS=${STEPS:-tests resnet18 gpt side figures}
+DRY=${GPU_CHECK_DRY:-0}
+STEPS=${STEPS:-study tests jpeg ncu figures}
 PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+TOTAL_S=${TOTAL_S:-350}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+# The copy keeps its studies between calls, so a rerun's ncu step finds the study's best.yaml;
+# a step that runs a study starts it afresh.
+WORK=${WORK:-/tmp/gpu_check}
+export OUT WORK
+SUMMARY=$OUT/summary.txt
 
-rm -rf /tmp/gpu_check && cp -r "$SRC" /tmp/gpu_check && cd /tmp/gpu_check || exit 1
-export PYTHONPATH=$PWD
-if ls .whl/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:$PWD
+if [ "$DRY" = 1 ]; then
+    DEVICE=cpu
+    # Tiny windows and counts: the rehearsal proves the plumbing, not the figures.
+    WINDOW=(window.warmup_steps=2 window.measure_steps=6 window.measure_seconds=2
+            window.min_measure_seconds=0.5 window.min_measure_steps=2 window.profile_steps=2)
+    STUDY=(study.n_trials=3 study.confirm_top=1 study.confirm_runs=3 study.confirm_budget_s=0
+           study.numerics_steps=2)
+    JPEG=(study.n_trials=2 workload.n_images=64 workload.image_size=64)
+else
+    DEVICE=cuda
+    # The README's main command with the window capped at 5 s (an input-bound batch of 256 at
+    # the baseline's ~600 samples/s would otherwise measure for 17 s), 8 trials, and a
+    # confirmation of 2 finalists that stops after its 3 rounds unless they are already sure.
+    WINDOW=(window.measure_seconds=5)
+    STUDY=(study.n_trials=8 study.confirm_top=2 study.confirm_runs=3 study.confirm_budget_s=30
+           study.timeout_s=110)
+    JPEG=(study.n_trials=3 workload.n_images=1024)
+fi
+: "${BUDGET_study:=180}" "${BUDGET_tests:=75}" "${BUDGET_jpeg:=45}" "${BUDGET_ncu:=30}"
+: "${BUDGET_figures:=10}" "${BUDGET_compile:=150}"
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+autotune() { "$PY" -m autotune "device=$DEVICE" study.out_dir=studies "$@"; }
+
+# run_step NAME: NAME_step under its own timeout, its output in NAME.log; a status line.
+run_step() {
+    local name=$1
+    local budget_var=BUDGET_$name left=$((TOTAL_S - SECONDS))
+    local budget=${!budget_var}
+    [ "$name" != figures ] && left=$((left - BUDGET_figures))  # the figures always get theirs
+    [ "$budget" -gt "$left" ] && budget=$left
+    if [ "$budget" -lt 5 ]; then
+        say "$name: SKIP: ${left}s left of TOTAL_S=$TOTAL_S"; return
+    fi
+    local t0=$SECONDS rc
+    mkdir -p "logs"
+    GPU_CHECK_STEP=$name WORK=$WORK timeout -k 10 "$budget" bash "$WORK/benchmarks/gpu_check.sh" \
+        > "logs/$name.log" 2>&1
+    rc=$?
+    local took=$((SECONDS - t0)) status=PASS why=""
+    if [ $rc = 124 ] || [ $rc = 137 ]; then status=TIMEOUT why="cut at ${budget}s"
+    elif [ $rc != 0 ]; then status=FAIL why="exit $rc: $(grep -v '^\s*$' "logs/$name.log" | tail -1 | cut -c1-200)"
+    fi
+    [ -f "logs/$name.why" ] && { status=SKIP; why=$(cat "logs/$name.why"); }
+    say "$name: $status ${took}s${why:+: $why}"
+}
+
+# pack NAME PATH...: the step's log and files as $OUT/NAME.tgz (missing paths are left out).
+pack() {
+    local name=$1; shift
+    local have=("logs/$name.log")
+    for p in "$@"; do [ -e "$p" ] && have+=("$p"); done
+    tar --exclude='*/trials/*/trace.json' --exclude='*/best_trace.json' -czf "$OUT/$name.tgz" \
+        "${have[@]}" 2>/dev/null
+}
+
+study_step() {
+    rm -rf studies/gpu-resnet18
+    autotune workload=resnet18 study.name=gpu-resnet18 "${STUDY[@]}" "${WINDOW[@]}" knobs.compile=off
+}
+
+jpeg_step() {
+    rm -rf studies/gpu-jpeg
+    autotune workload=jpeg study.name=gpu-jpeg knobs.transform_split=0 study.confirm_runs=0 \
+        study.numerics_steps=0 "${JPEG[@]}" "${WINDOW[@]}"
+}
+
+tests_step() {
+    "$PY" -m pytest -m gpu -q -rA -p no:cacheprovider --timeout=60 --durations=10 \
+        -o addopts="" tests/
+}
+
+# The first ncu command of best.yaml's nsight section, as a user would paste it, with a short
+# window appended (Hydra keeps the last value of a key). No CUDA study: why, and SKIP.
+ncu_step() {
+    local cmd
+    cmd=$("$PY" - studies/gpu-resnet18/best.yaml 2>&1 <<'PYEOF'
+import sys, yaml
+from pathlib import Path
+best = Path(sys.argv[1])
+if not best.exists():
+    sys.exit(f"no {best}: the study step exported nothing")
+ns = yaml.safe_load(best.read_text()).get("nsight") or {}
+if not ns.get("ncu"):
+    sys.exit(f"no ncu command in best.yaml: {ns.get('omitted') or 'no top kernels recorded'}")
+print(ns["ncu"][0]["command"])
+PYEOF
+    ) || { echo "$cmd" | tail -1 | tee logs/ncu.why; return 0; }
+    rm -rf studies/gpu-resnet18-ncu1
+    echo "$cmd"
+    if ! command -v ncu >/dev/null; then
+        echo "ncu is not on the PATH here" | tee logs/ncu.why; return 0
+    fi
+    local short="window.warmup_steps=3 window.measure_steps=5 window.min_measure_seconds=0"
+    eval "${cmd/ autotune / $PY -m autotune } $short"
+    ls studies/gpu-resnet18/*.ncu-rep 2>/dev/null || { echo "ncu wrote no report"; return 1; }
+}
+
+compile_step() {
+    rm -rf studies/gpu-compile
+    autotune workload=resnet18 study.name=gpu-compile study.n_trials=1 knobs.compile=default \
+        study.confirm_runs=0 study.numerics_steps=0 "${WINDOW[@]}"
+}
+
+figures_step() {
+    "$PY" benchmarks/gpu_figures.py studies "$OUT/figures.md"
+}
+
+# One step, started by run_step under its own timeout (bash functions cannot be timed).
+if [ -n "${GPU_CHECK_STEP:-}" ]; then
+    cd "$WORK" && "${GPU_CHECK_STEP}_step"
+    exit
 fi
 
-{ date -u; nvidia-smi; "$PY" -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } \
-    > "$OUT/device.txt" 2>&1
-
-run() {  # run NAME COMMAND...: output to $OUT/NAME.log, wall time and exit status to summary.txt
-    local name=$1; shift
-    local t0=$SECONDS
-    "$@" > "$OUT/$name.log" 2>&1
-    local rc=$?
-    echo "$name: exit $rc, $((SECONDS - t0)) s: $*" | tee -a "$OUT/summary.txt"
-}
-
-study() {  # study NAME WORKLOAD [overrides...]: the README's main command, then its exports
-    local name=$1 workload=$2; shift 2
-    run "$name" "$PY" -c "from autotune.cli.main import main; main()" "workload=$workload" \
-        "study.name=$name" "study.out_dir=studies" "$@"
-    mkdir -p "$OUT/$name"
-    cp studies/"$name"/{best.yaml,trials.csv,report.md} "$OUT/$name/" 2>/dev/null
-}
+# The copy and the install are timed against the same budget as the steps.
+mkdir -p "$WORK"
+tar -C "$SRC" --exclude=./.venv --exclude=./.git --exclude=./studies --exclude=./gpu_check_out \
+    -cf - . | tar -C "$WORK" -xf - || { say "setup: FAIL: could not copy the checkout"; exit 1; }
+cd "$WORK" || exit 1
+mkdir -p studies
+export PYTHONPATH=$WORK PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import optuna, hydra, nvtx" 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl > "$OUT/install.log" 2>&1 || say "install: FAIL: see install.log"
+    export PYTHONPATH=/tmp/site:$WORK
+fi
+{
+    echo "gpu_check $(date -u +%FT%TZ) dry=$DRY steps: $STEPS"
+    echo "commit: $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
+        || echo "nvidia-smi: not here"
+    "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'available', torch.cuda.is_available())" 2>&1
+    echo "cpus: $(nproc), setup took ${SECONDS}s"
+} >> "$SUMMARY"
 
 for step in $STEPS; do
     case $step in
-        tests) run gpu_tests "$PY" -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/ ;;
-        resnet18) study resnet18 resnet18 ;;
-        gpt) study gpt gpt ;;
-        side) run side_by_side_resnet18 "$PY" benchmarks/side_by_side.py \
-                  studies/resnet18/best.yaml --rounds 3 --out "$OUT/side_by_side_resnet18.md"
-              run side_by_side_gpt "$PY" benchmarks/side_by_side.py \
-                  studies/gpt/best.yaml --rounds 3 --out "$OUT/side_by_side_gpt.md" ;;
-        figures) run figures "$PY" - "$OUT" <<'PYEOF'
-# The must-show figures of issue 14 from each study's exports: speedup, share of the step-alone
-# ceiling, ceilings beaten (measurement bugs), compile cost and pruned compiled trials.
-import csv, json, sys
-from pathlib import Path
-import yaml
-out = Path(sys.argv[1])
-for name in ("resnet18", "gpt"):
-    best = out / name / "best.yaml"
-    if not best.exists():
-        print(f"{name}: no best.yaml"); continue
-    doc = yaml.safe_load(best.read_text())
-    m, ceil = doc["metrics"], doc.get("ceilings") or {}
-    print(f"{name}: speedup {doc.get('speedup')}x, best {m.get('samples_per_sec')} samples/s, "
-          f"ceilings {ceil}, fraction of compute ceiling "
-          f"{(m.get('samples_per_sec') or 0) / ceil['compute'] if ceil.get('compute') else None}")
-    print(f"  knobs: {json.dumps(doc['knobs'])}")
-    print(f"  compile: {json.dumps(doc.get('compile'))}")
-    print(f"  pruning: {json.dumps(doc['study'].get('pruning'))}")
-    rows = list(csv.DictReader((out / name / "trials.csv").open()))
-    for r in rows:
-        if r.get("ceiling_violation"):
-            print(f"  trial {r['number']} beat its ceiling: {r['ceiling_violation']}")
-        if r["state"] == "PRUNED" and r.get("knob.compile") not in ("", "off"):
-            print(f"  trial {r['number']} compile={r['knob.compile']} pruned after "
-                  f"{r.get('compile_s') or 0} s of compile: {r['reason']}")
-PYEOF
-        ;;
-        *) echo "unknown step $step (tests resnet18 gpt side figures)" | tee -a "$OUT/summary.txt" ;;
+        study) run_step study; pack study studies/gpu-resnet18 ;;
+        tests) run_step tests; pack tests ;;
+        jpeg) run_step jpeg; pack jpeg studies/gpu-jpeg ;;
+        ncu) run_step ncu; pack ncu studies/gpu-resnet18/*.ncu-rep studies/gpu-resnet18-ncu1 ;;
+        compile) run_step compile; pack compile studies/gpu-compile ;;
+        figures) run_step figures ;;
+        *) say "$step: SKIP: unknown step (study tests jpeg ncu compile figures)" ;;
     esac
 done
-echo "figures in $OUT:"; ls -R "$OUT"
+say "total: ${SECONDS}s"

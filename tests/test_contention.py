@@ -214,3 +214,38 @@ def test_a_machine_that_stays_busy_is_not_waited_for_trial_after_trial() -> None
     assert machine.retries() == 0 and machine.retries() == 0
     machine.saw(quiet)
     assert machine.retries() == CONTENDED_RETRIES
+
+
+def test_a_windows_nvml_readings_reach_trials_csv(tmp_path: Path) -> None:
+    """What NVML read over a window (utilization, SM clock, power, other processes, clock
+    events) is a trials.csv column per figure, so a user sees each window's GPU beside its
+    speed; a machine without NVML gets one column saying so, not empty figures."""
+    import csv
+
+    import optuna
+
+    from autotune.results.export import write_exports
+    from autotune.results.record import set_trial_attrs
+
+    start = {"available": True, "utilization_pct": 0, "sm_clock_mhz": 345,
+             "sm_clock_max_mhz": 1980, "clock_events": 0x1, "energy_mj": 1_000_000,
+             "temperature_c": 31, "others": {"count": 0, "memory_gb": 0.0}}
+    end = {**start, "utilization_pct": 97, "sm_clock_mhz": 1980, "clock_events": 0x4,
+           "energy_mj": 1_700_000, "temperature_c": 44}
+    gpu, reasons = gpu_between(start, end, 2.0)
+    assert reasons == []
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    for contention in ({"contended": False, "gpu": gpu},
+                       {"contended": False, "gpu": {"available": False, "reason": "no NVML"}}):
+        trial = study.ask()
+        set_trial_attrs(trial, {"knobs": {}, "outcome": "ok", "samples_per_sec": 10.0,
+                                "contention": contention})
+        study.tell(trial, 10.0)
+    write_exports(study, tmp_path, f"sqlite:///{tmp_path / 's.db'}")
+    rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
+    assert rows[0]["gpu.utilization_pct"] == "97"
+    assert rows[0]["gpu.sm_clock_mhz"] == "1980" and rows[0]["gpu.sm_clock_max_mhz"] == "1980"
+    assert rows[0]["gpu.power_w"] == "350.0" and rows[0]["gpu.energy_j"] == "700.0"
+    assert rows[0]["gpu.other_processes"] == "0"
+    assert rows[0]["gpu.clock_events"] == "GpuIdle SwPowerCap"
+    assert rows[1]["gpu.available"] == "False" and rows[1]["gpu.utilization_pct"] == ""

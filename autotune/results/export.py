@@ -242,15 +242,29 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
     return rows
 
 
+#: The window's NVML readings (measure/nvml.py gpu_between) as trials.csv columns ``gpu.<key>``.
+GPU_COLUMNS = ("utilization_pct", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "energy_j",
+               "temperature_c", "other_processes", "other_memory_gb", "clock_events")
+
+
 def _contention_columns(c: dict[str, Any]) -> dict[str, Any]:
     if not c:
         return {}
-    return {"contended": bool(c.get("contended")),
-            "other_cpu_cores": rounded(c.get("other_cpu_cores")),
-            "runqueue_wait_share": rounded(c.get("runqueue_wait_share")),
-            "steal_share": rounded(c.get("steal_share")),
-            "contention": "; ".join(c.get("reasons") or []),
-            "remeasured": len(c.get("earlier") or [])}
+    out = {"contended": bool(c.get("contended")),
+           "other_cpu_cores": rounded(c.get("other_cpu_cores")),
+           "runqueue_wait_share": rounded(c.get("runqueue_wait_share")),
+           "steal_share": rounded(c.get("steal_share")),
+           "contention": "; ".join(c.get("reasons") or []),
+           "remeasured": len(c.get("earlier") or [])}
+    gpu = c.get("gpu")
+    if gpu and gpu.get("available") is False:
+        out["gpu.available"] = False  # NVML missing: the reason is in the trial's contention
+    elif gpu:
+        for key in GPU_COLUMNS:
+            value = gpu.get(key)
+            out[f"gpu.{key}"] = " ".join(value) if isinstance(value, list) else (
+                "" if value is None else value)
+    return out
 
 
 def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path | None:
