@@ -22,7 +22,8 @@
 #
 # Each step has its own timeout (BUDGET_<step> seconds, cut to what the whole script has left,
 # TOTAL_S), and ends in $OUT/<step>.tgz (its log and files), written as it ends; summary.txt
-# holds the device and one line per step: PASS, FAIL, TIMEOUT or SKIP, seconds, and why. Files
+# holds the device and one line per step: PASS, DONE (a study that ran through and exited 3, a
+# regression, or 4, could not measure), FAIL, TIMEOUT or SKIP, seconds, and why. Files
 # back: summary.txt, figures.md and one archive per step (at most 8).
 #
 # The GPU machine lacks optuna, hydra and nvtx: wheels from `bash ../shared/gpu/wheels.sh` in
@@ -53,7 +54,7 @@ if [ "$DRY" = 1 ]; then
     WINDOW=(window.warmup_steps=2 window.measure_steps=6 window.measure_seconds=2
             window.min_measure_seconds=0.5 window.min_measure_steps=2 window.profile_steps=2)
     STUDY=(study.n_trials=3 study.confirm_top=1 study.confirm_runs=3 study.confirm_budget_s=0
-           study.numerics_steps=2)
+           study.confirm_precision=10 study.numerics_steps=2)
     JPEG=(study.n_trials=2 workload.n_images=64 workload.image_size=64)
 else
     DEVICE=cuda
@@ -89,6 +90,8 @@ run_step() {
     rc=$?
     local took=$((SECONDS - t0)) status=PASS why=""
     if [ $rc = 124 ] || [ $rc = 137 ]; then status=TIMEOUT why="cut at ${budget}s"
+    elif [ $rc = 3 ] || [ $rc = 4 ]; then  # a study that ran through but flagged its result
+        status=DONE why="exit $rc: $(grep '^autotune: ' "logs/$name.log" | tail -1 | cut -c1-200)"
     elif [ $rc != 0 ]; then status=FAIL why="exit $rc: $(grep -v '^\s*$' "logs/$name.log" | tail -1 | cut -c1-200)"
     fi
     [ -f "logs/$name.why" ] && { status=SKIP; why=$(cat "logs/$name.why"); }
@@ -115,9 +118,16 @@ jpeg_step() {
         study.numerics_steps=0 "${JPEG[@]}" "${WINDOW[@]}"
 }
 
+# One pytest per file that holds gpu-marked tests (TEST_FILES to choose): a file's failures are
+# in the log as soon as it ends, not only when the whole run does (a cut run keeps them).
 tests_step() {
-    "$PY" -m pytest -m gpu -q -rA -p no:cacheprovider --timeout=60 --durations=10 \
-        -o addopts="" tests/
+    local files rc=0
+    files=${TEST_FILES:-$(grep -l "mark.gpu" tests/test_*.py)}
+    for f in $files; do
+        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout=90 \
+            --durations=5 -o addopts="" "$f" || rc=1
+    done
+    return $rc
 }
 
 # The first ncu command of best.yaml's nsight section, as a user would paste it, with a short
