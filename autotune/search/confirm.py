@@ -18,6 +18,7 @@ of the budget again.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import statistics
 from collections.abc import Callable, Collection
@@ -29,12 +30,14 @@ from optuna.trial import FrozenTrial
 
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import run_window
-from autotune.results.intervals import MIN_ROUNDS, Interval
+from autotune.results.intervals import MIN_ROUNDS, Interval, t975
 from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.trials import baseline_trial, best_trial, finalists
+from autotune.results.trials import window_noise as search_noise
 from autotune.search.choose import (
     Candidate,
     changed_knobs,
+    cv,
     interval_of,
     pick,
     precise,
@@ -55,6 +58,9 @@ MAX_ROUNDS = 30
 #: A t interval over 3 degrees of freedom trusts four lucky rounds; six are the floor, for
 #: dropping a finalist (racing) as for stopping.
 PRECISE_ROUNDS = 6
+#: The floor comes down where the windows themselves are quiet (trusted_rounds): on one H100
+#: (2026-11-26) the README's study's finalists' windows varied by 0.4-0.7% and their rounds by
+#: 1%, where a 2-core VM's varied by 6-11%.
 #: A tie that the tie-break would decide against the leader, unsettled when the rounds end,
 #: gets rounds of the two and the baseline alone for up to this share of
 #: study.confirm_budget_s again: an idle run's batch-64 export tied with batch 128 after 16
@@ -108,9 +114,12 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     rounds = Rounds(list(trials))
     active = [t.number for t in finals]
     rng = random.Random(f"{study.study_name}-{setup.seed}")
+    noise = max_noise(trials.values(), rounds)
+    floor = trusted_rounds(noise, setup.confirm_precision)
     log.info("confirming: trials %s and the baseline (trial %d) in randomized rounds: at least "
-             "%d, then until +-%.0f%% or %.0fs", ", ".join(map(str, active)), base.number, runs,
-             100 * setup.confirm_precision, setup.confirm_budget_s)
+             "%d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
+             ", ".join(map(str, active)), base.number, runs, 100 * setup.confirm_precision,
+             floor, f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
     while True:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)
@@ -120,16 +129,19 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) beside a batch-128
         # winner at 2.03x, where the run before had confirmed batch 64 at 2.00-2.09x over 10
         # rounds: dropped that early, a finalist never reaches the tie rule.
-        settled = still_racing(cands) if len(rounds.order) >= PRECISE_ROUNDS else cands
+        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
+        settled = still_racing(cands) if len(rounds.order) >= floor else cands
         active = [c.number for c in settled]
-        why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds))
+        why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor)
         if why:
             break
-    settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run)
+    settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor)
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = _candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
+    record["trusted_rounds"] = floor
+    record["noise"] = round(max_noise(trials.values(), rounds), 4)
     if tie:
         record["tie_settling"] = tie
     set_study_attrs(study, {"confirmation": record})
@@ -157,7 +169,7 @@ def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], 
 
 def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Rounds,
                 base: FrozenTrial, settled: list[Candidate], rng: random.Random,
-                stop: StopFlag | None, run: Callable[..., WindowResult]
+                stop: StopFlag | None, run: Callable[..., WindowResult], floor: int = PRECISE_ROUNDS
                 ) -> tuple[list[Candidate], dict[str, Any] | None]:
     """Rounds of the leader, the finalist the tie-break would export in its place, and the
     baseline, while their rounds have not settled which is faster (choose.unsettled), up to
@@ -184,7 +196,7 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
                 rounds.contended[n].append(False)
         spent += rounds.seconds[-1]
         cands = _candidates(trials, rounds, active, base)
-        settled = still_racing(cands) if len(rounds.order) >= PRECISE_ROUNDS else cands
+        settled = still_racing(cands) if len(rounds.order) >= floor else cands
         pair = unsettled(settled, setup.confirm_precision)
     outcome = "unsettled when the budget was spent: the tie-break stands"
     if not pair and settled:
@@ -221,14 +233,40 @@ def _candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int
     return out
 
 
+def max_noise(trials: Collection[FrozenTrial], rounds: Rounds) -> float:
+    """The noisiest of the compared configurations: each one's search window's own spread
+    (its two halves) and, from 3 rounds on, how much its rounds differ. 0 when any window's
+    spread is unknown: then nothing vouches for a few rounds' agreement."""
+    spreads = [search_noise(t) for t in trials]
+    if not spreads or min(spreads) <= 0:
+        return 0.0
+    between = [cv([v for v in vals if v]) for vals in rounds.runs.values()
+               if len([v for v in vals if v]) >= MIN_ROUNDS]
+    return max(spreads + between)
+
+
+def trusted_rounds(noise: float, precision: float) -> int:
+    """The fewest rounds whose interval may end the confirmation on precision, or drop a
+    finalist: where the windows' own noise (measured apart from the rounds' agreement) makes an
+    interval of +-precision expected at n rounds, n rounds' agreement is not luck. Noisy or
+    unknown windows need PRECISE_ROUNDS; a quiet GPU's 1% windows need 3."""
+    if noise <= 0:
+        return PRECISE_ROUNDS
+    sd = math.sqrt(2) * noise  # the log ratio of two windows, each this noisy
+    for n in range(MIN_ROUNDS, PRECISE_ROUNDS):
+        if t975(n - 1) * sd / math.sqrt(n) <= precision:
+            return n
+    return PRECISE_ROUNDS
+
+
 def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], runs: int,
-                 spent_s: float) -> str | None:
+                 spent_s: float, floor: int = PRECISE_ROUNDS) -> str | None:
     done = len(rounds.order)
     if not cands:
         return "failed"
     if done < runs:
         return None
-    if done >= max(PRECISE_ROUNDS, MIN_ROUNDS) and precise(cands, setup.confirm_precision):
+    if done >= max(floor, MIN_ROUNDS) and precise(cands, setup.confirm_precision):
         return "precision"
     if done >= MAX_ROUNDS:
         return "rounds"
