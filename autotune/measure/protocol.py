@@ -81,6 +81,9 @@ class WindowResult(_Record):
     # trials only); hits without misses = a warm compile from the study's shared cache.
     compile_cache: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0
+    # Seconds spent on what a confirmation window skips: ceilings, profiler capture, loader
+    # profile (search/cost.py estimates a confirmation window from a trial's time without them).
+    extras_s: float = 0.0
     final_loss: float | None = None
     # Share of the measured step spent in each phase (see window.py for how each is timed).
     timers: dict[str, float | None] = field(default_factory=dict)  # None: not measured

@@ -73,6 +73,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     # The input-pipeline ceiling comes before the first step, i.e. before torch.compile runs
     # (compilation is lazy: it happens inside the first step): if the loader alone cannot beat
     # the best trial, the driver prunes this trial before any compile or warm-up is spent on it.
+    extras_start = time.perf_counter()
     if wanted.get("loader"):
         rate, noise = loader_ceiling(batches, batch_size, workers, win, progress)
         result.ceilings["loader"] = rate
@@ -82,6 +83,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
         progress.ceiling_noise = dict(result.ceiling_noise)
         progress.contended = between(trial_start, snapshot())["contended"]  # the pruner reads it
         progress.beat("ceiling", 0, force=True)
+    result.extras_s = time.perf_counter() - extras_start
 
     first_step_s, loss = warm_up(run, batches, clock, win, progress, result)
     _check_finite(loss, "warm-up")
@@ -94,6 +96,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
 
     progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
+    extras_start = time.perf_counter()
     if wanted.get("compute"):
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
@@ -116,6 +119,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     if req.loader_profile and (result.timers.get("data_wait") or 0.0) >= DATA_WAIT_NOTABLE:
         progress.beat("loader_profile", result.steps, force=True)
         result.loader_profile = profile_input(workload, req.knobs, batch_size, req.seed)
+    result.extras_s += time.perf_counter() - extras_start
     result.outcome = "ok"
     if compile_watch.hits:
         result.outcome = "compile_fallback"

@@ -48,6 +48,7 @@ class TrialAttrs(TypedDict, total=False):
     timers: dict[str, float | None]
     chunks: list[float]
     wall_s: float
+    extras_s: float  # ceilings, profile, loader profile: what a confirmation window skips
     trace: dict[str, Any]
     stderr_tail: str
     contention: dict[str, Any]  # measure/contention.between: the load while it measured
@@ -79,6 +80,7 @@ class StudyAttrs(TypedDict, total=False):
     superseded: list[int]  # crashed baselines a later run replaced
     confirmation: dict[str, Any]
     numerics: dict[str, Any]
+    wall: dict[str, Any]  # this run's expected and measured wall time (search/cost.py)
 
 
 class _Settable(Protocol):

@@ -23,11 +23,13 @@ from autotune.core.env import child_environ
 from autotune.measure.runner import Interrupted
 from autotune.results.compare import REGRESSION_EXIT, compare_studies, verdict
 from autotune.results.export import best_document, write_exports
+from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.report_html import write_report
 from autotune.results.storage import open_storage
 from autotune.results.trials import counts
 from autotune.results.trust import could_not_measure
 from autotune.search.confirm import confirm
+from autotune.search.cost import CostClock, plan_words
 from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
 from autotune.search.numerics import check_numerics
 from autotune.search.progress import StudyProgress
@@ -46,21 +48,33 @@ def split_trials(n_trials: int, workers: int) -> list[int]:
     return [n_trials // workers + (1 if i < n_trials % workers else 0) for i in range(workers)]
 
 
-def _exporter(setup: StudySetup, progress: StudyProgress | None = None):
+def _exporter(setup: StudySetup, progress: StudyProgress | None = None,
+              clock: CostClock | None = None):
     def export(study: optuna.Study, trial: Any) -> None:
         write_exports(study, setup.out_dir, str(setup.storage))
         if progress is not None:
             progress.finished(study, trial)
+        estimate = clock.finished(dict(trial_attrs(trial))) if clock is not None else None
+        if estimate is not None:  # the first window of this run: the rest is estimated from it
+            set_study_attrs(study, {"wall": estimate.as_dict()})
+            log.info("%s", estimate.words())
 
     return export
 
 
-def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
+def run_worker(setup: StudySetup, storage: Any, n_trials: int,
+               clock: CostClock | None = None) -> int:
     """One driver in this process. Returns the process exit code."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = create_study(setup, storage)
     progress = StudyProgress(n_trials, setup.out_dir / "trials")
-    driver = Driver(setup, study=study, on_trial=_exporter(setup, progress), on_start=progress.started)
+
+    def on_start(number: int, knobs: dict[str, Any]) -> None:
+        progress.started(number, knobs)
+        if clock is not None:
+            clock.started()
+
+    driver = Driver(setup, study=study, on_trial=_exporter(setup, progress, clock), on_start=on_start)
     with StopFlag() as stop:
         try:
             driver.prepare()
@@ -83,9 +97,11 @@ def run_worker(setup: StudySetup, storage: Any, n_trials: int) -> int:
 
 def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
               confirm_runs: int = 0) -> int:
+    clock = CostClock(setup, n_trials, confirm_runs)
+    log.info("%s", plan_words(setup, n_trials, confirm_runs))
     if workers == 1:
-        code = run_worker(setup, storage, n_trials)
-    else:
+        code = run_worker(setup, storage, n_trials, clock)
+    else:  # each worker times its own trials: only the whole is measured here
         code = _run_processes(setup, n_trials, workers)
     study = optuna.load_study(study_name=setup.name, storage=storage)
     if code == 0 and confirm_runs:
@@ -102,6 +118,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
             except Interrupted:
                 log.warning("numerics check interrupted; best.yaml left unchecked")
                 code = 130 if stop.reason == "SIGINT" else 143
+    set_study_attrs(study, {"wall": clock.record()})
     write_exports(study, setup.out_dir, str(setup.storage))
     doc = best_document(study, str(setup.storage))
     print_summary(doc, counts(study), setup)

@@ -341,6 +341,7 @@ class Driver:
             "timers": r.timers,
             "chunks": r.chunks,
             "wall_s": r.wall_s,
+            "extras_s": r.extras_s,
             "contention": r.contention,
             "input_shapes": r.input_shapes,
             "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},

@@ -51,6 +51,9 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         print(f"  numerics trial {n}: " + (
             f"ok, max loss deviation {dev} (tolerance {e['tolerance']:.2%}, "
             f"{'/'.join(e['families'])})" if e.get("passed") else e.get("reason") or "refused"))
+    wall = (doc.get("study") or {}).get("wall") or {}
+    if wall.get("words"):
+        print(f"  wall time: {wall['words']}")
     print(f"  best config: {setup.out_dir / 'best.yaml'}   all trials: {setup.out_dir / 'trials.csv'}")
 
 

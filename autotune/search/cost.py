@@ -1,0 +1,145 @@
+"""What a study will cost, said before its search goes on, and what it cost, said at its end.
+
+A user who pays for GPU hours (or has a GPU lent for minutes) decides from this whether the study
+as configured fits. Before any window has run nothing says how long a step takes, so the header
+states the plan and its caps (``plan_words``); the first window of this run (the baseline, on a
+new study) is timed from the driver's side, start-up, build, warm-up, measurement, ceilings and
+profile included, and sets a point estimate for the rest (``Estimate``):
+
+    this run's set-up + trials x that first trial + confirmation + numerics check
+
+The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline,
+more while the windows are too noisy for those rounds to be trusted (confirm.trusted_rounds),
+never more than its budget allows; the numerics check runs the baseline and the winner. A
+compiled trial's compile time is counted where the first window paid it; where compile is only
+searched, each compiled trial adds its own, unknown until one compiles (at most
+``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time
+beside the estimate; best.yaml keeps both (``study.wall``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.search.confirm import trusted_rounds
+from autotune.search.setup import StudySetup
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def compile_searched(setup: StudySetup) -> bool:
+    """Whether some trial may compile though the first one did not."""
+    domain = setup.space.domains.get("compile")
+    return domain is not None and any(v not in (None, "off") for v in domain.values)
+
+
+def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
+    """The header's statement, before any window: what the study will run and its caps."""
+    w = setup.window
+    parts = [f"{n_trials} trial windows (each measures {w['min_measure_seconds']:g}-"
+             f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
+    if confirm_runs:
+        parts.append(f"a confirmation of at least {confirm_runs} rounds of up to "
+                     f"{setup.confirm_top + 1} windows, at most {setup.confirm_budget_s:g} s more")
+    if setup.numerics_steps:
+        parts.append(f"a numerics check ({setup.numerics_steps} steps of the baseline and the winner)")
+    if compile_searched(setup):
+        parts.append("each compiled trial's compile time (at most "
+                     f"{w.get('compile_timeout_s', 600):g} s)")
+    return ("expected wall time: " + ", ".join(parts)
+            + "; the first window's own time sets the estimate")
+
+
+@dataclass
+class Estimate:
+    """The point estimate made from the first window of this run."""
+
+    setup_s: float  # this run's start to its first trial's start
+    trial_s: float  # the first trial, as the driver waited for it
+    trials: int
+    confirm_s: float
+    numerics_s: float
+    compile_unknown: bool
+
+    @property
+    def total_s(self) -> float:
+        return self.setup_s + self.trials * self.trial_s + self.confirm_s + self.numerics_s
+
+    def words(self) -> str:
+        parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
+                 "a pruned trial ends sooner)"]
+        if self.confirm_s:
+            parts.append(f"confirmation ~{self.confirm_s:.0f} s")
+        if self.numerics_s:
+            parts.append(f"numerics check ~{self.numerics_s:.0f} s")
+        extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
+        return f"expected wall time ~{_clock(self.total_s)}: " + " + ".join(parts) + extra
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
+                "setup_s": round(self.setup_s, 2), "confirm_s": round(self.confirm_s, 1),
+                "numerics_s": round(self.numerics_s, 1), "compile_unknown": self.compile_unknown,
+                "words": self.words()}
+
+
+def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float,
+             trial_s: float, first: dict[str, Any]) -> Estimate:
+    """The estimate from the first trial's time (``first``: its record, for the window's own
+    noise and whether it compiled)."""
+    windows = setup.confirm_top + 1
+    noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
+    rounds = max(confirm_runs, trusted_rounds(noise, setup.confirm_precision)) if confirm_runs else 0
+    # A confirmation window runs no ceilings, profile or loader profile.
+    window_s = max(trial_s - float(first.get("extras_s") or 0.0), 0.0)
+    per_round = windows * window_s
+    # At least confirm_runs rounds; past them, rounds stop before one would end past the budget.
+    confirm_s = max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
+    numerics_s = 2 * window_s if setup.numerics_steps else 0.0
+    compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
+    return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0, numerics_s,
+                    compile_searched(setup) and not compiled)
+
+
+class CostClock:
+    """Times this run: its start, its first trial (the driver's on_start/on_trial hooks), and its
+    end. ``first_estimate`` is set once the first trial has finished."""
+
+    def __init__(self, setup: StudySetup, n_trials: int, confirm_runs: int):
+        self.setup, self.n_trials, self.confirm_runs = setup, n_trials, confirm_runs
+        self.t0 = time.monotonic()
+        self.first_start: float | None = None
+        self.first_estimate: Estimate | None = None
+
+    def started(self) -> None:
+        if self.first_start is None:
+            self.first_start = time.monotonic()
+
+    def finished(self, record: dict[str, Any]) -> Estimate | None:
+        """The estimate, the first time a trial finishes (None after)."""
+        if self.first_estimate is not None or self.first_start is None:
+            return None
+        now = time.monotonic()
+        self.first_estimate = estimate(self.setup, self.n_trials, self.confirm_runs,
+                                       self.first_start - self.t0, now - self.first_start, record)
+        return self.first_estimate
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self) -> dict[str, Any]:
+        """best.yaml's ``study.wall``: measured beside expected, and both in words."""
+        measured = self.elapsed()
+        out: dict[str, Any] = {"measured_s": round(measured, 1)}
+        if self.first_estimate is not None:
+            exp = self.first_estimate.total_s
+            out.update(self.first_estimate.as_dict())
+            out["words"] = (f"{_clock(measured)} measured, ~{_clock(exp)} expected after the "
+                            f"first window ({100 * (measured / exp - 1):+.0f}%)")
+        else:
+            out["words"] = f"{_clock(measured)} measured (no window finished to estimate from)"
+        return out
