@@ -319,6 +319,23 @@ def test_cuda_sync() -> None:
     assert d["bottleneck"] != "sync"
 
 
+def test_syncs_in_the_device_input_stages_are_not_blamed_on_the_training_code() -> None:
+    """On an H100 the JPEG study decoding on the device (transform_split=0) read "22
+    host-device synchronizations per step ... the fix is in the training code": they were
+    decode_jpeg's own copies of each image's bytes. Counted in the ``stages`` range, they
+    point at the split instead."""
+    d = _cuda(_res(gpu_busy_pct=44.0, syncs_per_step=23.0, stage_syncs_per_step=22.0),
+              {"transform_split": 0})
+    assert d["bottleneck"] == "sync" and "the fix is in the training code" not in d["summary"]
+    assert "22 host-device synchronizations per step happen in the stages" in d["summary"]
+    assert "transform_split=0" in d["summary"] and "try transform_split=1" in d["summary"]
+    assert d["fixes"][0]["knob"] == "transform_split" and d["fixes"][0]["value"] == 1
+    assert d["evidence"]["step_syncs_per_step"] == 1.0
+    # the training code's own syncs still read as before beside a quiet input stage
+    d = _cuda(_res(gpu_busy_pct=12.0, syncs_per_step=34.0, stage_syncs_per_step=1.0))
+    assert d["bottleneck"] == "sync" and "training code" in d["summary"]
+
+
 def test_cuda_launch_overhead() -> None:
     tiny = {"gpu_busy_pct": 22.0, "kernels_per_step": 400.0, "launches_per_step": 400.0,
             "kernel_median_us": 4.0, "short_kernel_share": 0.85}

@@ -120,6 +120,22 @@ def _cuda_trace() -> dict[str, Any]:
             "traceEvents": ev}
 
 
+def test_syncs_inside_the_device_input_stages_are_counted_apart() -> None:
+    """A device stage (decode_jpeg on a GPU reads each image's host bytes in with a blocking
+    copy: 22 syncs a step at batch 32 on an H100) runs inside ``forward``, in a ``stages``
+    range of its own: its syncs are counted apart from the training code's."""
+    trace = _cuda_trace()
+    trace["traceEvents"] += [
+        _x("stages", "user_annotation", 1210, 80),
+        _x("cudaMemcpy", "cuda_runtime", 1220, 10),
+        _x("cudaStreamSynchronize", "cuda_runtime", 1240, 10),
+        _x("cudaStreamSynchronize", "cuda_runtime", 1260, 10),
+    ]
+    s = summarize_trace(trace, 2)
+    assert s["syncs_per_step"] == 2.5  # the .item() and the copy's, plus the stages' 3 over 2
+    assert s["stage_syncs_per_step"] == 1.5 and s["copy_syncs_per_step"] == 0.5
+
+
 def test_cuda_fields_from_a_hand_built_trace() -> None:
     s = summarize_trace(_cuda_trace(), 2)
     assert "error" not in s

@@ -260,7 +260,10 @@ class Training:
         staged workload's device stages, or the two-way split's ``device_transform``; then the
         model's memory format for every 4-D tensor inside it."""
         if self.device_stages:
-            inputs = run_device_stages(self.device_stages, inputs, self.device)
+            # A phase of its own: the diagnosis tells the input stages' syncs (decode_jpeg on a
+            # GPU copies each image's host bytes in) from the training code's.
+            with phase("stages"):
+                inputs = run_device_stages(self.device_stages, inputs, self.device)
         if self.uint8:
             inputs = self.workload.device_transform(inputs)
         if self.channels_last:

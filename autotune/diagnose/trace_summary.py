@@ -38,6 +38,9 @@ host_scalar_reads_per_step     of those, the reads of CPU tensors (no device wai
 copy_syncs_per_step            of those, the ones inside the ``copy`` phase (a blocking
                                host-to-device copy synchronizes; that is the copy's cost, not a
                                sync in the step)
+stage_syncs_per_step           of those, the ones inside the device input stages (``stages``:
+                               on an H100 a JPEG study's decode_jpeg(device="cuda") stage
+                               synchronized about once per image, 22 a step at batch 32)
 sync_ms_per_step               host time spent in those synchronizations
 launches_per_step              kernel-launch runtime/driver calls (cudaLaunchKernel*,
                                cuLaunchKernel*, cudaGraphLaunch); None on CPU
@@ -257,7 +260,7 @@ def _summarize(trace: dict[str, Any], steps: int) -> dict[str, Any]:
     ops = [e for e in host if e.cat in ("cpu_op", "operator")]
     out |= _cpu_op_fields(ops, n)
     runtime = [e for e in host if e.cat in ("cuda_runtime", "cuda_driver", "runtime", "driver")]
-    out |= _sync_fields(ops, runtime, by_name.get("copy", []), n)
+    out |= _sync_fields(ops, runtime, by_name.get("copy", []), n, by_name.get("stages", []))
     if has_gpu:
         launches = [e for e in runtime if LAUNCH_RE.search(e.name)]
         rt_launch_at = _Spans(e for e in launches if e.cat in ("cuda_runtime", "runtime"))
@@ -328,7 +331,7 @@ def _gpu_fields(gpu: dict[str, list[_Ev]], n: int, start: float, end: float) -> 
 def _labelled(host: list[_Ev]) -> dict[str, list[_Ev]]:
     """The window's and Training's record_function ranges by name ("user_annotation"; older
     traces filed them as ops)."""
-    labels = ("data", *PHASES, "graph_replay")
+    labels = ("data", *PHASES, "graph_replay", "stages")
     by_name: dict[str, list[_Ev]] = defaultdict(list)
     for e in host:
         if e.name in labels and e.cat in ("user_annotation", "cpu_op", "operator", ""):
@@ -371,7 +374,8 @@ def _cpu_op_fields(ops: list[_Ev], n: int) -> dict[str, Any]:
     }
 
 
-def _sync_fields(ops: list[_Ev], runtime: list[_Ev], copy_ranges: list[_Ev], n: int) -> dict[str, Any]:
+def _sync_fields(ops: list[_Ev], runtime: list[_Ev], copy_ranges: list[_Ev], n: int,
+                 stage_ranges: list[_Ev] | None = None) -> dict[str, Any]:
     """Host-device synchronizations: the scalar reads that wait on the device, plus the sync
     runtime calls outside them.
 
@@ -388,10 +392,11 @@ def _sync_fields(ops: list[_Ev], runtime: list[_Ev], copy_ranges: list[_Ev], n: 
     device_reads = [e for e in scalar if waits.any_within(e)]
     scalar_at = _Spans(scalar)
     syncs = device_reads + [e for e in sync_calls if not scalar_at.contain(e)]
-    copy_at = _Spans(copy_ranges)
+    copy_at, stages_at = _Spans(copy_ranges), _Spans(stage_ranges or [])
     return {
         "syncs_per_step": round(len(syncs) / n, 2),
         "copy_syncs_per_step": round(sum(copy_at.contain(e) for e in syncs) / n, 2),
+        "stage_syncs_per_step": round(sum(stages_at.contain(e) for e in syncs) / n, 2),
         "sync_ms_per_step": _ms(sum(e.dur for e in syncs), n),
         "scalar_reads_per_step": round(len(scalar) / n, 2),
         "host_scalar_reads_per_step": round((len(scalar) - len(device_reads)) / n, 2),

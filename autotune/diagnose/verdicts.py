@@ -124,6 +124,7 @@ def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> di
         h2d = trace_share("h2d_ms_per_step")
     syncs = finite(trace.get("syncs_per_step"))
     copy_syncs = finite(trace.get("copy_syncs_per_step")) or 0.0
+    stage_syncs = finite(trace.get("stage_syncs_per_step")) or 0.0
     peak = finite(result.get("peak_memory_gb"))
     limit = finite(memory_limit_gb)
     return {
@@ -144,7 +145,9 @@ def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> di
         "kernel_median_us": finite(trace.get("kernel_median_us")),
         "short_kernel_share": finite(trace.get("short_kernel_share")),
         "syncs_per_step": syncs,
-        "step_syncs_per_step": max(0.0, syncs - copy_syncs) if syncs is not None else None,
+        "step_syncs_per_step": (max(0.0, syncs - copy_syncs - stage_syncs)
+                                if syncs is not None else None),
+        "stage_syncs_per_step": stage_syncs,
         "sync_share": trace_share("sync_ms_per_step"),
         "low_precision_share": finite(trace.get("low_precision_kernel_share")),
         "cpu_op_share": trace_share("cpu_op_ms_per_step"),
@@ -251,6 +254,18 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         return ("host_to_device", f"h2d_share {h2d:.2f} >= {H2D_SHARE}",
                 f"Copy-bound: host-to-device copies take {pct(h2d)} of the step ({busy_txt}); "
                 f"make them cheaper and asynchronous with {_first(f)}.")
+
+    stage_syncs = ev["stage_syncs_per_step"]
+    if stage_syncs >= SYNCS_PER_STEP and not_saturated:
+        split = int(knobs.get("transform_split") or 0)
+        f.add("transform_split", split + 1, "runs the first device stage on the host, in the "
+              "loader (with workers to run it), where it needs no synchronization")
+        return ("sync", f"stage_syncs_per_step {stage_syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
+                f"Sync-bound in the input stages on the device: {stage_syncs:.0f} host-device "
+                f"synchronizations per step happen in the stages transform_split={split} runs on "
+                f"the device (decode_jpeg on a GPU copies each image's host bytes in with a "
+                f"blocking copy), not in the training code, and idle the GPU ({busy_txt}); "
+                f"try {_first(f)}.")
 
     syncs = ev["step_syncs_per_step"]
     if syncs is not None and syncs >= SYNCS_PER_STEP and not_saturated:
