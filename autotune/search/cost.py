@@ -141,5 +141,6 @@ class CostClock:
             out["words"] = (f"{_clock(measured)} measured, ~{_clock(exp)} expected after the "
                             f"first window ({100 * (measured / exp - 1):+.0f}%)")
         else:
-            out["words"] = f"{_clock(measured)} measured (no window finished to estimate from)"
+            # several worker processes (each times its own trials), or no trial ran
+            out["words"] = f"{_clock(measured)} measured"
         return out
