@@ -53,9 +53,9 @@ if [ "$DRY" = 1 ]; then
     # Tiny windows and counts: the rehearsal proves the plumbing, not the figures.
     WINDOW=(window.warmup_steps=2 window.measure_steps=6 window.measure_seconds=2
             window.min_measure_seconds=0.5 window.min_measure_steps=2 window.profile_steps=2)
-    STUDY=(study.n_trials=3 study.confirm_top=1 study.confirm_runs=3 study.confirm_budget_s=0
+    STUDY=(study.n_trials=2 study.confirm_top=1 study.confirm_runs=3 study.confirm_budget_s=0
            study.confirm_precision=10 study.numerics_steps=2)
-    JPEG=(study.n_trials=2 workload.n_images=64 workload.image_size=64)
+    JPEG=(study.n_trials=1 workload.n_images=64 workload.image_size=64)
 else
     DEVICE=cuda
     # The README's main command with the window capped at 5 s (an input-bound batch of 256 at
