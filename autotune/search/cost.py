@@ -8,9 +8,12 @@ profile included, and sets a point estimate for the rest (``Estimate``):
 
     this run's set-up + trials x that first trial + confirmation + numerics check
 
-The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline,
-more while the windows are too noisy for those rounds to be trusted (confirm.trusted_rounds),
-never more than its budget allows; the numerics check runs the baseline and the winner. A
+The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline
+(no more windows a round than there are trials), more while the windows are too noisy for
+those rounds to be trusted (confirm.trusted_rounds), never more than its budget allows. It is
+the part least known in advance: rounds go on until they are precise (the README's CPU study's
+took 191-377 s of a 300 s budget, a tie's extra rounds included), so its bound is said beside
+it. The numerics check runs the baseline and the winner. A
 compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time
@@ -23,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.search.confirm import trusted_rounds
+from autotune.search.confirm import TIE_BUDGET_SHARE, trusted_rounds
 from autotune.search.setup import StudySetup
 
 
@@ -45,7 +48,8 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
              f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
     if confirm_runs:
         parts.append(f"a confirmation of at least {confirm_runs} rounds of up to "
-                     f"{setup.confirm_top + 1} windows, at most {setup.confirm_budget_s:g} s more")
+                     f"{max(1, min(setup.confirm_top + 1, n_trials))} windows, at most "
+                     f"{setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
         parts.append(f"a numerics check ({setup.numerics_steps} steps of the baseline and the winner)")
     if compile_searched(setup):
@@ -63,6 +67,7 @@ class Estimate:
     trial_s: float  # the first trial, as the driver waited for it
     trials: int
     confirm_s: float
+    confirm_max_s: float  # the budget's bound (plus a tie's extra rounds, up to half again)
     numerics_s: float
     compile_unknown: bool
 
@@ -74,7 +79,8 @@ class Estimate:
         parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
                  "a pruned trial ends sooner)"]
         if self.confirm_s:
-            parts.append(f"confirmation ~{self.confirm_s:.0f} s")
+            parts.append(f"confirmation ~{self.confirm_s:.0f} s (up to {self.confirm_max_s:.0f} s "
+                         "while the rounds are not yet precise)")
         if self.numerics_s:
             parts.append(f"numerics check ~{self.numerics_s:.0f} s")
         extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
@@ -83,6 +89,7 @@ class Estimate:
     def as_dict(self) -> dict[str, Any]:
         return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
                 "setup_s": round(self.setup_s, 2), "confirm_s": round(self.confirm_s, 1),
+                "confirm_max_s": round(self.confirm_max_s, 1),
                 "numerics_s": round(self.numerics_s, 1), "compile_unknown": self.compile_unknown,
                 "words": self.words()}
 
@@ -91,7 +98,8 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
              trial_s: float, first: dict[str, Any]) -> Estimate:
     """The estimate from the first trial's time (``first``: its record, for the window's own
     noise and whether it compiled)."""
-    windows = setup.confirm_top + 1
+    # The finalists and the baseline are distinct configurations among the trials.
+    windows = max(1, min(setup.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
     rounds = max(confirm_runs, trusted_rounds(noise, setup.confirm_precision)) if confirm_runs else 0
     # A confirmation window runs no ceilings, profile or loader profile.
@@ -99,9 +107,11 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     per_round = windows * window_s
     # At least confirm_runs rounds; past them, rounds stop before one would end past the budget.
     confirm_s = max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
+    confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
     numerics_s = 2 * window_s if setup.numerics_steps else 0.0
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
-    return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0, numerics_s,
+    return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
+                    confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled)
 
 
