@@ -79,8 +79,9 @@ class Estimate:
         parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
                  "a pruned trial ends sooner)"]
         if self.confirm_s:
-            parts.append(f"confirmation ~{self.confirm_s:.0f} s (up to {self.confirm_max_s:.0f} s "
-                         "while the rounds are not yet precise)")
+            bound = (f" (up to {self.confirm_max_s:.0f} s while the rounds are not yet precise)"
+                     if self.confirm_max_s > self.confirm_s else "")
+            parts.append(f"confirmation ~{self.confirm_s:.0f} s{bound}")
         if self.numerics_s:
             parts.append(f"numerics check ~{self.numerics_s:.0f} s")
         extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
