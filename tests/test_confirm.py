@@ -47,7 +47,7 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
     # Every round measured each finalist and the baseline once; precision 10 is met by the
     # first interval, but a precision stop needs the rounds the windows' own noise makes
     # trustworthy (four lucky ones once agreed to +-3% by chance on 6-11% noisy windows).
-    floor = trusted_rounds(conf["noise"], 10)
+    floor = trusted_rounds(conf["trusted_noise"], 10)
     assert conf["trusted_rounds"] == floor and MIN_ROUNDS <= floor <= PRECISE_ROUNDS
     assert conf["rounds"] == floor and conf["stopped"] == "precision"
     # Racing starts after those rounds: until then every round has every finalist;

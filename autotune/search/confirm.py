@@ -56,11 +56,11 @@ MAX_ROUNDS = 30
 #: may): four rounds of the README's CPU study once agreed to +-3% by chance (2.19x, 95% CI
 #: 2.12-2.25x, with windows 6-11% noisy) and the configuration re-measured alone read 2.07x.
 #: A t interval over 3 degrees of freedom trusts four lucky rounds; six are the floor, for
-#: dropping a finalist (racing) as for stopping.
+#: dropping a finalist (racing) as for stopping. The floor comes down where the windows
+#: themselves are quiet (trusted_rounds): on one H100 (2026-11-26) the README's study's
+#: finalists' windows varied by 0.4-0.7% and their rounds by 1%, where a 2-core VM's varied by
+#: 6-11%.
 PRECISE_ROUNDS = 6
-#: The floor comes down where the windows themselves are quiet (trusted_rounds): on one H100
-#: (2026-11-26) the README's study's finalists' windows varied by 0.4-0.7% and their rounds by
-#: 1%, where a 2-core VM's varied by 6-11%.
 #: A tie that the tie-break would decide against the leader, unsettled when the rounds end,
 #: gets rounds of the two and the baseline alone for up to this share of
 #: study.confirm_budget_s again: an idle run's batch-64 export tied with batch 128 after 16
@@ -141,7 +141,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
     record["trusted_rounds"] = floor
-    record["noise"] = round(max_noise(trials.values(), rounds), 4)
+    record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
     if tie:
         record["tie_settling"] = tie
     set_study_attrs(study, {"confirmation": record})

@@ -117,26 +117,32 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
 
 
 class CostClock:
-    """Times this run: its start, its first trial (the driver's on_start/on_trial hooks), and its
-    end. ``first_estimate`` is set once the first trial has finished."""
+    """Times this run: its start, its trials (the driver's on_start/on_trial hooks), and its
+    end. ``first_estimate`` is set when the first whole window of the run has finished: on a
+    new study the baseline; on a resumed one, not a pruned, failed or copied trial, which would
+    say little of the others."""
 
     def __init__(self, setup: StudySetup, n_trials: int, confirm_runs: int):
         self.setup, self.n_trials, self.confirm_runs = setup, n_trials, confirm_runs
         self.t0 = time.monotonic()
         self.first_start: float | None = None
+        self.trial_start: float | None = None
         self.first_estimate: Estimate | None = None
 
     def started(self) -> None:
+        self.trial_start = time.monotonic()
         if self.first_start is None:
-            self.first_start = time.monotonic()
+            self.first_start = self.trial_start
 
     def finished(self, record: dict[str, Any]) -> Estimate | None:
-        """The estimate, the first time a trial finishes (None after)."""
-        if self.first_estimate is not None or self.first_start is None:
+        """The estimate, when the first whole window finishes (None before and after)."""
+        if self.first_estimate is not None or self.trial_start is None or self.first_start is None:
             return None
-        now = time.monotonic()
+        if record.get("outcome") != "ok" or record.get("duplicate_of") is not None:
+            return None
         self.first_estimate = estimate(self.setup, self.n_trials, self.confirm_runs,
-                                       self.first_start - self.t0, now - self.first_start, record)
+                                       self.first_start - self.t0,
+                                       time.monotonic() - self.trial_start, record)
         return self.first_estimate
 
     def elapsed(self) -> float:
