@@ -27,12 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.search.confirm import TIE_BUDGET_SHARE, trusted_rounds
+from autotune.search.progress import clock_text
 from autotune.search.setup import StudySetup
-
-
-def _clock(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def compile_searched(setup: StudySetup) -> bool:
@@ -85,7 +81,7 @@ class Estimate:
         if self.numerics_s:
             parts.append(f"numerics check ~{self.numerics_s:.0f} s")
         extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
-        return f"expected wall time ~{_clock(self.total_s)}: " + " + ".join(parts) + extra
+        return f"expected wall time ~{clock_text(self.total_s)}: " + " + ".join(parts) + extra
 
     def as_dict(self) -> dict[str, Any]:
         return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
@@ -155,9 +151,9 @@ class CostClock:
         if self.first_estimate is not None:
             exp = self.first_estimate.total_s
             out.update(self.first_estimate.as_dict())
-            out["words"] = (f"{_clock(measured)} measured, ~{_clock(exp)} expected after the "
+            out["words"] = (f"{clock_text(measured)} measured, ~{clock_text(exp)} expected after the "
                             f"first window ({100 * (measured / exp - 1):+.0f}%)")
         else:
             # several worker processes (each times its own trials), or no trial ran
-            out["words"] = f"{_clock(measured)} measured"
+            out["words"] = f"{clock_text(measured)} measured"
         return out

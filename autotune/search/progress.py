@@ -45,7 +45,8 @@ def interactive(stream: TextIO) -> bool:
             and not os.environ.get("CI"))
 
 
-def _clock(seconds: float) -> str:
+def clock_text(seconds: float) -> str:
+    """MM:SS, or H:MM:SS from an hour: the progress line's and the wall-time statement's."""
     s = int(max(seconds, 0))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
 
@@ -86,8 +87,8 @@ class StudyProgress:
         elapsed = time.monotonic() - self.t0
         left = ""
         if self.done:
-            left = f", ~{_clock(elapsed / self.done * max(self.n_trials - self.done, 0))} left"
-        return f"{min(self.done + (self.running is not None), self.n_trials)}/{self.n_trials}, {_clock(elapsed)} elapsed{left}"
+            left = f", ~{clock_text(elapsed / self.done * max(self.n_trials - self.done, 0))} left"
+        return f"{min(self.done + (self.running is not None), self.n_trials)}/{self.n_trials}, {clock_text(elapsed)} elapsed{left}"
 
     def line(self, study: optuna.Study, trial: FrozenTrial) -> str:
         """``[3/12, 00:42 elapsed, ~02:06 left] trial 2 COMPLETE 123.4 samples/s | best ...``"""
