@@ -276,7 +276,7 @@ def test_lightning_study_on_cuda_exports_a_trainer_that_fits(tmp_path: Path) -> 
     exported precision/benchmark/loader arguments fit on the GPU."""
     args = [f"workload._target_={LIGHTNING}", "+workload.module=examples.lightning_tune.Classifier",
             "+workload.datamodule=examples.lightning_tune.RandomData", "study.name=lit-cuda",
-            "device=cuda", "study.n_trials=4", "study.confirm_runs=0", *TINY_ARGS]
+            "device=cuda", "study.n_trials=2", "study.confirm_runs=0", *TINY_ARGS]
     proc = run_cli(args, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = tmp_path / "studies" / "lit-cuda"

@@ -329,3 +329,54 @@ def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path)
         record = confirm_mod.confirm(setup, study, 3, 3, run=run)
         assert record is not None and record["stopped"] == "precision", record
         assert record["rounds"] == rounds and record["trusted_rounds"] == rounds
+
+
+# The confirmation of the README's study on one H100 (2026-11-26, benchmarks/gpu_check.sh):
+# the baseline, its loader in the training process, read 564, 464 and 667 samples/s.
+_H100_CONF = {
+    "finalists": [7, 5], "baseline_trial": 0, "rounds": 3, "leader": 7, "established": True,
+    "runs": {"7": [10280.962, 10422.714, 10322.447], "5": [9454.94, 9524.222, 9208.924],
+             "0": [563.765, 464.283, 666.521]},
+    "intervals": {"7": {"speedup": 18.508, "ci_low": 11.658, "ci_high": 29.385, "rounds": 3}},
+    "stopped": "budget", "precise": False, "precision": 0.05, "budget_s": 30.0, "spent_s": 35.3,
+    "window_noise": 0.018, "loads": [],
+}
+
+
+def _study_with(conf: dict[str, Any]) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("confirmation", conf)
+    return study
+
+
+def test_a_noisy_baseline_alone_does_not_make_the_study_unmeasured() -> None:
+    """The winner beat the runner-up in every round and the baseline by 12x at least: the
+    configurations are ranked, only the speedup's size is uncertain. The summary says why
+    (the baseline's spread), and the study is not "too noisy to rank configurations"."""
+    from autotune.results.trust import baseline_noise
+    from autotune.search.summary import confirmation_lines
+
+    assert could_not_measure(_study_with(_H100_CONF)) is None
+    words = baseline_noise(_H100_CONF)
+    assert words and "varied 18% from round to round" in words and "trial 7's varied 0.7%" in words
+    doc = {"metrics": {}, "baseline": {}, "confirmation": _H100_CONF,
+           "speedup_text": "18.51x, 95% CI 11.66-29.38x, 3 rounds"}
+    assert words in confirmation_lines(doc)
+
+
+def test_finalists_the_rounds_do_not_rank_leave_the_study_unmeasured() -> None:
+    """The same baseline, but a runner-up that the rounds do not separate from the leader (one
+    round each way, 2% apart on average): which configuration wins is not known, so exit 4, and
+    the words give each side's round-to-round spread."""
+    runs = {**_H100_CONF["runs"], "5": [10900.0, 9700.0, 10350.0]}
+    conf = {**_H100_CONF, "runs": runs}
+    from autotune.results.trust import baseline_noise
+
+    assert baseline_noise(conf) is None
+    verdict = could_not_measure(_study_with(conf))
+    assert verdict and "too noisy to rank configurations" in verdict
+    assert "the baseline's windows varied 17.9%, trial 7's 0.7%" in verdict
+    # A leader whose own rounds disagree beyond the precision: not the baseline's doing.
+    shaky = {**_H100_CONF, "runs": {**_H100_CONF["runs"], "7": [8000.0, 10400.0, 12500.0],
+                                    "5": [1000.0, 1000.0, 1000.0]}}
+    assert baseline_noise(shaky) is None and could_not_measure(_study_with(shaky))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.results.compile_cost import summary_lines
+from autotune.results.trust import baseline_noise
 from autotune.search.setup import StudySetup
 
 
@@ -71,6 +72,8 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
             f"{100 * float(conf.get('window_noise') or 0):.1f}% CV; search figures "
             f"{_fmt(best.get('search_samples_per_sec'))} and "
             f"{_fmt(base.get('search_samples_per_sec'))})")
+        if conf.get("stopped") != "precision" and baseline_noise(conf):
+            out.append(str(baseline_noise(conf)))
         intervals = conf.get("intervals") or {}
         if len(intervals) > 1:
             out.append("finalists: " + "; ".join(
