@@ -69,14 +69,25 @@ fi
 # Measured on one H100 (2026-11-26, warm machine): study 144 s, then 129 s; tests about 220 s
 # one file after another, and 4 at once cut at 110 s with 11 of 13 passed (the Lightning study,
 # 88 s alone, shared the GPU); jpeg 47 s (1,024 images written and 3 trials; 512 and 2 now, cut
-# at 40 s); ncu 44 s with a 3-launch command, cut at 45 s with another. The budgets add up to
-# TOTAL_S.
-: "${BUDGET_study:=140}" "${BUDGET_tests:=115}" "${BUDGET_jpeg:=50}" "${BUDGET_ncu:=40}"
+# at 40 s, then 41 s); ncu 44 s with a 3-launch command, then cut at 45 s and (one launch) at
+# 40 s, its trial's window done. Uncut they need about 370 s: the tests step is cut first
+# (where a test stalls, pytest-timeout fails it with its stack before the cut). The budgets add
+# up to TOTAL_S.
+: "${BUDGET_study:=140}" "${BUDGET_tests:=110}" "${BUDGET_jpeg:=45}" "${BUDGET_ncu:=50}"
 : "${BUDGET_figures:=5}" "${BUDGET_compile:=150}"
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
 autotune() { "$PY" -m autotune "device=$DEVICE" study.out_dir=studies "$@"; }
+
+# Each log line starts with the seconds since its step began ("[ 42s] "): a step cut by its
+# timeout shows where its time went (on 2026-11-26 the ncu step and the Lightning test were cut
+# with no clue which part ran long).
+stamp() {
+    local t0=$SECONDS line
+    while IFS= read -r line; do printf '[%3ds] %s\n' $((SECONDS - t0)) "$line"; done
+}
+unstamped() { sed -E 's/^\[ *[0-9]+s\] //' "logs/$1.log"; }
 
 # run_step NAME: NAME_step under its own timeout, its output in NAME.log; a status line.
 run_step() {
@@ -90,14 +101,14 @@ run_step() {
     fi
     local t0=$SECONDS rc
     mkdir -p "logs"
-    GPU_CHECK_STEP=$name WORK=$WORK timeout -k 10 "$budget" bash "$WORK/benchmarks/gpu_check.sh" \
-        > "logs/$name.log" 2>&1
-    rc=$?
+    GPU_CHECK_STEP=$name WORK=$WORK STEP_BUDGET=$budget timeout -k 10 "$budget" \
+        bash "$WORK/benchmarks/gpu_check.sh" 2>&1 | stamp > "logs/$name.log"
+    rc=${PIPESTATUS[0]}
     local took=$((SECONDS - t0)) status=PASS why=""
     if [ $rc = 124 ] || [ $rc = 137 ]; then status=TIMEOUT why="cut at ${budget}s"
     elif [ $rc = 3 ] || [ $rc = 4 ]; then  # a study that ran through but flagged its result
-        status=DONE why="exit $rc: $(grep '^autotune: ' "logs/$name.log" | tail -1 | cut -c1-200)"
-    elif [ $rc != 0 ]; then status=FAIL why="exit $rc: $(grep -v '^\s*$' "logs/$name.log" | tail -1 | cut -c1-200)"
+        status=DONE why="exit $rc: $(unstamped "$name" | grep '^autotune: ' | tail -1 | cut -c1-200)"
+    elif [ $rc != 0 ]; then status=FAIL why="exit $rc: $(unstamped "$name" | grep -v '^\s*$' | tail -1 | cut -c1-200)"
     fi
     [ -f "logs/$name.why" ] && { status=SKIP; why=$(cat "logs/$name.why"); }
     say "$name: $status ${took}s${why:+: $why}"
@@ -128,18 +139,19 @@ jpeg_step() {
 # image has it) 4 processes run them a file each, sharing the GPU (no test times anything).
 # Without it, one pytest per file, so a run cut short keeps each finished file's failures.
 tests_step() {
-    local files rc=0
+    # A test stuck past this fails with its stack (pytest-timeout) before the step is cut.
+    local files rc=0 test_timeout=$(( ${STEP_BUDGET:-150} > 30 ? ${STEP_BUDGET:-150} - 15 : 15 ))
     # The longest files first, so that no worker starts one late: xdist hands them out in order.
     files=${TEST_FILES:-$(grep -l "mark.gpu" tests/test_adapters.py tests/test_knobs.py \
         tests/test_cuda_faults.py tests/test_*.py | awk '!seen[$0]++')}
     if "$PY" -c "import xdist" 2>/dev/null; then
         # shellcheck disable=SC2086
-        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout=150 \
+        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout="$test_timeout" \
             --durations=10 -o addopts="" -n 4 --dist loadfile $files
         return
     fi
     for f in $files; do
-        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout=150 \
+        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout="$test_timeout" \
             --durations=5 -o addopts="" "$f" || rc=1
     done
     return $rc
