@@ -271,3 +271,23 @@ class SlowToCompile(MLPWorkload):
 
     def model(self) -> torch.nn.Module:
         return torch.nn.Sequential(_TracedSlowly(self.trace_sleep_s), super().model())
+
+
+class RankFault(MLPWorkload):
+    """Rank 1 of a launched trial fails after a few steps, one way per ``fault``: ``raise``
+    an exception, ``hang`` in its loss, or ``kill`` itself with SIGKILL. Rank 0 trains on."""
+
+    def __init__(self, fault: str = "raise", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.fault = fault
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        self._calls = getattr(self, "_calls", 0) + 1
+        if os.environ.get("RANK") == "1" and self._calls > 3:
+            if self.fault == "raise":
+                raise ValueError("rank 1's injected fault")
+            if self.fault == "hang":
+                time.sleep(3600)
+            if self.fault == "kill":
+                os.kill(os.getpid(), 9)
+        return super().loss(outputs, targets)

@@ -158,3 +158,27 @@ class ThreadsMLP(MLPWorkload):
 
         net.register_forward_pre_hook(record)
         return net
+
+
+class ConvHeavy(MLPWorkload):
+    """Much arithmetic, few parameters: three 3x3 convolutions of 16 channels over 64 x 64
+    images (about 5,000 parameters, tens of MFLOPs per sample), then a pooled classifier."""
+
+    name = "conv-heavy"
+    image_inputs = False  # keep channels_last out: the verdict, not the memory format, matters
+
+    def __init__(self, **kw: Any):
+        super().__init__(n_samples=256, batch_size=8, **kw)
+
+    def dataset(self, transfer_dtype: str) -> Any:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(self.n_samples, 3, 64, 64, generator=g)
+        y = torch.randint(0, self.classes, (self.n_samples,), generator=g)
+        return torch.utils.data.TensorDataset(x, y)
+
+    def model(self) -> torch.nn.Module:
+        nn = torch.nn
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, self.classes))

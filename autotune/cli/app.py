@@ -66,7 +66,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         # another factory, so only the keys given on the command line are passed.
         spec = {k: v for k, v in spec.items() if k in user_keys}
     workload = build_workload(spec)
-    env = probe(cfg.device)
+    env = ranked(probe(cfg.device), cfg.launch)
     user_sizes = user_keys - {"_target_"}
     cpu_sized = False
     if env.device == "cpu" and not user_sizes:
@@ -118,10 +118,42 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         confirm_precision=cfg.study.confirm_precision,
         confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
         global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
-        numerics_tolerance=_tolerance(cfg),
+        numerics_tolerance=_tolerance(cfg), launch=launch_spec(cfg.launch, env),
     )
     _nightly(setup, cfg)
     return setup, workers, n_trials
+
+
+def ranked(env: Env, launch: Any) -> Env:
+    """The env each trial's rank sees: with N ranks per node, one rank's share of the cores
+    (the loader and thread knobs are searched within it, as each rank of the run gets them)
+    and torchrun's one OpenMP thread per rank as the baseline's threads."""
+    nproc, nnodes = int(launch.nproc_per_node), int(launch.nnodes)
+    if nproc < 1 or nnodes < 1:
+        raise UsageError(f"launch.nproc_per_node={nproc}, launch.nnodes={nnodes}: both must be "
+                         "positive (1 and 1: one process, the default).")
+    if nnodes > 1:
+        raise UsageError(
+            f"launch.nnodes={nnodes}: trials over several nodes are not supported yet; tune one "
+            "node's ranks with launch.nproc_per_node=N (the DDP knobs and each rank's loader "
+            "and threads), which is how each node of the run is launched.")
+    if env.device == "cuda" and nproc > max(1, env.gpu_count):
+        raise UsageError(f"launch.nproc_per_node={nproc} on CUDA needs a GPU per rank; "
+                         f"{env.gpu_count} visible here.")
+    if nproc == 1:
+        return env
+    return dataclasses.replace(env, cpu_count=max(1, env.cpu_count // nproc), torch_threads=1,
+                               ranks=nproc * nnodes)
+
+
+def launch_spec(launch: Any, env: Env) -> dict[str, Any]:
+    """What each trial request carries to the launcher ({}: one process)."""
+    if env.ranks <= 1:
+        return {}
+    return {"nproc_per_node": int(launch.nproc_per_node), "nnodes": int(launch.nnodes),
+            "rdzv_endpoint": launch.rdzv_endpoint, "rdzv_timeout_s": int(launch.rdzv_timeout_s),
+            "collective_timeout_s": int(launch.collective_timeout_s),
+            "backend": "nccl" if env.device == "cuda" else "gloo"}
 
 
 def _tolerance(cfg: Config) -> dict[str, float]:
@@ -200,6 +232,11 @@ def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
           f"least {w['min_measure_seconds']}s, at most {w['measure_seconds']}s); timeout "
           f"{w['timeout_s']}s per trial")
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
+    if s.launch:
+        print(f"  launch: every trial runs {s.launch['nproc_per_node']} ranks "
+              f"({s.launch['backend']}, DistributedDataParallel) under PyTorch's elastic launcher, "
+              f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads are "
+              "searched per rank")
     for name, (value, why) in s.space.fixed.items():
         print(f"  fixed {name}={value}: {why}")
     for name, (values, why) in s.space.narrowed.items():

@@ -129,7 +129,27 @@ class KnobsConfig:
     cudnn_benchmark: Any = None
     host_allocator: Any = None
     cpu_threads: Any = None
+    bucket_cap_mb: Any = None
+    gradient_as_bucket_view: Any = None
+    static_graph: Any = None
+    broadcast_buffers: Any = None
     pad_to_multiple_of: Any = None
+
+
+@dataclass
+class LaunchConfig:
+    """How the production run is launched, and so how every trial runs: nproc_per_node ranks
+    per node through PyTorch's elastic launcher (torchrun's engine), gloo on CPU and NCCL on
+    CUDA. 1 x 1: one process, as before."""
+
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    # Several nodes: every node's autotune runs the same study with the same endpoint
+    # (host:port of a c10d rendezvous), as torchrun's --rdzv-endpoint; one node: a free port.
+    rdzv_endpoint: str | None = None
+    # Seconds the ranks wait to meet, and a collective waits on a peer, before the trial fails.
+    rdzv_timeout_s: int = 30
+    collective_timeout_s: int = 60
 
 
 @dataclass
@@ -144,6 +164,7 @@ class Config:
     window: WindowConfig = field(default_factory=WindowConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     knobs: KnobsConfig = field(default_factory=KnobsConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
 
 
 def _workloads_line() -> str:

@@ -33,6 +33,18 @@ def cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload]
     return domain
 
 
+def ddp_only(values: list[Any], off: Any) -> Callable[[Env, Workload], Domain]:
+    """A DDP argument: searched when each trial runs as several ranks (launch.nproc_per_node
+    or launch.nnodes above 1), else fixed at DDP's default, which is then never applied."""
+    def domain(env: Env, wl: Workload) -> Domain:
+        if env.ranks > 1:
+            return Domain(values)
+        return Domain([off], "one process: no DistributedDataParallel (launch.nproc_per_node=N "
+                      "runs every trial as N ranks)")
+
+    return domain
+
+
 def workers(env: Env, wl: Workload) -> Domain:
     return Domain(list(range(0, max(1, env.cpu_count) + 1)))
 
@@ -105,6 +117,9 @@ def cuda_graphs(env: Env, wl: Workload) -> Domain:
         return Domain([False], "CUDA Graphs need a CUDA device")
     if not wl.static_shapes:
         return Domain([False], "the workload's batches do not have static shapes")
+    if env.ranks > 1:
+        return Domain([False], "a captured step cannot hold DDP's all-reduce hooks as autotune "
+                      "captures it (whole-step capture of one process)")
     return Domain([False, True])
 
 

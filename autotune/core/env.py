@@ -36,6 +36,9 @@ class Env:
     #: torch's intra-op threads in a fresh process here (its default, or OMP_NUM_THREADS):
     #: what the user's training runs with today (the cpu_threads knob's baseline).
     torch_threads: int | None = None
+    #: Ranks each trial runs as (launch.nproc_per_node x launch.nnodes); > 1: cpu_count is one
+    #: local rank's share of the node's cores (core/distributed.py) and the DDP knobs apply.
+    ranks: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

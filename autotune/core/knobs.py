@@ -84,6 +84,17 @@ KNOBS: list[Knob] = [
          "training process; each DataLoader worker gets its share of the cores, at most as "
          "many (0 = the cores the workers leave free; CUDA's setting).",
          domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads),
+    Knob("bucket_cap_mb", "DDP: MiB of gradients per all-reduce bucket (25 by default): "
+         "smaller buckets start communicating earlier in backward, larger ones send fewer "
+         "messages.", domains.ddp_only([1, 5, 25, 100], 25), off=25, ordinal=True),
+    Knob("gradient_as_bucket_view", "DDP: gradients are views into the all-reduce buckets (no "
+         "copy into them, less memory).", domains.ddp_only([False, True], False), off=False),
+    Knob("static_graph", "DDP: the model uses the same parameters every step, so DDP can skip "
+         "its per-step graph checks and reorder buckets.",
+         domains.ddp_only([False, True], False), off=False),
+    Knob("broadcast_buffers", "DDP: copy rank 0's buffers (BatchNorm's running statistics) to "
+         "every rank before each forward (forward_sync_buffers from torch 2.14). Off: each rank "
+         "keeps its own running statistics.", domains.ddp_only([True, False], True), off=True),
     Knob("pad_to_multiple_of", "A padding collator pads each batch's sequences to a multiple of "
          "this (null: to the longest): 8 for tensor cores, larger for fewer distinct shapes.",
          domains.pad_to_multiple_of, off=None),

@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.core import batch as tree
+from autotune.core import distributed
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
 from autotune.core.workload import Workload
@@ -90,13 +91,16 @@ def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0,
     """The trial's loader. ``cores``: the cores the workers' threads are shared out of
     (default: this process's usable CPUs)."""
     dataset, collate = input_dataset(workload, knobs)
+    # Several ranks: each reads its own part of every epoch, as DDP training does.
+    order: dict[str, Any] = ({"sampler": distributed.sampler(dataset, seed)}
+                             if distributed.world_size() > 1 else
+                             {"shuffle": True, "generator": torch.Generator().manual_seed(seed)})
     return DataLoader(
         dataset,
-        shuffle=True,
         drop_last=True,  # static shapes: a short last batch would recompile / break a graph
         collate_fn=collate,
-        generator=torch.Generator().manual_seed(seed),
         worker_init_fn=worker_init(knobs, cores=cores),
+        **order,
         **loader_kwargs(knobs),
     )
 
@@ -204,11 +208,13 @@ class Training:
         self.knobs = dict(knobs)
         self.device = torch.device(device)
         self.loader = loader
-        self._attach(model, optimizer)
+        self._attach(model, optimizer, wrap=False)  # the user's model is DDP already, or not
         return self
 
-    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Every per-step knob, set up around a placed model and its optimizer."""
+    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                wrap: bool = True) -> None:
+        """Every per-step knob, set up around a placed model and its optimizer (``wrap``: in
+        DDP when several ranks run)."""
         self.channels_last = bool(self.knobs["channels_last"])
         self.uint8 = self.knobs["transfer_dtype"] == "uint8"
         stages = self.workload.stages()  # the device part of a staged input pipeline
@@ -221,8 +227,15 @@ class Training:
         self.optimizer = optimizer
         self.amp_dtype = AMP_DTYPES.get(self.knobs["amp"])
         self.scaler = grad_scaler(self.knobs, self.device)
-        # the model, or its compiled wrapper
-        self.forward_module: Callable[..., Any] = compile_model(model, self.knobs)
+        # Several ranks (a trial launched as the production run is): DDP with the DDP knobs.
+        # sync_grads=False skips the all-reduce (DDP's no_sync): the window's counterfactual.
+        ddp_type = torch.nn.parallel.DistributedDataParallel
+        self.ddp = (model if isinstance(model, ddp_type) else
+                    distributed.wrap(model, self.knobs, self.device)
+                    if wrap and distributed.world_size() > 1 else None)
+        self.sync_grads = True
+        # the model (or its DDP wrapper), or its compiled wrapper
+        self.forward_module: Callable[..., Any] = compile_model(self.ddp or model, self.knobs)
         self.graph: _GraphedStep | None = None
         if self.knobs["cuda_graphs"]:
             if self.device.type != "cuda":
@@ -285,11 +298,14 @@ class Training:
         the optimizer sees the mean gradient over the global batch."""
         if self._micro == 0:
             self.optimizer.zero_grad(set_to_none=self.set_to_none)
-        with phase("forward"):
-            loss = self.compute_loss(inputs, targets)
-        with phase("backward"):
-            scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        unsynced = self.ddp.no_sync() if self.ddp is not None and not self.sync_grads \
+            else contextlib.nullcontext()
+        with unsynced:
+            with phase("forward"):
+                loss = self.compute_loss(inputs, targets)
+            with phase("backward"):
+                scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
 
     def optimizer_step(self) -> None:

@@ -41,6 +41,9 @@ peak memory >= MEMORY_HIGH_SHARE  memory                  amp bf16, smaller batc
 of the limit
 GPU busy >= GPU_BUSY_HIGH_PCT     gpu_compute             amp bf16, channels_last (images),
                                                           tf32, compile, bigger batch
+DDP's all-reduce adds >=          communication           gradient_as_bucket_view, bucket_cap_mb,
+COMM_EXPOSED_SHARE of the step                            static_graph, bigger per-rank batch
+(several ranks; checked first)
 none of the above, GPU idle       cpu_launch_overhead     (host-side Python/launch overhead)
 none of the above, no trace       gpu_compute             (assumed; no profiler evidence)
 ================================  ======================  =====================================
@@ -76,6 +79,7 @@ from autotune.diagnose.fixes import (
     pct,
 )
 from autotune.diagnose.thresholds import (
+    COMM_EXPOSED_SHARE,
     DATA_WAIT_NOTABLE,
     DATA_WAIT_SHARE,
     GPU_BUSY_HIGH_PCT,
@@ -90,7 +94,7 @@ from autotune.diagnose.thresholds import (
 )
 
 BOTTLENECKS = ("input_pipeline", "host_to_device", "cpu_launch_overhead", "sync", "gpu_compute",
-               "memory", "cpu_compute")
+               "memory", "cpu_compute", "communication")
 
 
 def _as_dict(result: Any) -> dict[str, Any]:
@@ -201,7 +205,13 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
     cuda = str(device).startswith("cuda")
     ev = _evidence(res, "cuda" if cuda else "cpu", memory_limit_gb)
     f = Fixes(knobs, domains)
-    if cuda:
+    comm = _mapping(res.get("comm"))
+    if comm:
+        ev["comm_exposed_share"] = comm.get("exposed_share")
+        ev["comm_exposed_ms"] = comm.get("exposed_ms")
+    if comm and float(comm.get("exposed_share") or 0.0) >= COMM_EXPOSED_SHARE:
+        bottleneck, rule, summary = _communication(ev, knobs, f)
+    elif cuda:
         bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)
     else:
         bottleneck, rule, summary = _diagnose_cpu(ev, knobs, f, image_inputs)
@@ -211,6 +221,26 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
     loader = {k: ev.pop(k) for k in LOADER_KEYS}  # structured, beside the numbers
     return {"bottleneck": bottleneck, "evidence": ev, "rule": rule, "fixes": f.items,
             "ruled_out": f.ruled_out, "loader_hot": loader["loader_hot"], "summary": summary}
+
+
+def _communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tuple[str, str, str]:
+    """Seed 002: "NCCL calls between backward and optimizer -> DDP gradient sync not
+    overlapped -> check bucket size, use gradient_as_bucket_view=True"; "throughput does not
+    scale with GPUs -> large NCCL time -> overlap compute/communication, increase batch"."""
+    share = float(ev["comm_exposed_share"])
+    f.add("gradient_as_bucket_view", True, "gradients live in the all-reduce buckets: no copy "
+          "into them before each all-reduce")
+    cap = int_knob(knobs, "bucket_cap_mb", 25)
+    f.add("bucket_cap_mb", 100 if cap < 100 else 5, "fewer, larger all-reduce messages"
+          if cap < 100 else "smaller buckets start their all-reduce earlier in backward")
+    f.add("static_graph", True, "DDP skips its per-step search for unused parameters and may "
+          "reorder buckets to the order gradients are ready")
+    bigger_batch(f, knobs, ev, "the same all-reduce for twice the samples per rank (changes "
+                 "training dynamics)")
+    return ("communication", f"comm_exposed_share {share:.2f} >= {COMM_EXPOSED_SHARE}",
+            f"Communication-bound: {pct(share)} of the step ({ev.get('comm_exposed_ms') or 0:.1f} "
+            "ms) waits on the gradient all-reduce, not hidden behind backward (the same step "
+            f"without it is that much faster); try {_first(f)}.")
 
 
 def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) -> tuple[str, str, str]:

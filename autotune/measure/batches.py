@@ -31,6 +31,9 @@ class Batches:
             except StopIteration:
                 pass
         self._it = None
+        order: Any = getattr(self.run.loader, "sampler", None)
+        if hasattr(order, "set_epoch"):  # a rank's DistributedSampler: reshuffle per epoch
+            order.set_epoch(self.epochs)
         self._it = iter(self.run.loader)
         self.epochs += 1
         try:

@@ -72,15 +72,31 @@ def _proc_stat() -> tuple[float, float, float] | None:
     return busy / _HZ, steal / _HZ, (busy + idle + iowait + steal) / _HZ
 
 
+#: Set by a trial that launches ranks (measure/ranks.py) to its own pid: each rank's tree is
+#: then the whole trial's (the launcher, every rank, their loader workers), so a rank does not
+#: count its sibling ranks as other processes loading the machine.
+TRIAL_ROOT_ENV = "AUTOTUNE_TRIAL_ROOT"
+
+
 def _own_tree() -> tuple[float, float, float]:
-    """CPU time of this process and its descendants (live ones per thread from schedstat,
+    """CPU time of the trial's process tree (live processes per thread from schedstat,
     reaped ones from the kernel's children totals), and the live threads' run and wait."""
-    t = os.times()
-    cpu = t.user + t.system + t.children_user + t.children_system
+    root = int(os.environ.get(TRIAL_ROOT_ENV) or os.getpid())
+    if root == os.getpid():
+        t = os.times()
+        cpu = t.user + t.system + t.children_user + t.children_system
+        top = psutil.Process()
+    else:
+        try:
+            top = psutil.Process(root)
+            ct = top.cpu_times()
+            cpu = ct.user + ct.system + ct.children_user + ct.children_system
+        except psutil.Error:  # the launcher is gone: this rank is about to be
+            return 0.0, 0.0, 0.0
     run = wait = 0.0
-    pids = [os.getpid()]
+    pids = [root]
     try:
-        kids = psutil.Process().children(recursive=True)
+        kids = top.children(recursive=True)
     except psutil.Error:
         kids = []
     for kid in kids:

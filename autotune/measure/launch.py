@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-PRELOAD = ["autotune.measure.window", "torchvision"]
+PRELOAD = ["autotune.measure.entry", "autotune.measure.window", "torchvision"]
 PROCESS_NAME = b"autotune-trial"  # what ps/psutil show for a trial (Linux comm, <= 15 bytes)
 
 _context: ForkServerContext | None = None
@@ -111,7 +111,7 @@ def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
     # start (at every epoch without persistent_workers), and semaphores left to the driver's
     # resource tracker. Production starts them with the interpreter's default; so do trials.
     multiprocessing.set_start_method(None, force=True)
-    from autotune.measure.window import main
+    from autotune.measure.entry import main
 
     code = main(request, result)
     sys.stdout.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +22,38 @@ OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLO
 
 def mentions_oom(text: str) -> bool:
     return any(m in text for m in OOM_MARKERS)
+
+
+#: The signal on which a rank of a launched trial writes its Python stack to
+#: stack.rank<N>.txt (measure/ranks.py): the runner's question to a stalled trial.
+STACK_SIGNAL = signal.SIGUSR1
+
+
+def stalled_ranks(trial_dir: Path) -> str:
+    """"rank 0 in torch/autograd/graph.py:824 (_engine_run_backward); rank 1 in
+    tests/workloads_faulty.py:88 (loss)": each rank's innermost frame from its stack file; a
+    rank stuck outside torch (the user's code, a read) is named first."""
+    where = {}
+    for path in sorted(trial_dir.glob("stack.rank*.txt")):
+        frames = [ln.strip() for ln in path.read_text(errors="replace").splitlines()
+                  if ln.strip().startswith("File ")]
+        if frames:
+            where[int(path.stem.split("rank")[-1])] = _frame_words(frames[0])
+    if not where:
+        return ""
+    stuck = sorted(where, key=lambda r: (where[r].startswith("torch/") or "/torch/" in where[r], r))
+    return "; ".join(f"rank {r} in {where[r]}" for r in stuck)
+
+
+def _frame_words(line: str) -> str:
+    """'File "/x/torch/autograd/graph.py", line 824 in _engine_run_backward' -> short words."""
+    try:
+        path = line.split('"')[1]
+        rest = line.split('"')[2].replace(", line ", ":").replace(" in ", " (").strip() + ")"
+    except IndexError:
+        return line
+    short = "/".join(path.split("/")[-3:])
+    return f"{short}{rest}"
 
 
 class _Record:
@@ -54,6 +87,9 @@ class TrialRequest(_Record):
     grad_accum: int = 1  # micro-batches per optimizer step (study.keep_global_batch)
     numerics_steps: int = 0  # > 0: record this many steps' losses instead of measuring
     loader_profile: bool = False  # profile the loader alone after the window when it waited
+    # Several ranks (autotune/measure/ranks.py): nproc_per_node, nnodes, rdzv_endpoint and the
+    # timeouts of the launch config; {} or 1 x 1: one process.
+    launch: dict[str, Any] = field(default_factory=dict)
     progress_path: str | None = None  # the heartbeat the watchdog reads
     trace_path: str | None = None  # where the trace goes (with ``trace``)
 
@@ -107,6 +143,12 @@ class WindowResult(_Record):
     # The input shapes the measured steps saw (core/batch.ShapeLog.summary): a padding
     # collator's batches each have their own.
     input_shapes: dict[str, Any] = field(default_factory=dict)
+    # A trial of several ranks (measure/ranks.py): each rank's figures (rank, samples_per_sec
+    # as that rank saw the run, step median, data wait share), slowest first.
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    # Gradient communication (a trial of several ranks): the step with and without DDP's
+    # all-reduce on one cached batch, and the share of the synced step that waits on it.
+    comm: dict[str, Any] = field(default_factory=dict)
     # Filled by the runner (parent side):
     wall_s: float = 0.0
     exit_code: int | None = None

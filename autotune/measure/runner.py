@@ -20,7 +20,13 @@ from typing import Any
 import psutil
 
 from autotune.measure.launch import TrialProcess
-from autotune.measure.protocol import TrialRequest, WindowResult, mentions_oom
+from autotune.measure.protocol import (
+    STACK_SIGNAL,
+    TrialRequest,
+    WindowResult,
+    mentions_oom,
+    stalled_ranks,
+)
 
 STDERR_TAIL_LINES = 30
 
@@ -113,6 +119,8 @@ def run_window(
     try:
         ended_by, watch = _watch(proc, progress_path, on_progress, stop_requested,
                                  timeout_s + compile_s, stall_s, compile_s, poll_s)
+        if ended_by and req.launch and ended_by.startswith(("stalled", "timeout")):
+            ended_by += _where_ranks_wait(proc, trial_dir)
     finally:
         # Ended, stopped, finished, or the caller's callback raised: kill the group whatever
         # happened, which also reaps anything the child left behind (a grandchild, a
@@ -120,6 +128,23 @@ def run_window(
         kill_tree(proc)
     wall = time.monotonic() - start
     return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+
+
+def _where_ranks_wait(proc: TrialProcess, trial_dir: Path) -> str:
+    """A trial of several ranks that stopped beating: ask each rank for its stack (the
+    launcher's children are the ranks, measure/ranks.py) and say where each one is."""
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=False)
+    except psutil.Error:
+        return ""
+    for p in ranks:
+        try:
+            p.send_signal(STACK_SIGNAL)
+        except psutil.Error:
+            pass
+    time.sleep(0.5)
+    where = stalled_ranks(trial_dir)
+    return f"; {where}" if where else ""
 
 
 def compile_allowance(req: TrialRequest) -> float:

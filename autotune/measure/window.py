@@ -16,16 +16,19 @@ import resource
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from autotune.core import distributed
 from autotune.core.batch import ShapeLog
 from autotune.core.files import atomic_write
 from autotune.core.training import CaptureFailed, Training, input_dataset, phase
 from autotune.core.workload import Workload, build_workload
 from autotune.diagnose.thresholds import DATA_WAIT_NOTABLE
+from autotune.measure import comm
 from autotune.measure.batches import Batches
 from autotune.measure.ceilings import compute_ceiling, loader_ceiling
 from autotune.measure.clock import Clock
@@ -64,7 +67,9 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     run = Training(workload, req.knobs, device, seed=req.seed, grad_accum=req.grad_accum)
     batches = Batches(run)
     clock = Clock(device)
-    batch_size = int(req.knobs["batch_size"])
+    # Samples per step of the whole run: every rank steps together, each on its own batch.
+    ranks = distributed.world_size()
+    batch_size = int(req.knobs["batch_size"]) * ranks
     workers = int(req.knobs["num_workers"])
     wanted = req.ceilings
     gpu = GpuReader(device.index or 0) if device.type == "cuda" else None
@@ -88,8 +93,11 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     first_step_s, loss = warm_up(run, batches, clock, win, progress, result)
     _check_finite(loss, "warm-up")
 
+    agree = comm.agree if ranks > 1 else None
+    if agree is not None:
+        comm.barrier()  # the ranks' windows start together
     window_start = snapshot(gpu)
-    loop = measured_loop(run, batches, clock, win, progress, batch_size, window_start)
+    loop = measured_loop(run, batches, clock, win, progress, batch_size, window_start, agree)
     result.contention = between(window_start, snapshot(gpu))
     result.final_loss = _check_finite(loop.loss, "the measured window")
     summarize(result, loop, clock, progress, batch_size, workers)
@@ -97,7 +105,10 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
 
     progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
     extras_start = time.perf_counter()
-    if wanted.get("compute"):
+    if ranks > 1:
+        progress.beat("comm", result.steps, force=True)
+        result.comm = comm.exposed(run, batches, clock, result.step_ms["median"])
+    if wanted.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
         if result.samples_per_sec > rate * (1 + max(noise, 0.1)):
@@ -183,7 +194,7 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
     loader's own ceiling. A step slower than its loader never empties the buffer and does not
     need to: capped at the buffer's size and a quarter of the measuring time."""
     workers = int(run.knobs["num_workers"])
-    if workers == 0:
+    if workers == 0 or distributed.world_size() > 1:  # ranks must take the same steps
         return None
     buffered = workers * int(run.knobs["prefetch_factor"] or 2)
     loss, deadline = None, time.perf_counter() + float(win["measure_seconds"]) / 4
@@ -199,7 +210,8 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
 
 
 def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
-                  progress: Progress, batch_size: int, start_load: Snapshot) -> Loop:
+                  progress: Progress, batch_size: int, start_load: Snapshot,
+                  agree: Callable[[bool], bool] | None = None) -> Loop:
     """The measured window. Host clock for the wait on the loader (a host-side stall); device
     marks for copy, forward+backward and optimizer; only the window's edges are synchronized,
     so the device keeps its queue (and copies their overlap) all through it.
@@ -208,10 +220,15 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
     the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5 on
     CUDA); never a single step, which one stall on a shared machine can halve, and never
     shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
-    samples/s where the trial ran at 1,250: a false prune)."""
+    samples/s where the trial ran at 1,250: a false prune).
+
+    ``agree`` (ranks of one trial): every rank's wish to stop, at every chunk edge, made one
+    decision (a rank that took one step more would wait forever on its all-reduce); edges are
+    then counted in steps alone, the same on every rank."""
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
     min_seconds = float(win.get("min_measure_seconds", 0.0))
-    chunk, chunk_s = min(max_steps, max(2, max_steps // 8)), min_seconds / 8
+    chunk = min(max_steps, max(2, max_steps // 8))
+    chunk_s = min_seconds / 8 if agree is None else 0.0
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
     shapes = ShapeLog()
@@ -250,11 +267,13 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
             progress.contended = between(start_load, snapshot())["contended"]
         progress.beat("measure", len(marks), force=report_chunks(clock, edges, progress, batch_size))
         if at_edge:
-            if len(marks) >= min_steps and now - start > win["measure_seconds"]:
+            stop = (len(marks) >= min_steps and now - start > win["measure_seconds"]) or \
+                (len(marks) >= max_steps and now - start >= min_seconds)
+            if agree is not None:
+                stop = agree(stop)
+            if stop:
                 break
             if len(marks) >= max_steps:
-                if now - start >= min_seconds:
-                    break
                 chunk = max_steps  # past the nominal window: fewer, longer chunks
     clock.sync(run.device)
     elapsed = time.perf_counter() - start
@@ -304,7 +323,12 @@ def _cuda_peak_gb(device: torch.device) -> float:
 
 
 def main(request_path: str, result_path: str) -> int:
-    req = TrialRequest.read(Path(request_path))
+    """A trial of one process (measure/entry.py chooses between this and launched ranks)."""
+    return run(TrialRequest.read(Path(request_path)), Path(result_path))
+
+
+def run(req: TrialRequest, result_path: Path) -> int:
+    """One process's window (or numerics run) and its result file: a trial's, or one rank's."""
     result = WindowResult()
     progress = Progress(req.progress_path)
     device = torch.device(req.device)
@@ -326,7 +350,7 @@ def main(request_path: str, result_path: str) -> int:
         result.peak_memory_gb = _cuda_peak_gb(device)
     else:
         result.peak_memory_gb = max(progress.peak_rss, peak_rss_bytes()) / 2**30
-    atomic_write(Path(result_path), result.to_json(), durable=False)
+    atomic_write(result_path, result.to_json(), durable=False)
     return 0
 
 

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from autotune.core import distributed
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import Stage, check_split
 from autotune.core.training import (
@@ -147,7 +148,27 @@ class Runtime:
         self._warned: set[str] = set()
         #: The input stages given to ``dataloader(stages=)``: ``wrap`` runs their device part.
         self.stages: list[Stage] = []
+        #: A rank under torchrun of a study that measured ranks (best.yaml ``launch``): pinned
+        #: to its share of the node's cores first, as the trial's rank was, then its threads.
+        self.cores = self._pin_rank()
         apply_process_knobs(self.knobs)
+
+    def _pin_rank(self) -> list[int]:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+        if not self.best.document.get("launch") or local_world <= 1:
+            return []
+        return distributed.pin_rank(int(os.environ.get("LOCAL_RANK") or 0), local_world)
+
+    def ddp(self, model: nn.Module) -> nn.Module:
+        """The placed model (``rt.model``) in DistributedDataParallel with the measured DDP
+        arguments (best.yaml ``ddp_kwargs``), on this rank's device; the process group must
+        be initialized (``torch.distributed.init_process_group``). Pass the returned module to
+        ``wrap``: the step then runs through DDP as the trial's ranks did."""
+        if distributed.world_size() <= 1:
+            raise ValueError("rt.ddp(): no process group of several ranks is initialized: "
+                             "launch with torchrun and call torch.distributed."
+                             "init_process_group() first (best.yaml's launch.torchrun)")
+        return distributed.wrap(model, self.knobs, self.device)
 
     # --- the loader --------------------------------------------------------------------------
     def loader_kwargs(self) -> dict[str, Any]:
@@ -180,6 +201,10 @@ class Runtime:
                                              self.knobs)
             if collate is not None:
                 kwargs.setdefault("collate_fn", collate)
+        if distributed.world_size() > 1 and "sampler" not in kwargs:
+            # Each rank its own part of every epoch, as the trial's ranks read it.
+            kwargs["sampler"] = distributed.sampler(dataset, int(kwargs.pop("seed", 0)))
+            kwargs.pop("shuffle", None)
         if "collate_fn" in kwargs:  # a padding collator pads to the measured multiple
             kwargs["collate_fn"] = with_padding(kwargs["collate_fn"], self.knobs)
         # Each worker's torch threads, as the trials' workers got them (then the caller's own
@@ -336,4 +361,7 @@ def _resolve_device(device: str | torch.device, best: BestConfig) -> str:
     if str(device) != "auto":
         return str(device)
     measured = (best.document.get("device") or {}).get("type")
-    return "cuda" if measured == "cuda" and torch.cuda.is_available() else "cpu"
+    if measured == "cuda" and torch.cuda.is_available():
+        local = os.environ.get("LOCAL_RANK")  # a torchrun rank: its own GPU
+        return f"cuda:{local}" if local is not None and best.document.get("launch") else "cuda"
+    return "cpu"

@@ -24,6 +24,7 @@ from autotune.core.numbers import rounded
 from autotune.core.workload import Workload, WorkloadError, resolve_target
 from autotune.results.compile_cost import compile_summary
 from autotune.results.hydra_export import hydra_group_text, overrides_text
+from autotune.results.launch_export import ddp_section, launch_section
 from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.storage import redact
@@ -122,6 +123,14 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
                       1 for t in study.get_trials(deepcopy=False)
                       if trial_attrs(t).get("source") == "agent")},
     }
+    knobs = trial_attrs(best)["knobs"]
+    launched = attrs.get("launch")
+    launch = launch_section(launched, knobs, dev)
+    if launch:  # a study whose trials ran as ranks (launch.nproc_per_node)
+        doc["launch"] = launch
+        doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"))
+        doc["comm"] = {"best": trial_attrs(best).get("comm") or None,
+                       "baseline": trial_attrs(base).get("comm") or None if base else None}
     doc["nsight"] = nsight_commands(doc, attrs.get("workload_target"),
                                     trial_attrs(best).get("top_kernels"))
     return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
@@ -235,6 +244,7 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             # The window's own noise and what else the machine did while it measured.
             "window_spread": rounded((a.get("ceiling_noise") or {}).get("window")) or "",
             **_contention_columns(a.get("contention") or {}),
+            **_comm_columns(a.get("comm") or {}, a.get("ranks") or []),
         }
         for name, share in (a.get("timers") or {}).items():
             row[f"timer.{name}"] = "" if share is None else round(share, 4)
@@ -245,6 +255,17 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
 #: The window's NVML readings (measure/nvml.py gpu_between) as trials.csv columns ``gpu.<key>``.
 GPU_COLUMNS = ("utilization_pct", "sm_clock_mhz", "sm_clock_max_mhz", "power_w", "energy_j",
                "temperature_c", "other_processes", "other_memory_gb", "clock_events")
+
+
+def _comm_columns(comm: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A trial of several ranks: what the all-reduce adds to the step, and the slowest rank."""
+    if not comm:
+        return {}
+    return {"comm.exposed_share": rounded(comm.get("exposed_share")),
+            "comm.exposed_ms": rounded(comm.get("exposed_ms")),
+            "comm.synced_step_ms": rounded(comm.get("synced_step_ms")),
+            "comm.unsynced_step_ms": rounded(comm.get("unsynced_step_ms")),
+            "ranks": len(ranks), "slowest_rank": ranks[0]["rank"] if ranks else ""}
 
 
 def _contention_columns(c: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,8 @@ class TrialAttrs(TypedDict, total=False):
     stderr_tail: str
     contention: dict[str, Any]  # measure/contention.between: the load while it measured
     input_shapes: dict[str, Any]  # core/batch.ShapeLog.summary: the shapes its steps saw
+    comm: dict[str, Any]  # measure/comm.exposed: the all-reduce's share of the step (ranks)
+    ranks: list[dict[str, Any]]  # measure/ranks.merge: each rank's figures, slowest first
     loader_profile: dict[str, Any]  # measure/loader_profile.stored_profile: where the loader's time goes
     top_kernels: list[dict[str, Any]]  # the profiler's top kernels by GPU time (Nsight's targets)
     signal: str
@@ -81,6 +83,7 @@ class StudyAttrs(TypedDict, total=False):
     confirmation: dict[str, Any]
     numerics: dict[str, Any]
     wall: dict[str, Any]  # this run's expected and measured wall time (search/cost.py)
+    launch: dict[str, Any]  # each trial's ranks (cli/app.launch_spec); absent: one process
 
 
 class _Settable(Protocol):

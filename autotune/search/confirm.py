@@ -73,7 +73,8 @@ def _request(setup: StudySetup, knobs: dict[str, Any]) -> TrialRequest:
     window = {**setup.window, "profile": False, "loader_profile": False}
     return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                         window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
-                        env=setup.trial_env, grad_accum=setup.grad_accum(knobs))
+                        env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
+                        launch=setup.launch)
 
 
 @dataclass

@@ -217,7 +217,7 @@ def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag |
     req = TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                        window=setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                        env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
-                       numerics_steps=setup.numerics_steps)
+                       numerics_steps=setup.numerics_steps, launch=setup.launch)
     res = run_window(req, setup.out_dir / "numerics" / tag,
                      stop_requested=lambda: stop.reason if stop else None)
     if not res.ok or not res.losses:

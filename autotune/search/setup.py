@@ -72,6 +72,8 @@ class StudySetup:
     global_batch: int | None = None
     numerics_steps: int = 0  # the numerics check's steps (0: off)
     numerics_tolerance: dict[str, float] = field(default_factory=dict)
+    #: Each trial as the production launch runs it (cli/app.launch_spec; {}: one process).
+    launch: dict[str, Any] = field(default_factory=dict)
 
     def grad_accum(self, knobs: dict[str, Any]) -> int:
         """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""

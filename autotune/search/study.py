@@ -57,7 +57,8 @@ HEARTBEAT_S = 10.0
 #: What a twin (same knobs, another worker's trial) copies of the trial that measured them.
 TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
              "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
-             "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes")
+             "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes",
+             "comm", "ranks")
 
 
 class Driver:
@@ -83,6 +84,8 @@ class Driver:
         set_study_attrs(study, {"input_stages": s.space.absent.get("transform_split", 0)})
         set_study_attrs(study, {"memory_limit_gb": s.memory_limit_gb})
         set_study_attrs(study, {"run_steps": s.run_steps})
+        if s.launch:
+            set_study_attrs(study, {"launch": s.launch})
         if s.global_batch:
             set_study_attrs(study, {"global_batch": s.global_batch})
         reaped = reap_lost_trials(study)
@@ -154,7 +157,7 @@ class Driver:
             workload=s.workload_spec, knobs=knobs, device=s.env.device, window=s.window,
             seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
             env=s.trial_env, ceilings={k: k not in known for k in ("loader", "compute")},
-            grad_accum=s.grad_accum(knobs),
+            grad_accum=s.grad_accum(knobs), launch=s.launch,
             loader_profile=bool(s.window.get("loader_profile", True)),
         )
         last_beat = [time.monotonic()]
@@ -344,6 +347,8 @@ class Driver:
             "extras_s": r.extras_s,
             "contention": r.contention,
             "input_shapes": r.input_shapes,
+            "comm": r.comm,
+            "ranks": r.ranks,
             "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},
             "top_kernels": list(r.trace.get("top_kernels") or []),
             "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",

@@ -1,0 +1,99 @@
+"""Applying the distributed knobs: the rank's share of the node's cores, the DDP wrapper's
+arguments and the sampler that splits the data over the ranks.
+
+The one place a trial's ranks and a production run launched by ``torchrun`` take them from
+(``Training`` and ``autotune.Runtime.ddp``), so a measured configuration is the one that runs.
+
+Under ``torchrun --nproc_per_node=N`` every rank of a node runs the same command, with the same
+``num_workers`` and threads: a study of one process that owned the node exported
+``num_workers=2, cpu_threads=2``, and two ranks with those ran 2.1x slower than with one worker
+and one thread each on this project's 2-core VM (issue 29). So each local rank gets a disjoint
+share of the usable cores (``rank_cores``), pinned where the OS allows it, and its knobs are
+searched within that share.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+#: The DDP knobs, as DistributedDataParallel's arguments of the same names (``broadcast_buffers``
+#: is ``forward_sync_buffers`` from torch 2.14 on, where the old name is deprecated).
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers")
+
+
+def world_size() -> int:
+    """Ranks in the running process group (1 when there is none)."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank_cores(local_rank: int, local_world: int, cores: list[int] | None = None) -> list[int]:
+    """This local rank's share of the usable cores: consecutive, disjoint, as even as the count
+    allows (3 cores over 2 ranks: 2 and 1); every rank keeps at least one core, shared when
+    there are fewer cores than ranks."""
+    cores = sorted(os.sched_getaffinity(0)) if cores is None else sorted(cores)
+    if local_world <= 1:
+        return cores
+    if len(cores) < local_world:
+        return [cores[local_rank % len(cores)]]
+    base, extra = divmod(len(cores), local_world)
+    start = local_rank * base + min(local_rank, extra)
+    return cores[start:start + base + (1 if local_rank < extra else 0)]
+
+
+def pin_rank(local_rank: int, local_world: int) -> list[int]:
+    """Pin this process (and the loader workers it starts later) to its share of the cores,
+    and cap OpenMP at the share, as ``torchrun`` caps it at 1 for N > 1 ranks; returns the
+    share. Where the OS has no affinity call, nothing is pinned."""
+    try:
+        share = rank_cores(local_rank, local_world)
+        os.sched_setaffinity(0, share)
+    except (AttributeError, OSError):
+        return []
+    os.environ["OMP_NUM_THREADS"] = str(len(share))
+    return share
+
+
+def ddp_kwargs(knobs: Mapping[str, Any], torch_version: str | None = None) -> dict[str, Any]:
+    """DistributedDataParallel's arguments for these knobs, named as this torch names them
+    (``torch_version``: another torch's names, for an export; default: the running one)."""
+    kwargs: dict[str, Any] = {
+        "bucket_cap_mb": int(knobs.get("bucket_cap_mb") or 25),
+        "gradient_as_bucket_view": bool(knobs.get("gradient_as_bucket_view", False)),
+        "static_graph": bool(knobs.get("static_graph", False)),
+    }
+    sync = bool(knobs.get("broadcast_buffers", True))
+    kwargs["forward_sync_buffers" if _has_forward_sync(torch_version) else "broadcast_buffers"] = sync
+    return kwargs
+
+
+def _has_forward_sync(torch_version: str | None) -> bool:
+    if torch_version is None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
+    return (major, minor) >= (2, 14)
+
+
+def wrap(model: torch.nn.Module, knobs: Mapping[str, Any],
+         device: torch.device) -> torch.nn.parallel.DistributedDataParallel:
+    """The model in DDP with the knobs' arguments; on CUDA, on this rank's device."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, **ddp_kwargs(knobs))
+
+
+def sampler(dataset: Any, seed: int) -> Any:
+    """The sampler that gives each rank its part of every epoch (shuffled alike on all ranks
+    from ``seed``; ``set_epoch`` reshuffles): DDP's counterpart of ``shuffle=True``."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    return DistributedSampler(dataset, shuffle=True, seed=seed, drop_last=True)

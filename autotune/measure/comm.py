@@ -1,0 +1,74 @@
+"""CHILD side, one rank of a trial: the ranks' agreements, and how much of a step waits on
+gradient communication.
+
+The exposed share is measured, not read off timestamps: where ranks share a node's cores,
+gloo's threads time-slice with backward, so a profile's all-reduce spans overlap work they
+also slowed. The same step on the same cached batch is timed with DDP's all-reduce and without
+it (``no_sync``); what the all-reduce adds to the step is what the run pays for it, whether it
+waits on the network, on a peer or for a core.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+#: Steps per timed block; two blocks with the all-reduce and two without, alternating, each
+#: side's quicker block kept (the one a passing disturbance touched least).
+COMM_STEPS = 5
+
+
+def _flag_device() -> torch.device:
+    """Where a collective's tensor lives: NCCL reduces device tensors, gloo host ones."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def agree(stop: bool) -> bool:
+    """One decision for all ranks: stop when any rank would (a chunk edge's only sync)."""
+    flag = torch.tensor([1 if stop else 0], device=_flag_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def barrier() -> None:
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
+            steps: int = COMM_STEPS) -> dict[str, Any]:
+    """The step with and without the gradient all-reduce, on one cached device batch, and the
+    share of the window's median step (``window_step_ms``, loader waits included: the run's
+    step) that the all-reduce adds. Each block starts at a barrier, so a rank that finished
+    its unsynced block early does not charge its wait to the next synced one."""
+    inputs, targets = run.to_device(*next(batches))
+
+    def block(sync: bool) -> float:
+        run.sync_grads = sync
+        barrier()
+        clock.sync(run.device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            run.step(inputs, targets)
+        clock.sync(run.device)
+        return (time.perf_counter() - t0) * 1e3 / steps
+
+    synced, unsynced = [], []
+    try:
+        for _ in range(2):
+            synced.append(block(True))
+            unsynced.append(block(False))
+    finally:
+        run.sync_grads = True
+    with_ms, without_ms = min(synced), min(unsynced)
+    added = max(0.0, with_ms - without_ms)
+    return {"synced_step_ms": with_ms, "unsynced_step_ms": without_ms, "exposed_ms": added,
+            "exposed_share": min(1.0, added / max(window_step_ms, with_ms, 1e-9)), "steps": steps,
+            "backend": dist.get_backend(), "world_size": dist.get_world_size()}

@@ -1,0 +1,205 @@
+"""CHILD side: a trial that runs as the production launch runs, N ranks per node.
+
+The trial's process becomes the launcher: PyTorch's own elastic launcher (torchrun's engine,
+``torch.distributed.launcher.api.elastic_launch``) starts the ranks, each in a process of its
+own, gloo on CPU and NCCL on CUDA, with a c10d rendezvous on a free port (``localhost:0``, as
+``torchrun --standalone``) under a run id of its own, so two studies at once never meet, no
+restarts, and timeouts in seconds rather than torchrun's 900. Each rank pins itself to its
+share of the node's cores (core/distributed.py), runs the window of autotune/measure/window.py
+with the model in DDP and a DistributedSampler, and writes its own result; rank 0 writes the
+heartbeat the driver's watchdog reads, the others theirs beside it (the runner names the rank a
+stalled trial waits on). The launcher merges the ranks' results into the trial's.
+
+What differs from the ``torchrun`` command, and is done here instead: ``elastic_launch`` does
+not set ``OMP_NUM_THREADS`` (each rank sets it to its share); ranks are forked from this
+process, so they stay in the trial's process group, which the runner kills as one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import os
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from autotune.core.files import atomic_write
+from autotune.measure.contention import TRIAL_ROOT_ENV
+from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult
+
+#: A rank's result beside the trial's: result.rank1.json.
+RANK_RESULT = "result.rank{}.json"
+
+
+def rank_path(path: Path | str, rank: int) -> Path:
+    """``result.json`` -> ``result.rank1.json`` (rank 0 keeps the trial's own progress and
+    trace file, so the watchdog and the diagnosis read them as for one process)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
+
+
+def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> int:
+    """Launch the ranks, wait for them, write the trial's merged result. Never raises for a
+    rank's failure: it becomes the trial's outcome, naming the rank."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    launch = req.launch
+    nproc, nnodes = int(launch.get("nproc_per_node", 1)), int(launch.get("nnodes", 1))
+    timeout = int(launch.get("rdzv_timeout_s", 30))
+    trial_dir = result_path.parent
+    config = LaunchConfig(
+        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
+        run_id=str(launch.get("run_id") or f"autotune-{uuid.uuid4().hex[:12]}"),
+        rdzv_backend="c10d", rdzv_endpoint=launch.get("rdzv_endpoint") or "localhost:0",
+        rdzv_configs={"timeout": timeout, "join_timeout": timeout, "last_call_timeout": 1},
+        max_restarts=0, monitor_interval=0.1, start_method="fork",
+        logs_specs=DefaultLogsSpecs(log_dir=str(trial_dir / "ranks"), redirects=Std.ALL),
+    )
+    os.environ[TRIAL_ROOT_ENV] = str(os.getpid())  # the ranks' load is the trial's own
+    failure, first = "", None
+    try:
+        elastic_launch(config, rank_main)(str(request_path), str(result_path))
+    except ChildFailedError as exc:
+        first, failure = _first_failure(exc)
+    except Exception as exc:  # noqa: BLE001 - a rendezvous that never formed, a port taken
+        failure = f"the launcher failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
+    result = merge(req, result_path, nproc * nnodes, failure, first)
+    atomic_write(result_path, result.to_json(), durable=False)
+    return 0
+
+
+def _first_failure(exc: Any) -> tuple[int, str]:
+    """The rank that failed first and "rank 1 died from SIGKILL" / "rank 1 exited with code
+    1". A rank killed by a signal leads: it wrote no error, so the launcher's clock may put a
+    rank that failed after it, on its broken connection, first."""
+    killed = sorted(r for r, f in exc.failures.items() if _signal(f))
+    rank = killed[0] if killed else exc.get_first_failure()[0]
+    failure = exc.failures[rank]
+    if _signal(failure):
+        return rank, f"rank {rank} died from {_signal(failure)}"
+    return rank, f"rank {rank} exited with code {failure.exitcode}"
+
+
+def _signal(failure: Any) -> str:
+    name = failure.signal_name()
+    return "" if name in ("", "<N/A>", None) else str(name)
+
+
+def rank_main(request_path: str, result_path: str) -> None:
+    """One rank: its share of the cores, its process group, its window, its result. A rank
+    whose window failed exits non-zero, so the launcher stops the others at once instead of
+    leaving them waiting in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    from autotune.core.distributed import pin_rank
+    from autotune.measure import window
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ["LOCAL_WORLD_SIZE"])
+    _stacks_on_request(Path(result_path).parent, rank)
+    pin_rank(local, local_world)
+    req = TrialRequest.read(Path(request_path))
+    cuda = req.device.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        timeout=timedelta(seconds=int(req.launch.get("collective_timeout_s", 60))))
+    mine = dataclasses.replace(
+        req, device=f"cuda:{local}" if cuda else req.device,
+        progress_path=req.progress_path if rank == 0 else str(rank_path(req.progress_path or "", rank)),
+        trace_path=(req.trace_path if rank == 0 or not req.trace_path
+                    else str(rank_path(req.trace_path, rank))),
+        ceilings={**req.ceilings, "compute": False})
+    out = rank_path(result_path, rank)
+    window.run(mine, out)
+    done = WindowResult.read(out)
+    if done.outcome not in ("ok", "compile_fallback"):
+        raise RankFailed(f"rank {rank}: {done.outcome}: {done.error}")
+    dist.destroy_process_group()
+
+
+_stack_file: Any = None
+
+
+def _stacks_on_request(trial_dir: Path, rank: int) -> None:
+    """On STACK_SIGNAL, write this rank's stack to stack.rank<N>.txt: a stalled trial's ranks
+    all stop beating (the others wait on the stuck one in a collective), and only their stacks
+    tell which one is stuck, and where (protocol.stalled_ranks reads them for the runner)."""
+    global _stack_file
+    _stack_file = open(trial_dir / f"stack.rank{rank}.txt", "w")  # noqa: SIM115 - kept open
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=False)
+
+
+class RankFailed(RuntimeError):
+    """A rank's window failed (its result says how): the launcher then stops the others."""
+
+
+def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
+          first: int | None = None) -> WindowResult:
+    """The trial's result from its ranks'. Every rank steps in lockstep (DDP's all-reduce each
+    step), so the run's pace is its slowest rank's: that rank's result, whose samples/s counts
+    every rank's samples over its own synchronized window, is the trial's; the others are
+    listed. A failed rank's own result (its exception) is the trial's outcome, named."""
+    results = {r: _read(rank_path(result_path, r)) for r in range(world)}
+    bad = [(r, res) for r, res in results.items()
+           if res is not None and res.outcome not in ("ok", "compile_fallback")]
+    if bad or failure or any(res is None for res in results.values()):
+        return _failed(bad, failure, first)
+    done = {r: res for r, res in results.items() if res is not None}
+    if req.numerics_steps:
+        return done[0]  # every rank's losses are the same mean loss after the all-reduce
+    slowest = min(done, key=lambda r: done[r].samples_per_sec)
+    out = done[slowest]
+    out.ranks = sorted(({"rank": r, "samples_per_sec": res.samples_per_sec,
+                         "step_ms": (res.step_ms or {}).get("median"),
+                         "data_wait": (res.timers or {}).get("data_wait")}
+                        for r, res in done.items()), key=lambda d: d["samples_per_sec"])
+    out.peak_memory_gb = max(res.peak_memory_gb for res in done.values())
+    shares = [float(res.comm.get("exposed_share", 0.0)) for res in done.values() if res.comm]
+    if shares:
+        out.comm = {**out.comm, "slowest_rank": slowest,
+                    "exposed_share": max(shares), "rank_shares": shares}
+    return out
+
+
+#: Words of an error a rank got because another rank failed or left (gloo, NCCL, c10d).
+PEER_ERRORS = ("Connection closed by peer", "remote worker", "Connection reset by peer",
+               "NCCL communicator was aborted", "Timed out waiting", "Broken pipe")
+
+
+def _from_a_peer(error: str) -> bool:
+    return any(words in error for words in PEER_ERRORS)
+
+
+def _failed(bad: list[tuple[int, WindowResult]], failure: str,
+            first: int | None) -> WindowResult:
+    """The cause leads: a rank that failed on its own (its exception), before the ranks whose
+    collective broke because it did (gloo: "Connection closed by peer"); where no rank wrote
+    its own cause (killed, gone), the launcher's word for the first rank that failed."""
+    causes = sorted(((r, res) for r, res in bad if not _from_a_peer(res.error)),
+                    key=lambda item: (item[0] != first, item[0]))
+    if causes:
+        rank, out = causes[0]
+        out.error = f"rank {rank}: {out.error}"
+        return out
+    if failure:
+        return WindowResult(outcome="crash", error=failure + (
+            f" (rank {bad[0][0]}: {bad[0][1].error[:200]})" if bad else ""))
+    if bad:
+        rank, out = bad[0]
+        out.error = f"rank {rank}: {out.error}"
+        return out
+    return WindowResult(outcome="crash", error="a rank wrote no result")
+
+
+def _read(path: Path) -> WindowResult | None:
+    try:
+        return WindowResult.read(path)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,41 @@
+"""best.yaml's ``launch`` section and ``ddp_kwargs``: how the production run is launched, as
+the study's trials were (measure/ranks.py), and the DDP arguments it measured.
+
+The command is ``torchrun``'s, for the user's own script: every rank of the run gets the
+measured ``OMP_NUM_THREADS`` (torchrun sets 1 for several ranks; the trial's rank set its share
+of the cores, and ``autotune.Runtime`` pins each rank to that share again); the script builds
+its model with ``rt.ddp(rt.model(...))`` and its loader with ``rt.dataloader`` (a
+DistributedSampler per rank), as examples/ddp_train.py does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.core.distributed import ddp_kwargs
+
+#: The placeholder a user replaces with their training script (and its arguments).
+SCRIPT = "your_train.py"
+
+
+def launch_section(launch: dict[str, Any] | None, knobs: dict[str, Any],
+                   device: dict[str, Any]) -> dict[str, Any] | None:
+    """None for a study of one process."""
+    if not launch:
+        return None
+    nproc = int(launch["nproc_per_node"])
+    cores = int(device.get("cpu_count") or 1)  # one rank's share (cli/app.ranked)
+    threads = int(knobs.get("cpu_threads") or 0) or max(1, cores - int(knobs.get("num_workers") or 0))
+    env = {"OMP_NUM_THREADS": str(threads)}
+    command = (" ".join(f"{k}={v}" for k, v in env.items())
+               + f" torchrun --standalone --nnodes={int(launch.get('nnodes', 1))} "
+               f"--nproc_per_node={nproc} {SCRIPT}")
+    return {"nproc_per_node": nproc, "nnodes": int(launch.get("nnodes", 1)),
+            "backend": launch.get("backend"), "cores_per_rank": cores,
+            "environment": env, "torchrun": command}
+
+
+def ddp_section(launch: dict[str, Any] | None, knobs: dict[str, Any],
+                torch_version: str | None) -> dict[str, Any] | None:
+    """DistributedDataParallel's arguments as the measured torch names them."""
+    return ddp_kwargs(knobs, torch_version) if launch else None
