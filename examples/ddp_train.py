@@ -5,6 +5,9 @@ configuration.
     # best.yaml's launch.torchrun, with this script in place of your_train.py:
     OMP_NUM_THREADS=1 torchrun --standalone --nnodes=1 --nproc_per_node=2 \\
         examples/ddp_train.py studies/mlp-cpu/best.yaml --steps 100
+    # the realized speedup, both sides as 2 ranks, interleaved:
+    autotune verify studies/mlp-cpu --nproc-per-node 2 --script examples/ddp_train.py \\
+        studies/mlp-cpu/best.yaml --steps 100
 
 Ordinary PyTorch DDP: its own dataset (``--latency-ms`` makes each sample a slow read, as
 from a network file system), model, optimizer and loss, the same shapes as autotune's mlp
@@ -25,6 +28,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 import autotune
+from autotune.workloads.mlp import MLPWorkload
 
 
 class SlowReads(Dataset):
@@ -44,6 +48,24 @@ class SlowReads(Dataset):
         return self.x[i], self.y[i]
 
 
+class SlowReadsWorkload(MLPWorkload):
+    """This script's data and model as an autotune workload, so a study measures what the
+    script runs: ``workload._target_=examples.ddp_train.SlowReadsWorkload
+    +workload.latency_ms=2`` (benchmarks/ddp_shared_cores.py)."""
+
+    name = "slow-reads-mlp"
+
+    def __init__(self, latency_ms: float = 0.0, n_samples: int = 8192, **kw: object):
+        super().__init__(n_samples=n_samples, **kw)  # type: ignore[arg-type]
+        self.latency_ms = latency_ms
+
+    def dataset(self, transfer_dtype: str) -> Dataset:
+        return SlowReads(self.n_samples, self.latency_ms / 1e3)
+
+    def describe(self) -> str:
+        return f"slow-reads-mlp latency_ms={self.latency_ms} ({self.n_samples} samples)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("best", help="path to a study's best.yaml")
@@ -58,11 +80,13 @@ def main() -> None:
                                           nn.ReLU(), nn.Linear(128, 10))))
     optimizer = rt.optimizer(torch.optim.SGD, model.parameters(), lr=0.01, momentum=0.9)
     run = rt.wrap(model, optimizer, nn.functional.cross_entropy, loader=loader)
+    meter = rt.meter()  # the whole run's samples/s against the study's (autotune verify reads it)
 
     step, samples, start = 0, 0, None
     while step < args.steps:
-        for inputs, targets in loader:
+        for inputs, targets in meter.wrap(loader):
             loss = run.step(*run.to_device(inputs, targets))
+            meter.step(len(targets))
             step += 1
             if step == 5:  # warm-up excluded
                 dist.barrier()

@@ -4,6 +4,7 @@ these CPUs, real process groups (nothing mocked). Issue 29."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert launch["nproc_per_node"] == 2 and launch["backend"] == "gloo"
     assert launch["cores_per_rank"] == max(1, len(os.sched_getaffinity(0)) // 2)
     assert set(best["ddp_kwargs"]) >= {"bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
+    report = (tmp_path / "studies" / "ddp" / "report.md").read_text()
+    assert "Gradient all-reduce per trial" in report and "Every trial ran as 2 ranks" in report
     for knob in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
         assert best["ddp_kwargs"][knob] == best["knobs"][knob]
 
@@ -60,6 +63,15 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
                          timeout=180, env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "rank 0 of 2" in run.stdout and "samples/s (all ranks)" in run.stdout
+
+    # autotune verify runs the same script as 2 ranks on both sides, interleaved.
+    check = run_cli(["verify", "studies/ddp", "--rounds", "3", "--nproc-per-node", "2",
+                     "--script", f"{ROOT}/examples/ddp_train.py", "studies/ddp/best.yaml",
+                     "--steps", "30"], tmp_path, timeout=400)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    assert "as 2 ranks under torchrun" in check.stdout
+    verified = json.loads((tmp_path / "studies" / "ddp" / "verify.json").read_text())
+    assert all(len(verified["figures"][side]) == 3 for side in ("baseline", "exported"))
 
 
 @pytest.mark.parametrize("fault,outcome,words", [
@@ -169,6 +181,23 @@ def test_a_compute_heavy_model_with_few_parameters_is_not_communication_bound(
     (row,) = _trials(tmp_path, "conv")
     assert float(row["comm.exposed_share"]) < 0.25
     assert row["bottleneck"] != "communication"
+
+
+def test_a_rendezvous_endpoint_already_taken_fails_fast_by_name(tmp_path: Path) -> None:
+    """A port another process listens on: refused before any trial, naming it (torch's store
+    would retry it until the stall limit), and the study folder is not created."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        start = time.monotonic()
+        proc = run_cli(["workload=mlp", f"launch.rdzv_endpoint=127.0.0.1:{port}", "study.name=r",
+                        *LAUNCH, *TINY_ARGS], tmp_path, timeout=120)
+    assert proc.returncode == 2 and time.monotonic() - start < 60
+    assert f"launch.rdzv_endpoint=127.0.0.1:{port}" in proc.stderr and "free port" in proc.stderr
+    assert not (tmp_path / "studies" / "r" / "study.db").exists()
 
 
 def test_several_nodes_are_refused_with_what_works(tmp_path: Path) -> None:

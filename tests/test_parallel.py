@@ -143,3 +143,15 @@ def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
     from autotune.results.storage import open_storage
 
     _check_study(open_storage(url), "j", 3)
+    # Two workers on one node: each one's trials ran on its own cores, disjoint from the
+    # other's (each trial records the cores it was allowed), so they did not measure each other.
+    study = optuna.load_study(study_name="j", storage=open_storage(url))
+    sets: dict[int, set[tuple[int, ...]]] = {}
+    for t in study.get_trials():
+        c = t.user_attrs.get("contention") or {}
+        if c.get("cpu_set") and not t.user_attrs.get("duplicate_of") and "owner_pid" in t.user_attrs:
+            sets.setdefault(t.user_attrs["owner_pid"], set()).add(tuple(c["cpu_set"]))
+    assert all(len(s) == 1 for s in sets.values()), sets
+    cores = [set(next(iter(s))) for s in sets.values()]
+    if len(cores) == 2 and len(os.sched_getaffinity(0)) >= 2:
+        assert not cores[0] & cores[1], sets

@@ -111,7 +111,8 @@ def tune(overrides: Sequence[str] = (), *,
 
 
 def verify(study: str | Path, *, rounds: int = 5, steps: int | None = None,
-           warmup: int | None = None, script: Sequence[str] | None = None) -> Verified:
+           warmup: int | None = None, script: Sequence[str] | None = None,
+           nproc_per_node: int = 1) -> Verified:
     """Measure the realized speedup of the study's exported configuration in the production
     path, interleaved with the original settings (autotune/search/verify.py): ``study`` is a
     best.yaml, its folder, or a study name under studies/. ``script``: your training script
@@ -126,7 +127,8 @@ def verify(study: str | Path, *, rounds: int = 5, steps: int | None = None,
                           "a study name under studies/.")
     with _logging():
         try:
-            return verify_rounds(path, rounds=rounds, steps=steps, warmup=warmup, script=script)
+            return verify_rounds(path, rounds=rounds, steps=steps, warmup=warmup, script=script,
+                                 nproc_per_node=nproc_per_node)
         except VerifyError as exc:
             raise StudyError(str(exc)) from None
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from autotune.cli.config import Config
 from autotune.cli.crash import UsageError, explain, fail
+from autotune.core.distributed import endpoint_taken
 from autotune.core.env import DeviceError, Env, probe
 from autotune.core.knobs import KnobError, build_space, keep_global_batch
 from autotune.core.workload import WorkloadError, build_workload, workload_name
@@ -66,7 +67,9 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         # another factory, so only the keys given on the command line are passed.
         spec = {k: v for k, v in spec.items() if k in user_keys}
     workload = build_workload(spec)
-    env = ranked(probe(cfg.device), cfg.launch)
+    probed = probe(cfg.device)
+    workers = resolve_workers(cfg.workers, probed)
+    env = ranked(probed, cfg.launch, workers)
     user_sizes = user_keys - {"_target_"}
     cpu_sized = False
     if env.device == "cpu" and not user_sizes:
@@ -92,7 +95,6 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
     name = cfg.study.name or f"{label}-{env.device}"
     out_dir = Path(cfg.study.out_dir) / name
     url = resolve_url(cfg.study.storage, out_dir / "study.db")
-    workers = resolve_workers(cfg.workers, env)
     if workers > 1 and is_sqlite(url):
         raise UsageError(
             f"workers={workers} with SQLite storage ({redact(url)}) is refused: SQLite is for one "
@@ -124,10 +126,12 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
     return setup, workers, n_trials
 
 
-def ranked(env: Env, launch: Any) -> Env:
-    """The env each trial's rank sees: with N ranks per node, one rank's share of the cores
+def ranked(env: Env, launch: Any, workers: int = 1) -> Env:
+    """The env each trial's process sees: with N ranks per node, one rank's share of the cores
     (the loader and thread knobs are searched within it, as each rank of the run gets them)
-    and torchrun's one OpenMP thread per rank as the baseline's threads."""
+    and torchrun's one OpenMP thread per rank as the baseline's threads; with several workers
+    in this invocation (one node), each worker's trials get their own share too (search/run.py
+    pins them), so concurrent trials do not measure each other."""
     nproc, nnodes = int(launch.nproc_per_node), int(launch.nnodes)
     if nproc < 1 or nnodes < 1:
         raise UsageError(f"launch.nproc_per_node={nproc}, launch.nnodes={nnodes}: both must be "
@@ -137,13 +141,18 @@ def ranked(env: Env, launch: Any) -> Env:
             f"launch.nnodes={nnodes}: trials over several nodes are not supported yet; tune one "
             "node's ranks with launch.nproc_per_node=N (the DDP knobs and each rank's loader "
             "and threads), which is how each node of the run is launched.")
+    taken = launch.rdzv_endpoint and endpoint_taken(str(launch.rdzv_endpoint))
+    if taken:
+        raise UsageError(f"launch.rdzv_endpoint={launch.rdzv_endpoint}: {taken}: another process "
+                         "holds it. Leave it unset (each trial's ranks then meet on a free port) "
+                         "or name a free port.")
     if env.device == "cuda" and nproc > max(1, env.gpu_count):
         raise UsageError(f"launch.nproc_per_node={nproc} on CUDA needs a GPU per rank; "
                          f"{env.gpu_count} visible here.")
+    share = max(1, env.cpu_count // (nproc * max(1, workers)))
     if nproc == 1:
-        return env
-    return dataclasses.replace(env, cpu_count=max(1, env.cpu_count // nproc), torch_threads=1,
-                               ranks=nproc * nnodes)
+        return env if workers <= 1 else dataclasses.replace(env, cpu_count=share)
+    return dataclasses.replace(env, cpu_count=share, torch_threads=1, ranks=nproc * nnodes)
 
 
 def launch_spec(launch: Any, env: Env) -> dict[str, Any]:

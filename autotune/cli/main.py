@@ -64,12 +64,14 @@ def verify_main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=None, help="measured steps per side and round")
     ap.add_argument("--warmup", type=int, default=None, help="steps run before measuring")
+    ap.add_argument("--nproc-per-node", type=int, default=1,
+                    help="run --script as this many ranks under torchrun (before --script)")
     ap.add_argument("--script", nargs=argparse.REMAINDER, default=None,
                     help="your training script and its arguments, run as they are")
     a = ap.parse_args(argv)
     try:
         result = verify(a.study, rounds=a.rounds, steps=a.steps, warmup=a.warmup,
-                        script=a.script or None)
+                        script=a.script or None, nproc_per_node=a.nproc_per_node)
     except (StudyError, ValueError) as exc:
         fail(str(exc))
         return 2

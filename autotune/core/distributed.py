@@ -59,6 +59,25 @@ def pin_rank(local_rank: int, local_world: int) -> list[int]:
     return share
 
 
+def endpoint_taken(endpoint: str) -> str | None:
+    """Why a one-node rendezvous cannot listen on ``host:port`` (another process holds the
+    port; the host is not this machine), None when it can. Checked before the ranks start:
+    torch's c10d store would otherwise retry the port until the trial's stall limit."""
+    import socket
+
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        return f"{endpoint!r} is not host:port"
+    if int(port) == 0:
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, int(port)))
+    except OSError as exc:
+        return f"{endpoint} cannot be listened on here ({exc.strerror or exc})"
+    return None
+
+
 def ddp_kwargs(knobs: Mapping[str, Any], torch_version: str | None = None) -> dict[str, Any]:
     """DistributedDataParallel's arguments for these knobs, named as this torch names them
     (``torch_version``: another torch's names, for an export; default: the running one)."""

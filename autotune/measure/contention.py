@@ -144,6 +144,14 @@ def _cgroup_throttled_s() -> float | None:
     return None
 
 
+def _cpu_set() -> list[int] | None:
+    """The cores this process may run on (a worker's or a rank's share), where the OS says."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+
+
 def between(a: Snapshot, b: Snapshot) -> dict[str, Any]:
     """The load between two snapshots, and whether it makes the window ``contended``:
     other processes used at least CONTENDED_OTHER_SHARE of the CPUs *and* the trial's threads
@@ -153,7 +161,7 @@ def between(a: Snapshot, b: Snapshot) -> dict[str, Any]:
     processes or throttled for heat or power brake (measure/nvml.py)."""
     elapsed = max(b.at - a.at, 1e-9)
     n = usable_cpus()  # its affinity: a container or taskset may allow fewer than the machine has
-    out: dict[str, Any] = {"seconds": round(elapsed, 3), "cpus": n}
+    out: dict[str, Any] = {"seconds": round(elapsed, 3), "cpus": n, "cpu_set": _cpu_set()}
     reasons: list[str] = []
     if a.busy_s is not None and b.busy_s is not None and b.total_s and a.total_s is not None:
         machine = os.cpu_count() or n

@@ -22,6 +22,8 @@ from typing import Any
 
 PRELOAD = ["autotune.measure.entry", "autotune.measure.window", "torchvision"]
 PROCESS_NAME = b"autotune-trial"  # what ps/psutil show for a trial (Linux comm, <= 15 bytes)
+#: The cores a trial may run on ("0,1"), for the trials of one of several workers on a node.
+CPUS_ENV = "AUTOTUNE_CPUS"
 
 _context: ForkServerContext | None = None
 
@@ -106,6 +108,9 @@ def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.environ.update(env)  # e.g. CUDA_VISIBLE_DEVICES: read when CUDA initializes, later
+    if env.get(CPUS_ENV):  # one of several workers' trials: its own cores
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setaffinity(0, {int(c) for c in env[CPUS_ENV].split(",")})
     # A fork-server child inherits "forkserver" as its start method, so its DataLoader workers
     # would start through a second, empty fork server that re-imports torch: seconds per worker
     # start (at every epoch without persistent_workers), and semaphores left to the driver's

@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autotune.core.distributed import endpoint_taken
 from autotune.core.files import atomic_write
 from autotune.measure.contention import TRIAL_ROOT_ENV
 from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult
@@ -61,7 +62,10 @@ def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> i
     )
     os.environ[TRIAL_ROOT_ENV] = str(os.getpid())  # the ranks' load is the trial's own
     failure, first = "", None
+    taken = launch.get("rdzv_endpoint") and endpoint_taken(str(launch["rdzv_endpoint"]))
     try:
+        if taken:  # taken since the study began: fail now, not at the stall limit
+            raise RuntimeError(f"the rendezvous endpoint {taken}")
         elastic_launch(config, rank_main)(str(request_path), str(result_path))
     except ChildFailedError as exc:
         first, failure = _first_failure(exc)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from autotune.core import distributed
 from autotune.diagnose import verdicts as diagnosis
 from autotune.production.best import BestConfig
 
@@ -65,7 +66,7 @@ class Meter:
         self._batch_sizes: set[int] = set()
         # Over every window so far (summary(); autotune verify reads it at exit).
         self._total_samples, self._total_s, self._total_wait = 0, 0.0, 0.0
-        if os.environ.get(OUT_ENV):
+        if os.environ.get(OUT_ENV) and os.environ.get("RANK", "0") == "0":  # one writer per run
             atexit.register(self.write_summary, os.environ[OUT_ENV])
 
     @classmethod
@@ -104,7 +105,9 @@ class Meter:
         if self._t0 is None:  # warmup_steps=0: the first step opens the first window
             self._start(time.perf_counter())
             return
-        self._samples += int(batch_size)
+        # A rank of a DDP run: every rank steps together, so the run's samples are this
+        # rank's times the ranks (best.yaml's samples/sec are the whole run's too).
+        self._samples += int(batch_size) * distributed.world_size()
         self._batch_sizes.add(int(batch_size))
         if (self.steps - self.warmup_steps) % self.window_steps == 0:
             now = time.perf_counter()

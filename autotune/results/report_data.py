@@ -129,7 +129,20 @@ def gather(study: optuna.Study, storage_url: str) -> dict[str, Any]:
                               if base else None),
         "best_evidence": _best_evidence(study),
         "n_trials": len(study.get_trials(deepcopy=False)),
+        "comm": comm_rows(study),
     }
+
+
+def comm_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """A launched study (several ranks per trial): each measured trial's step with and without
+    DDP's all-reduce and the share of its step the all-reduce adds (measure/comm.py)."""
+    rows = []
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        comm, ranks = trial_attrs(t).get("comm") or {}, trial_attrs(t).get("ranks") or []
+        if comm:
+            rows.append({"trial": t.number, "ranks": len(ranks), **comm,
+                         "slowest": ranks[0]["rank"] if ranks else None})
+    return rows
 
 
 def _best_evidence(study: optuna.Study) -> dict[str, Any] | None:

@@ -73,6 +73,11 @@ def headline(d: dict[str, Any]) -> list[str]:
         lines.append(f"**Could not measure**: {load['could_not_measure']}")
     elif load.get("windows"):
         lines.append(f"Load while measuring: {load['windows']}")
+    launch = best.get("launch") or {}
+    if launch:
+        lines.append(f"Every trial ran as {launch['nproc_per_node']} ranks ({launch['backend']}, "
+                     f"{launch['cores_per_rank']} core(s) each); the run's command: "
+                     f"`{launch['torchrun']}`; DDP arguments: {best.get('ddp_kwargs')}")
     ceil = best.get("ceilings") or {}
     if ceil:
         lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} samples/s" for k, v in ceil.items())
@@ -110,6 +115,17 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                   _f(r["spread_pct"], ".1f", "%"), r["interval"] or "-", str(r["contended"]),
                   "exported" if r["chosen"] else ("baseline" if r["baseline"] else "")]
                  for r in d["confirmation"]]))
+    if d.get("comm"):
+        out.append(("Gradient all-reduce per trial (the same step on one batch with and without "
+                    "it; its share of the window's step)",
+                    ["trial", "ranks", "step with", "step without", "all-reduce adds",
+                     "share of the step", "slowest rank"],
+                    [[str(r["trial"]), str(r["ranks"]), _f(r.get("synced_step_ms"), ".2f", " ms"),
+                      _f(r.get("unsynced_step_ms"), ".2f", " ms"),
+                      _f(r.get("exposed_ms"), ".2f", " ms"),
+                      _f(100 * float(r.get("exposed_share") or 0), ".0f", "%"),
+                      "-" if r.get("slowest") is None else str(r["slowest"])]
+                     for r in d["comm"]]))
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
                 [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
     return out

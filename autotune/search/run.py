@@ -19,7 +19,9 @@ from typing import Any
 
 import optuna
 
+from autotune.core.distributed import rank_cores
 from autotune.core.env import child_environ
+from autotune.measure.launch import CPUS_ENV
 from autotune.measure.runner import Interrupted
 from autotune.results.compare import REGRESSION_EXIT, compare_studies, verdict
 from autotune.results.export import best_document, write_exports
@@ -158,6 +160,8 @@ def _run_processes(setup: StudySetup, n_trials: int, workers: int) -> int:
     procs = []
     for i, n in enumerate(split_trials(n_trials, workers)):
         env = {"CUDA_VISIBLE_DEVICES": str(i)} if setup.env.device == "cuda" else {}
+        # Each worker's trials on their own cores (cli/app.ranked sized the space so).
+        env[CPUS_ENV] = ",".join(map(str, rank_cores(i, workers)))
         ws = dataclasses.replace(setup, worker_env=env, worker_index=i)
         path = tmp / f"worker{i}.pkl"
         path.write_bytes(pickle.dumps(ws))

@@ -78,11 +78,15 @@ class Verified:
 
 
 def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
-           warmup: int | None = None, script: Sequence[str] | None = None) -> Verified:
+           warmup: int | None = None, script: Sequence[str] | None = None,
+           nproc_per_node: int = 1) -> Verified:
     """Run the rounds for the study whose best.yaml is ``best_yaml`` (or its folder); write
     ``verify.json`` beside it. ``script``: the user's own script and its arguments, run as it
     is with AUTOTUNE_BEST naming each side's best.yaml (``autotune.Runtime`` reads it) and
-    AUTOTUNE_METER_OUT where its ``Meter`` writes its samples/sec on exit."""
+    AUTOTUNE_METER_OUT where its ``Meter`` writes its samples/sec on exit. ``nproc_per_node``
+    > 1: the script runs as that many ranks under torch's own launcher (``torchrun
+    --standalone``), with best.yaml's ``launch.environment`` (OMP_NUM_THREADS), rank 0's meter
+    reporting the whole run's samples/sec."""
     path = Path(best_yaml)
     path = path / "best.yaml" if path.is_dir() else path
     doc = yaml.safe_load(path.read_text())
@@ -95,6 +99,10 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     warmup = warmup if warmup is not None else int(window["warmup_steps"]) + 2
     if script:
         command, how = list(script), f"{Path(script[0]).name}, your script, as it is"
+        if nproc_per_node > 1:
+            command = ["-m", "torch.distributed.run", "--standalone",
+                       f"--nproc_per_node={nproc_per_node}", *command]
+            how += f", as {nproc_per_node} ranks under torchrun"
     else:
         spec_file = folder / "spec.json"
         spec_file.write_text(json.dumps(request["workload"]))
@@ -149,7 +157,10 @@ def _run_side(command: list[str], side: str, config: Path, out: Path,
     result.unlink(missing_ok=True)
     if script:  # the user's script as it is: Runtime and Meter read these two variables
         full = [sys.executable, *command]
-        env = child_environ({BEST_ENV: str(config.resolve()), OUT_ENV: str(result.resolve())})
+        ranks = ((yaml.safe_load(config.read_text()) or {}).get("launch") or {}) \
+            if "torch.distributed.run" in command else {}
+        env = child_environ({BEST_ENV: str(config.resolve()), OUT_ENV: str(result.resolve()),
+                             **(ranks.get("environment") or {})})
     else:
         full = [*command, "--side", side, "--config", str(config), "--out", str(result)]
         env = {k: v for k, v in child_environ().items() if k not in (BEST_ENV, OUT_ENV)}
