@@ -67,7 +67,7 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     # autotune verify runs the same script as 2 ranks on both sides, interleaved.
     check = run_cli(["verify", "studies/ddp", "--rounds", "3", "--nproc-per-node", "2",
                      "--script", f"{ROOT}/examples/ddp_train.py", "studies/ddp/best.yaml",
-                     "--steps", "30"], tmp_path, timeout=400)
+                     "--steps", "75"], tmp_path, timeout=400)  # the Meter's 20 + 50 steps
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
     assert "as 2 ranks under torchrun" in check.stdout
     verified = json.loads((tmp_path / "studies" / "ddp" / "verify.json").read_text())
@@ -112,13 +112,13 @@ def test_two_launched_studies_at_once_do_not_meet(tmp_path: Path) -> None:
         (tmp_path / name).mkdir()
         procs.append(subprocess.Popen(
             [sys.executable, "-c", "from autotune.cli.main import main; main()", "workload=mlp",
-             f"study.name={name}", "study.n_trials=2", "study.confirm_runs=0", *LAUNCH,
+             f"study.name={name}", "study.n_trials=1", "study.confirm_runs=0", *LAUNCH,
              *TINY_ARGS], cwd=tmp_path / name, env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True))
     for p in procs:
         out, _ = p.communicate(timeout=300)
         assert p.returncode == 0, out[-3000:]
-        assert "2 trials (2 complete" in out
+        assert "1 trials (1 complete" in out
 
 
 def test_ranks_split_the_cores_and_the_space_is_searched_per_rank() -> None:

@@ -28,11 +28,12 @@ def _flag_device() -> torch.device:
     return torch.device("cpu")
 
 
-def agree(stop: bool) -> bool:
-    """One decision for all ranks: stop when any rank would (a chunk edge's only sync)."""
-    flag = torch.tensor([1 if stop else 0], device=_flag_device())
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+def agree(values: list[int]) -> list[int]:
+    """One decision for all ranks, each value the largest any rank proposes (stop when any
+    rank would; the longest chunk any rank asks for): a chunk edge's only sync."""
+    flags = torch.tensor(values, dtype=torch.int64, device=_flag_device())
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return [int(v) for v in flags.tolist()]
 
 
 def barrier() -> None:

@@ -157,7 +157,9 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
         return _failed(bad, failure, first)
     done = {r: res for r, res in results.items() if res is not None}
     if req.numerics_steps:
-        return done[0]  # every rank's losses are the same mean loss after the all-reduce
+        # Rank 0's losses on its shard: both sides of the comparison ran the same seed, so the
+        # same shard, and DDP keeps every rank's parameters the same.
+        return done[0]
     slowest = min(done, key=lambda r: done[r].samples_per_sec)
     out = done[slowest]
     out.ranks = sorted(({"rank": r, "samples_per_sec": res.samples_per_sec,

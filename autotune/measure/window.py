@@ -129,7 +129,8 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
                                lambda step: progress.beat("profile", step, force=True))
     if req.loader_profile and (result.timers.get("data_wait") or 0.0) >= DATA_WAIT_NOTABLE:
         progress.beat("loader_profile", result.steps, force=True)
-        result.loader_profile = profile_input(workload, req.knobs, batch_size, req.seed)
+        result.loader_profile = profile_input(workload, req.knobs, int(req.knobs["batch_size"]),
+                                              req.seed)
     result.extras_s += time.perf_counter() - extras_start
     result.outcome = "ok"
     if compile_watch.hits:
@@ -211,7 +212,7 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
 
 def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
                   progress: Progress, batch_size: int, start_load: Snapshot,
-                  agree: Callable[[bool], bool] | None = None) -> Loop:
+                  agree: Callable[[list[int]], list[int]] | None = None) -> Loop:
     """The measured window. Host clock for the wait on the loader (a host-side stall); device
     marks for copy, forward+backward and optimizer; only the window's edges are synchronized,
     so the device keeps its queue (and copies their overlap) all through it.
@@ -224,11 +225,16 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
 
     ``agree`` (ranks of one trial): every rank's wish to stop, at every chunk edge, made one
     decision (a rank that took one step more would wait forever on its all-reduce); edges are
-    then counted in steps alone, the same on every rank."""
+    then counted in steps alone, the same on every rank, and the first edge sets how many
+    steps make a chunk of at least the usual length (an edge every 2 steps, each with its
+    /proc reads and a collective, cost a 15 ms step of 2 ranks on one core each a third of its
+    speed)."""
     max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
     min_seconds = float(win.get("min_measure_seconds", 0.0))
-    chunk = min(max_steps, max(2, max_steps // 8))
-    chunk_s = min_seconds / 8 if agree is None else 0.0
+    chunk, chunk_s = min(max_steps, max(2, max_steps // 8)), min_seconds / 8
+    long_enough = chunk_s  # a chunk's length in seconds, for the ranks' step count
+    if agree is not None:
+        chunk_s = 0.0
     data_wait_ms: list[float] = []
     marks: list[tuple[Any, Any, Any, Any]] = []
     shapes = ShapeLog()
@@ -270,7 +276,10 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
             stop = (len(marks) >= min_steps and now - start > win["measure_seconds"]) or \
                 (len(marks) >= max_steps and now - start >= min_seconds)
             if agree is not None:
-                stop = agree(stop)
+                per_step = (now - start) / len(marks)
+                wanted = math.ceil(long_enough / per_step) if per_step > 0 else chunk
+                decided = agree([int(stop), min(max_steps, wanted)])
+                stop, chunk = bool(decided[0]), max(chunk, decided[1])
             if stop:
                 break
             if len(marks) >= max_steps:
