@@ -60,6 +60,8 @@ class HFWorkload(Workload):
     fields the user trains with today."""
 
     name = "hf"
+    not_launchable = ("the Trainer runs its own DDP under torchrun, which autotune does not "
+                      "drive yet (issue 29)")
     knob_limits = {
         "cuda_graphs": ([False], "the Trainer has no whole-step CUDA Graph (torch_compile_mode="
                                  "reduce-overhead is its way to graphs)"),

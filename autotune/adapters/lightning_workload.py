@@ -91,6 +91,8 @@ class LightningWorkload(Workload):
     today (the baseline's amp)."""
 
     name = "lightning"
+    not_launchable = ("Lightning's DDPStrategy runs its own ranks, which autotune does not "
+                      "drive yet (issue 29)")
     knob_limits = {
         "cuda_graphs": ([False], "Lightning's loop has no whole-step CUDA Graph (compile's "
                                  "reduce-overhead is its way to graphs)"),

@@ -67,6 +67,11 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         # another factory, so only the keys given on the command line are passed.
         spec = {k: v for k, v in spec.items() if k in user_keys}
     workload = build_workload(spec)
+    if cfg.launch.nproc_per_node * cfg.launch.nnodes > 1 and workload.not_launchable:
+        raise UsageError(f"launch.nproc_per_node={cfg.launch.nproc_per_node}: {workload.name} "
+                         f"workloads cannot run as ranks yet: {workload.not_launchable}. Tune "
+                         "it as one process (launch.nproc_per_node=1), or as a plain PyTorch "
+                         "workload (workload._target_=your Workload) under ranks.")
     probed = probe(cfg.device)
     workers = resolve_workers(cfg.workers, probed)
     env = ranked(probed, cfg.launch, workers)

@@ -58,6 +58,9 @@ class Workload:
     #: Its collate function pads each batch (it has a ``pad_to_multiple_of`` setting): the
     #: knob of that name applies (the value in ``defaults`` is the user's own).
     pads_batches: bool = False
+    #: Why trials cannot run this workload as DDP ranks (launch.nproc_per_node > 1) yet; None:
+    #: they can (autotune wraps the model in DDP, core/distributed.py).
+    not_launchable: str | None = None
     #: How ``autotune verify`` runs this workload's production path, one side of its A/B
     #: rounds: a module with ``main()`` (autotune/search/verify.py). By default the runtime
     #: API around the workload's own objects (autotune/production/parity.py); the adapters
