@@ -154,7 +154,8 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
     bad = [(r, res) for r, res in results.items()
            if res is not None and res.outcome not in ("ok", "compile_fallback")]
     if bad or failure or any(res is None for res in results.values()):
-        return _failed(bad, failure, first)
+        missing = [r for r, res in results.items() if res is None]
+        return _failed(bad, failure, first, missing)
     done = {r: res for r, res in results.items() if res is not None}
     if req.numerics_steps:
         # Rank 0's losses on its shard: both sides of the comparison ran the same seed, so the
@@ -183,20 +184,28 @@ def _from_a_peer(error: str) -> bool:
     return any(words in error for words in PEER_ERRORS)
 
 
-def _failed(bad: list[tuple[int, WindowResult]], failure: str,
-            first: int | None) -> WindowResult:
+def _failed(bad: list[tuple[int, WindowResult]], failure: str, first: int | None,
+            missing: list[int] | None = None) -> WindowResult:
     """The cause leads: a rank that failed on its own (its exception), before the ranks whose
     collective broke because it did (gloo: "Connection closed by peer"); where no rank wrote
-    its own cause (killed, gone), the launcher's word for the first rank that failed."""
+    its own cause, the launcher's word for a rank a signal killed, else the rank that wrote no
+    result at all (the launcher does not always record a killed rank: it stops watching at the
+    first failure it sees, which may be a peer's), else the launcher's first failure."""
     causes = sorted(((r, res) for r, res in bad if not _from_a_peer(res.error)),
                     key=lambda item: (item[0] != first, item[0]))
     if causes:
         rank, out = causes[0]
         out.error = f"rank {rank}: {out.error}"
         return out
+    peers = f" (rank {bad[0][0]}: {bad[0][1].error[:200]})" if bad else ""
+    if failure and " died from " in failure:
+        return WindowResult(outcome="crash", error=failure + peers)
+    if missing:
+        return WindowResult(outcome="crash", error=(
+            f"rank {missing[0]} ended without writing its result (killed by a signal, or the "
+            f"host's OOM killer){peers}"))
     if failure:
-        return WindowResult(outcome="crash", error=failure + (
-            f" (rank {bad[0][0]}: {bad[0][1].error[:200]})" if bad else ""))
+        return WindowResult(outcome="crash", error=failure + peers)
     if bad:
         rank, out = bad[0]
         out.error = f"rank {rank}: {out.error}"
