@@ -30,9 +30,6 @@ from autotune.core.files import atomic_write
 from autotune.measure.contention import TRIAL_ROOT_ENV
 from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult
 
-#: A rank's result beside the trial's: result.rank1.json.
-RANK_RESULT = "result.rank{}.json"
-
 
 def rank_path(path: Path | str, rank: int) -> Path:
     """``result.json`` -> ``result.rank1.json`` (rank 0 keeps the trial's own progress and
