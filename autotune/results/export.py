@@ -265,6 +265,7 @@ def _comm_columns(comm: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str
             "comm.exposed_ms": rounded(comm.get("exposed_ms")),
             "comm.synced_step_ms": rounded(comm.get("synced_step_ms")),
             "comm.unsynced_step_ms": rounded(comm.get("unsynced_step_ms")),
+            "comm.rank_gap_ms": rounded(comm.get("rank_gap_ms")),
             "ranks": len(ranks), "slowest_rank": ranks[0]["rank"] if ranks else ""}
 
 

@@ -117,14 +117,15 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                  for r in d["confirmation"]]))
     if d.get("comm"):
         out.append(("Gradient all-reduce per trial (the same step on one batch with and without "
-                    "it; its share of the window's step)",
+                    "it, the slowest rank's; its share of the window's step)",
                     ["trial", "ranks", "step with", "step without", "all-reduce adds",
-                     "share of the step", "slowest rank"],
+                     "share of the step", "slowest rank", "ranks' gap"],
                     [[str(r["trial"]), str(r["ranks"]), _f(r.get("synced_step_ms"), ".2f", " ms"),
                       _f(r.get("unsynced_step_ms"), ".2f", " ms"),
                       _f(r.get("exposed_ms"), ".2f", " ms"),
                       _f(100 * float(r.get("exposed_share") or 0), ".0f", "%"),
-                      "-" if r.get("slowest") is None else str(r["slowest"])]
+                      "-" if r.get("slowest") is None else str(r["slowest"]),
+                      _f(r.get("rank_gap_ms"), ".2f", " ms")]
                      for r in d["comm"]]))
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
                 [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
