@@ -3,6 +3,7 @@
     best = autotune.tune(["workload=mlp", "device=cpu", "study.n_trials=4"])
     best = autotune.tune(workload=MyWorkload(hidden=256), device="cpu", n_trials=8)
     best.knobs, best.metrics["samples_per_sec"], best.document["speedup_text"]
+    best.metrics["unit"]  # "tokens/s" for a workload with tokens: best.metrics["tokens_per_sec"]
 
 The overrides are the command line's own strings (Hydra's syntax), composed and checked the same
 way; keywords are conveniences for the common ones, and ``workload`` may also be a config node

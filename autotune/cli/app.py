@@ -230,6 +230,15 @@ def run(cfg: Config, overrides: list[str]) -> int:
         return explain(exc, setup.out_dir, str(setup.storage))
 
 
+def objective_words(run_steps: int | None) -> str:
+    """What the study maximizes, in words: the unit is the first trial's (tokens/s where the
+    workload's batches carry tokens, core/tokens.py), so the header names both."""
+    over = (f", over a run of {run_steps:,} steps with compile time included (study.run_steps)"
+            if run_steps else "")
+    return ("throughput in real tokens/s (padding excluded) where the workload's batches carry "
+            f"tokens (Workload.tokens), else samples/s{over}")
+
+
 def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
     e = s.env
     mem = f"{e.total_memory_gb:.1f} GB"
@@ -246,6 +255,7 @@ def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
           f"least {w['min_measure_seconds']}s, at most {w['measure_seconds']}s); timeout "
           f"{w['timeout_s']}s per trial")
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
+    print(f"  objective: {objective_words(s.run_steps)}")
     if s.launch:
         print(f"  launch: every trial runs {s.launch['nproc_per_node']} ranks "
               f"({s.launch['backend']}, DistributedDataParallel) under PyTorch's elastic launcher, "

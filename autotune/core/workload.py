@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 
 from autotune.core.batch import model_loss, split_batch
 from autotune.core.stages import Stage, StagedDataset
+from autotune.core.tokens import count_tokens
 
 
 class WorkloadError(ValueError):
@@ -58,6 +59,22 @@ class Workload:
     #: Its collate function pads each batch (it has a ``pad_to_multiple_of`` setting): the
     #: knob of that name applies (the value in ``defaults`` is the user's own).
     pads_batches: bool = False
+    #: Attention implementations its model can be switched to (``core/sequences.py``): for a
+    #: Hugging Face model the ``attn_implementation`` values it supports; ``("sdpa",)`` for a
+    #: plain model that calls ``scaled_dot_product_attention`` itself (then SDPA's backend is
+    #: the knob). Empty: the attention is the model's own code, not a knob.
+    attention_choices: tuple[str, ...] = ()
+    #: Its attention dropout in training (CPU flash attention refuses any).
+    attention_dropout: float = 0.0
+    #: Module types to wrap for activation checkpointing (a Hugging Face model that supports
+    #: it needs none: its own switch is used). With neither, the knob is fixed off.
+    checkpoint_layers: tuple[type, ...] = ()
+    #: It can switch activation checkpointing on (set by the Hugging Face adapter).
+    checkpointable: bool = False
+    #: Its padding collator can be replaced by padding-free packing (one row per batch, each
+    #: sample's positions restarting): its model's attention keeps samples apart given
+    #: ``position_ids`` (core/sequences.packed_sequences_supported).
+    packs_sequences: bool = False
     #: Why trials cannot run this workload as DDP ranks (launch.nproc_per_node > 1) yet; None:
     #: they can (autotune wraps the model in DDP, core/distributed.py).
     not_launchable: str | None = None
@@ -77,6 +94,11 @@ class Workload:
     def collate_fn(self) -> Callable[[list[Any]], Any] | None:
         """How the loader merges samples into a batch (e.g. a Hugging Face data collator).
         Default: None, PyTorch's ``default_collate``."""
+        return None
+
+    def sample_lengths(self) -> list[int] | None:
+        """Each training sample's length in tokens, for the ``length_grouping`` knob. Default:
+        None (the samples are not variable-length sequences)."""
         return None
 
     def raw_dataset(self) -> Dataset:
@@ -99,6 +121,17 @@ class Workload:
         """``(inputs, targets)`` of one loader batch. Default: a pair as it is, a Mapping as
         the inputs with no targets. Override for another layout."""
         return split_batch(batch)
+
+    def tokens(self, inputs: Any) -> tuple[int, int] | None:
+        """``(real, computed)`` tokens of one batch's inputs (host side, before the copy), or
+        None: this workload has no tokens and its throughput is in samples/s. Real tokens are
+        the non-padding ones, counted alike under padding, length grouping and packing;
+        computed ones are every position the model runs, padding included. With tokens the
+        study's objective is real tokens/s (autotune/core/tokens.py). Default: Hugging Face
+        inputs (a Mapping with ``input_ids``; ``attention_mask`` marks the real ones).
+        Override for another layout, e.g. ``every_id_real(inputs)`` for fixed-length ids."""
+        count = count_tokens(inputs)
+        return None if count is None else (count.real, count.computed)
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         """Default: the loss the model computed itself (``outputs.loss`` or

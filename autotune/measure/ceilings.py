@@ -15,10 +15,18 @@ from autotune.measure.clock import Clock
 from autotune.measure.readings import Progress
 
 
+def _units(batches: Any, batch_size: int) -> float:
+    """The last batch in the window's unit (measure/batches.Batches.units): its real tokens
+    where the batches carry them, else ``batch_size`` samples."""
+    units = getattr(batches, "units", None)
+    return float(units(batch_size)) if callable(units) else float(batch_size)
+
+
 def loader_ceiling(batches: Any, batch_size: int, workers: int, win: dict[str, Any],
                    progress: Progress | None = None) -> tuple[float, float]:
-    """Seed 003's mock trainer: the loader alone, every batch discarded. Samples/sec the input
-    pipeline delivers in steady state, and its noise (relative spread).
+    """Seed 003's mock trainer: the loader alone, every batch discarded. The rate the input
+    pipeline delivers in steady state, in the window's unit (samples/s, or real tokens/s: the
+    slope of batches times their mean tokens), and its noise (relative spread).
 
     Not the start-up ramp, not the first burst: the first batch (worker start-up) and the first
     round after it (workers start one after another) are not timed; batches then arrive in
@@ -37,23 +45,26 @@ def loader_ceiling(batches: Any, batch_size: int, workers: int, win: dict[str, A
     min_s = float(win.get("min_measure_seconds", 0.0))
     cap_s = float(win["measure_seconds"]) / 2
     arrivals: list[float] = []
+    units: list[float] = []
     start = time.perf_counter()
     while True:
         next(batches)
         arrivals.append(time.perf_counter() - start)
+        units.append(_units(batches, batch_size))
         n, t = len(arrivals), arrivals[-1]
         if progress is not None:
-            progress.partial = {"kind": "loader", "rate": n * batch_size / t, "batches": n}
+            progress.partial = {"kind": "loader", "rate": sum(units) / t, "batches": n}
             progress.beat("ceiling", n)
         if n >= need and t >= min_s:
             break
         if t >= cap_s and n >= ramp + 4:  # a slow loader: what the time allows
             break
     steady = arrivals[ramp:]
-    rate = _slope(steady) * batch_size
+    per_batch = sum(units[ramp:]) / len(units[ramp:])
+    rate = _slope(steady) * per_batch
     half = len(steady) // 2
     halves = [_slope(steady[:half + 1]), _slope(steady[half:])]
-    noise = (max(halves) - min(halves)) * batch_size / rate if rate > 0 else 0.0
+    noise = (max(halves) - min(halves)) * per_batch / rate if rate > 0 else 0.0
     return rate, noise
 
 
@@ -70,8 +81,9 @@ def _slope(times: list[float]) -> float:
 def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str, Any],
                     clock: Clock, beat: Callable[[int], None] = lambda step: None
                     ) -> tuple[float, float]:
-    """Seed 003's mock loader: one batch kept on the device, the step alone. Samples/sec the
-    model can train at with a free input pipeline, and its noise (relative spread).
+    """Seed 003's mock loader: one batch kept on the device, the step alone. The rate the
+    model can train at with a free input pipeline, in the window's unit (that batch's real
+    tokens per step where it has tokens), and its noise (relative spread).
 
     Timed in two halves, each at least half of ``measure_steps`` and a quarter of
     ``min_measure_seconds`` (six 1 ms steps read 904 samples/s for a step whose window trained
@@ -83,6 +95,7 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
     re-measure doubled it, and the trial went 120 s without a heartbeat and was killed as
     stalled. ``beat`` is called after each step so the watchdog sees the ceiling progress."""
     inputs, targets = run.to_device(*next(batches))  # the model is warm: no extra warm-up
+    per_step = _units(batches, batch_size)
     clock.sync(run.device)
     steps = max(2, int(win["measure_steps"]) // 2)
     min_s = float(win.get("min_measure_seconds", 0.0)) / 4
@@ -102,7 +115,7 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
                 t = time.perf_counter() - start
                 if t >= min_s or t >= cap_s:
                     break
-        rates.append(n * batch_size / t)
+        rates.append(n * per_step / t)
         total_n, total_s = total_n + n, total_s + t
-    rate = total_n * batch_size / total_s
+    rate = total_n * per_step / total_s
     return rate, abs(rates[0] - rates[1]) / rate

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from autotune.core import distributed
+from autotune.core.tokens import SAMPLES, TOKENS
 from autotune.measure.clock import Clock
 from autotune.measure.protocol import WindowResult
 from autotune.measure.readings import Progress, loader_cpu_share
@@ -31,11 +33,22 @@ class Loop:
     epoch_starts: int = 0  # epochs begun inside the window
     epoch_start_s: float = 0.0  # seconds waiting for those epochs' first batches
     input_shapes: dict[str, Any] = field(default_factory=dict)  # core/batch.ShapeLog.summary
+    # Per step, in the window's unit (measure/batches.Batches.units): the run's samples, or
+    # the real tokens of every rank's batch; and this process's own (real, computed) tokens.
+    units: list[float] = field(default_factory=list)
+    tokens: list[tuple[int, int]] = field(default_factory=list)
+    unit: str = SAMPLES
+    length_groups: dict[str, int] = field(default_factory=dict)
 
 
 def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def _step_units(loop: Loop, batch_size: int) -> list[float]:
+    """Each step in the window's unit (a loop recorded without them: ``batch_size`` samples)."""
+    return loop.units if len(loop.units) == len(loop.marks) else [float(batch_size)] * len(loop.marks)
 
 
 def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
@@ -48,7 +61,8 @@ def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
     ms = [clock.ms(marks[0][3], marks[half][3]), clock.ms(marks[half][3], marks[-1][3])]
     if min(ms) <= 0:
         return 0.0
-    rates = [half * batch_size / ms[0], (n - 1 - half) * batch_size / ms[1]]
+    units = _step_units(loop, batch_size)  # step i's units are done at its end mark
+    rates = [sum(units[1:half + 1]) / ms[0], sum(units[half + 1:]) / ms[1]]
     return abs(rates[0] - rates[1]) / (sum(rates) / 2)
 
 
@@ -60,6 +74,7 @@ def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress
     step_ms = [clock.ms(marks[i - 1][3], marks[i][3]) for i in range(1, n)] or [total_ms]
     result.steps, result.samples, result.measure_s = n, n * batch_size, loop.elapsed_s
     result.samples_per_sec = n * batch_size / loop.elapsed_s
+    count_tokens(result, loop)
     result.chunks = list(progress.chunks)
     result.input_shapes = loop.input_shapes
     result.step_ms = {
@@ -92,11 +107,27 @@ def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress
     }
 
 
+def count_tokens(result: WindowResult, loop: Loop) -> None:
+    """The window's tokens: real and computed, real tokens/s and the padding share (of the
+    tokens computed, and per batch). A rank counts its own batches and states the run's rate
+    as its own times the ranks; measure/ranks.py sums the ranks' exact counts."""
+    result.unit, result.length_groups = loop.unit, dict(loop.length_groups)
+    if loop.unit != TOKENS or not loop.tokens:
+        return
+    real = sum(r for r, _ in loop.tokens)
+    computed = sum(c for _, c in loop.tokens)
+    result.tokens, result.tokens_computed = real, computed
+    result.tokens_per_sec = real * distributed.world_size() / loop.elapsed_s
+    result.padding_share = 1 - real / computed if computed else 0.0
+    shares = [1 - r / c if c else 0.0 for r, c in loop.tokens]
+    result.padding_batches = {"mean": sum(shares) / len(shares), "max": max(shares)}
+
+
 def report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress,
-                   batch_size: int) -> bool:
+                   units: list[float]) -> bool:
     """For every chunk edge the device has reached, add the window's throughput so far (from
-    its start to that edge) to the heartbeat: what the pruner reads. Return whether there was
-    one. Never waits for the device. Cumulative, so that one slow chunk late in a good
+    its start to that edge, in the window's unit: ``units`` per step) to the heartbeat: what
+    the pruner reads. Return whether there was one. Never waits for the device. Cumulative, so that one slow chunk late in a good
     trial (another process took the cores for a moment) does not condemn it, while a trial
     that is slow from the start is caught at its first edge."""
     new = False
@@ -105,7 +136,7 @@ def report_chunks(clock: Clock, edges: list[tuple[Any, int]], progress: Progress
         edge, steps = edges[len(progress.chunks) + 1]
         if not clock.done(edge):
             break
-        progress.chunks.append(steps * batch_size / (clock.ms(start, edge) / 1e3))
+        progress.chunks.append(sum(units[:steps]) / (clock.ms(start, edge) / 1e3))
         new = True
     return new
 

@@ -124,8 +124,8 @@ class WindowResult(_Record):
     # Share of the measured step spent in each phase (see window.py for how each is timed).
     timers: dict[str, float | None] = field(default_factory=dict)  # None: not measured
     trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
-    chunks: list[float] = field(default_factory=list)  # samples/sec so far, at each chunk edge
-    # Seed 003's mock components, samples/sec: "loader" (input pipeline alone), "compute" (the
+    chunks: list[float] = field(default_factory=list)  # ``rate`` so far, at each chunk edge
+    # Seed 003's mock components, in ``unit``: "loader" (input pipeline alone), "compute" (the
     # step alone on one cached device batch). Only those the driver asked for (not cached).
     ceilings: dict[str, float] = field(default_factory=dict)
     # Each measured ceiling's noise: the relative spread of its rate within its measurement.
@@ -149,6 +149,20 @@ class WindowResult(_Record):
     # Gradient communication (a trial of several ranks): the step with and without DDP's
     # all-reduce on one cached batch, and the share of the synced step that waits on it.
     comm: dict[str, Any] = field(default_factory=dict)
+    # Tokens (a workload whose inputs carry them: Workload.tokens, core/tokens.py). ``unit``
+    # is the unit of the objective (``rate``), of ``chunks`` and of ``ceilings``: "tokens/s"
+    # (real tokens) where the batches had tokens, else "samples/s". ``tokens`` and
+    # ``tokens_computed`` are the window's real and padded-included tokens, every rank's.
+    unit: str = "samples/s"
+    tokens_per_sec: float = 0.0
+    tokens: int = 0
+    tokens_computed: int = 0
+    padding_share: float | None = None  # 1 - tokens / tokens_computed; None: no tokens
+    # Each batch's padding share over the window: {"mean", "max"} ({} without tokens).
+    padding_batches: dict[str, float] = field(default_factory=dict)
+    # A length-grouped loader (measure/batches.py length_group_steps): the steps of one
+    # mega-batch and the window's whole mega-batches ({} for any other loader).
+    length_groups: dict[str, int] = field(default_factory=dict)
     # Filled by the runner (parent side):
     wall_s: float = 0.0
     exit_code: int | None = None
@@ -158,6 +172,11 @@ class WindowResult(_Record):
     @property
     def ok(self) -> bool:
         return self.outcome == "ok"
+
+    @property
+    def rate(self) -> float:
+        """The window's throughput in its ``unit``: real tokens/s where it counted tokens."""
+        return self.tokens_per_sec if self.unit == "tokens/s" else self.samples_per_sec
 
     def to_json(self) -> str:
         return json.dumps(_finite(asdict(self)))

@@ -165,11 +165,24 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
                          "data_wait": (res.timers or {}).get("data_wait")}
                         for r, res in done.items()), key=lambda d: d["samples_per_sec"])
     out.peak_memory_gb = max(res.peak_memory_gb for res in done.values())
+    _sum_tokens(out, list(done.values()))
     shares = [float(res.comm.get("exposed_share", 0.0)) for res in done.values() if res.comm]
     if shares:
         out.comm = {**out.comm, "slowest_rank": slowest,
                     "exposed_share": max(shares), "rank_shares": shares}
     return out
+
+
+def _sum_tokens(out: WindowResult, done: list[WindowResult]) -> None:
+    """Tokens as samples are counted: every rank's, over the slowest rank's window. Each rank
+    counted only its own batches (they differ in length), so the run's real tokens are the sum
+    of the ranks' counts, not one rank's times the ranks."""
+    if out.unit != "tokens/s":
+        return
+    out.tokens = sum(res.tokens for res in done)
+    out.tokens_computed = sum(res.tokens_computed for res in done)
+    out.tokens_per_sec = out.tokens / out.measure_s if out.measure_s > 0 else 0.0
+    out.padding_share = 1 - out.tokens / out.tokens_computed if out.tokens_computed else 0.0
 
 
 #: Words of an error a rank got because another rank failed or left (gloo, NCCL, c10d).

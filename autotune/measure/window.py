@@ -29,7 +29,7 @@ from autotune.core.training import CaptureFailed, Training, input_dataset, phase
 from autotune.core.workload import Workload, build_workload
 from autotune.diagnose.thresholds import DATA_WAIT_NOTABLE
 from autotune.measure import comm
-from autotune.measure.batches import Batches
+from autotune.measure.batches import Batches, length_group_steps
 from autotune.measure.ceilings import compute_ceiling, loader_ceiling
 from autotune.measure.clock import Clock
 from autotune.measure.contention import Snapshot, between, snapshot
@@ -111,7 +111,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     if wanted.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
-        if result.samples_per_sec > rate * (1 + max(noise, 0.1)):
+        if result.rate > rate * (1 + max(noise, 0.1)):
             # Beaten (pruning.ceiling_violations): measured again before the driver reports
             # it. An upper bound may take the higher reading; their gap is noise too.
             again, noise2 = compute_ceiling(run, batches, batch_size, win, clock, beat)
@@ -176,6 +176,7 @@ def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], prog
         loss = run.step(*run.to_device(*next(batches)))
         progress.beat("warmup", i + 1)
     loss = _drain_prefetched(run, batches, win, progress) or loss
+    loss = _to_group_edge(run, batches, progress) or loss
     clock.sync(run.device)
     result.warmup_s = time.perf_counter() - t0
     return first_step_s, loss
@@ -210,6 +211,17 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
     return loss
 
 
+def _to_group_edge(run: Training, batches: Batches, progress: Progress) -> torch.Tensor | None:
+    """Warm-up steps on to the next length group's start, so that the window begins with a
+    whole mega-batch: a length-grouped sampler sorts each one longest first, so a window
+    that began mid-way would see only its shorter batches (issue 31 part 3)."""
+    group, loss = length_group_steps(run.loader), None
+    while not batches.closed_group(group):
+        loss = run.step(*run.to_device(*next(batches)))
+        progress.beat("warmup", 0)
+    return loss
+
+
 def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
                   progress: Progress, batch_size: int, start_load: Snapshot,
                   agree: Callable[[list[int]], list[int]] | None = None) -> Loop:
@@ -222,6 +234,12 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
     CUDA); never a single step, which one stall on a shared machine can halve, and never
     shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
     samples/s where the trial ran at 1,250: a false prune).
+
+    Throughput is in the window's unit (measure/batches.Batches.units): real tokens where
+    the batches carry them, so a window of short batches does not read fast. Under a
+    length-grouped sampler the window also ends only where a length group (a mega-batch)
+    closes, so it spans whole mega-batches: each is a uniform draw from the dataset, whose
+    lengths are then the run's mix, not the tail of one sorted group.
 
     ``agree`` (ranks of one trial): every rank's wish to stop, at every chunk edge, made one
     decision (a rank that took one step more would wait forever on its all-reduce); edges are
@@ -236,6 +254,9 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
     if agree is not None:
         chunk_s = 0.0
     data_wait_ms: list[float] = []
+    units: list[float] = []
+    tokens: list[tuple[int, int]] = []
+    group, finishing = length_group_steps(run.loader), False
     marks: list[tuple[Any, Any, Any, Any]] = []
     shapes = ShapeLog()
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -249,6 +270,9 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
         with phase("data"):
             inputs, targets = next(batches)
         data_wait_ms.append((time.perf_counter() - w0) * 1e3)
+        units.append(batches.units(batch_size))
+        if batches.last_tokens is not None:
+            tokens.append(batches.last_tokens)
         shapes.add(inputs)
         data_cpu_s += thread_busy_s() - c0
         m0 = clock.mark()
@@ -271,8 +295,8 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
             # The load so far (a few /proc reads per edge): a chunk read while other processes
             # held the cores must not prune the trial (search/study.py reads the heartbeat).
             progress.contended = between(start_load, snapshot())["contended"]
-        progress.beat("measure", len(marks), force=report_chunks(clock, edges, progress, batch_size))
-        if at_edge:
+        progress.beat("measure", len(marks), force=report_chunks(clock, edges, progress, units))
+        if at_edge and not finishing:
             stop = (len(marks) >= min_steps and now - start > win["measure_seconds"]) or \
                 (len(marks) >= max_steps and now - start >= min_seconds)
             if agree is not None:
@@ -280,17 +304,20 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
                 wanted = math.ceil(long_enough / per_step) if per_step > 0 else chunk
                 decided = agree([int(stop), min(max_steps, wanted)])
                 stop, chunk = bool(decided[0]), max(chunk, decided[1])
-            if stop:
-                break
-            if len(marks) >= max_steps:
+            finishing = stop
+            if not stop and len(marks) >= max_steps:
                 chunk = max_steps  # past the nominal window: fewer, longer chunks
+        if finishing and batches.closed_group(group) and len(marks) >= group:
+            break
     clock.sync(run.device)
     elapsed = time.perf_counter() - start
-    report_chunks(clock, edges, progress, batch_size)
+    report_chunks(clock, edges, progress, units)
     return Loop(loss, marks, data_wait_ms, elapsed,
                 resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0,
                 data_cpu_s, workers_cpu_s() - workers_cpu0, batches.epochs - epochs0,
-                batches.epoch_start_s - epoch_s0, shapes.summary())
+                batches.epoch_start_s - epoch_s0, shapes.summary(), units, tokens,
+                batches.unit or "samples/s",
+                {"group_steps": group, "groups": len(marks) // group} if group > 1 else {})
 
 
 class CompileWatch(logging.Handler):

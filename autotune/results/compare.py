@@ -2,9 +2,11 @@
 
 ``study.compare_to=<name>`` (and ``study.compare_storage=<url>`` when it lives elsewhere) puts
 both side by side in the report (best configuration, confirmed throughput, ceilings, device
-and library versions) and flags a regression: the best samples/sec down by more than
+and library versions) and flags a regression: the best throughput down by more than
 ``study.regression_pct`` percent, or a changed environment (device, torch, CUDA, library
-versions), which makes the figures incomparable. A regression exits with REGRESSION_EXIT so a
+versions), which makes the figures incomparable. Throughput is in each study's unit (real
+tokens/s for a workload with tokens, else samples/s; a study stored before units is samples/s):
+two studies in different units are never compared, and the verdict says so. A regression exits with REGRESSION_EXIT so a
 scheduler can tell it from a crash (1) or a usage error (2).
 
 ``study.start_from=<name>`` enqueues the earlier study's best configuration right after the
@@ -26,6 +28,7 @@ from typing import Any
 
 import optuna
 
+from autotune.core.tokens import unit_of, unit_word
 from autotune.results.export import best_document
 from autotune.results.record import study_attrs
 from autotune.results.storage import open_storage, redact
@@ -76,11 +79,15 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     """One side of the comparison."""
     doc = best_document(study, "") or {}
     dev = study_attrs(study).get("device") or {}
+    metrics = doc.get("metrics") or {}
+    unit = unit_of(metrics.get("unit") or study_attrs(study).get("unit"))
     return {
         "name": study.study_name,
         "best_trial": doc.get("best_trial"),
         "knobs": doc.get("knobs") or {},
-        "samples_per_sec": (doc.get("metrics") or {}).get("samples_per_sec"),
+        "unit": unit,
+        # the best figure, in ``unit`` (the key's name is older than units)
+        "samples_per_sec": metrics.get(f"{unit_word(unit)}_per_sec"),
         "confirmed": bool((doc.get("metrics") or {}).get("confirm_runs")),
         "speedup": doc.get("speedup"),
         "ceilings": doc.get("ceilings") or {},
@@ -97,10 +104,17 @@ def compare_studies(study: optuna.Study, other_name: str, other_storage: str,
     now, before = summary(study), summary(load_other(other_name, other_storage))
     reasons = []
     change = None
-    if now["samples_per_sec"] and before["samples_per_sec"]:
+    unit = now["unit"]
+    if now["unit"] != before["unit"]:
+        # Not a slowdown, and not a figure either way: flagged, so a schedule looks.
+        reasons.append(f"units differ: {before['name']!r} measured {before['unit']}, this "
+                       f"study {now['unit']}; their throughputs are not compared (a workload "
+                       "with token inputs is measured in real tokens/s). Compare with a study "
+                       f"in {now['unit']}")
+    elif now["samples_per_sec"] and before["samples_per_sec"]:
         change = 100 * (now["samples_per_sec"] / before["samples_per_sec"] - 1)
         if change < -regression_pct:
-            reasons.append(f"best samples/sec {before['samples_per_sec']:,.1f} → "
+            reasons.append(f"best {unit_word(unit)}/sec {before['samples_per_sec']:,.1f} → "
                            f"{now['samples_per_sec']:,.1f} ({change:+.1f}%, threshold "
                            f"-{regression_pct:g}%)")
     elif before["samples_per_sec"] and not now["samples_per_sec"]:
@@ -111,7 +125,7 @@ def compare_studies(study: optuna.Study, other_name: str, other_storage: str,
     if changed:
         reasons.append("environment changed: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changed.items()))
     return {"current": now, "previous": before, "previous_storage": redact(other_storage),
-            "change_pct": change, "regression_pct": regression_pct,
+            "unit": unit if now["unit"] == before["unit"] else None, "change_pct": change, "regression_pct": regression_pct,
             "environment_changed": changed, "regression": bool(reasons), "reasons": reasons}
 
 
@@ -122,7 +136,8 @@ def _rows(c: dict[str, Any]) -> list[tuple[str, str, str]]:
         return "-" if v is None else (f"{v:,.1f}" if isinstance(v, float) else str(v))
 
     rows = [("study", a["name"], b["name"]),
-            ("best samples/s" , f(a["samples_per_sec"]) + (" (confirmed)" if a["confirmed"] else ""),
+            ("unit", a["unit"], b["unit"]),
+            ("best (in its unit)", f(a["samples_per_sec"]) + (" (confirmed)" if a["confirmed"] else ""),
              f(b["samples_per_sec"]) + (" (confirmed)" if b["confirmed"] else "")),
             ("speedup over its baseline", f(a["speedup"]), f(b["speedup"])),
             ("best trial", f(a["best_trial"]), f(b["best_trial"]))]
@@ -139,7 +154,8 @@ def verdict(c: dict[str, Any]) -> str:
     if c["regression"]:
         return "REGRESSION: " + "; ".join(c["reasons"])
     change = c["change_pct"]
-    return ("no regression" + (f" (best samples/sec {change:+.1f}%)" if change is not None else "")
+    word = unit_word(c.get("unit"))
+    return ("no regression" + (f" (best {word}/sec {change:+.1f}%)" if change is not None else "")
             + f", threshold -{c['regression_pct']:g}%")
 
 

@@ -23,8 +23,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from autotune.results.record import trial_attrs
-from autotune.results.trials import measured
+from autotune.core.tokens import TOKENS, unit_of
+from autotune.results.record import TrialAttrs, trial_attrs
+from autotune.results.trials import measured, rate
 
 CACHE_DIR = "inductor_cache"
 
@@ -38,17 +39,18 @@ def compiled(knobs: Mapping[str, Any]) -> bool:
     return knobs.get("compile", "off") not in ("off", None, False)
 
 
-def effective_rate(samples_per_sec: float, compile_s: float, batch_size: int,
+def effective_rate(rate: float, compile_s: float, per_step: float,
                    run_steps: int | None) -> float:
-    """Samples/sec over a whole run of ``run_steps`` steps, compile included (None: the
-    steady-state rate itself)."""
-    if not run_steps or samples_per_sec <= 0:
-        return samples_per_sec
-    samples = run_steps * batch_size
-    return samples / (max(compile_s, 0.0) + samples / samples_per_sec)
+    """The throughput over a whole run of ``run_steps`` steps, compile included (None: the
+    steady-state rate itself). ``rate`` and ``per_step`` are in one unit: samples (the
+    batch) or real tokens (a step's mean)."""
+    if not run_steps or rate <= 0:
+        return rate
+    units = run_steps * per_step
+    return units / (max(compile_s, 0.0) + units / rate)
 
 
-def break_even(rate: float, compile_s: float, batch_size: int, eager_rate: float,
+def break_even(rate: float, compile_s: float, batch_size: float, eager_rate: float,
                eager_compile_s: float = 0.0) -> int | None:
     """Training steps (of this configuration's batch) until its extra compile time is paid back
     by its faster steps against the eager configuration; None if it is not faster."""
@@ -56,6 +58,14 @@ def break_even(rate: float, compile_s: float, batch_size: int, eager_rate: float
         return None
     saved_per_step = batch_size / eager_rate - batch_size / rate
     return max(0, round(max(compile_s - eager_compile_s, 0.0) / saved_per_step))
+
+
+def per_step(attrs: TrialAttrs) -> float:
+    """A trial's units per step: its batch in samples, or its mean step's real tokens (the
+    rate times the mean step) where it counted tokens."""
+    if unit_of(attrs.get("unit")) == TOKENS:
+        return rate(attrs) * float((attrs.get("step_ms") or {}).get("mean") or 0.0) / 1e3
+    return float((attrs.get("knobs") or {}).get("batch_size") or 0)
 
 
 def _complete(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
@@ -78,15 +88,16 @@ def compile_summary(trials: list[FrozenTrial], finalists: list[FrozenTrial],
     warm = [float(trial_attrs(t)["compile_s"]) for t in measured
             if (c := trial_attrs(t).get("compile_cache") or {}).get("hits") and not c.get("misses")]
     eager = max((t for t in done if not compiled(trial_attrs(t)["knobs"])),
-                key=lambda t: trial_attrs(t)["samples_per_sec"], default=None)
+                key=lambda t: rate(trial_attrs(t)), default=None)
     out: dict[str, Any] = {
+        "unit": unit_of(trial_attrs(measured[0]).get("unit")),  # of the rates below
         "run_steps": run_steps,
         "compiled_trials": len(measured),
         "compile_s_cold_median": round(statistics.median(cold), 2) if cold else None,
         "compile_s_warm_median": round(statistics.median(warm), 2) if warm else None,
         "cold_trials": len(cold), "warm_trials": len(warm),
         "best_eager": ({"trial": eager.number,
-                        "samples_per_sec": round(trial_attrs(eager)["samples_per_sec"], 2)}
+                        "rate": round(rate(trial_attrs(eager)), 2)}
                        if eager else None),
         "finalists": [],
     }
@@ -94,12 +105,12 @@ def compile_summary(trials: list[FrozenTrial], finalists: list[FrozenTrial],
         knobs = trial_attrs(t).get("knobs") or {}
         if not compiled(knobs):
             continue
-        rate, comp = float(trial_attrs(t)["samples_per_sec"]), float(trial_attrs(t).get("compile_s") or 0)
+        fast, comp = rate(trial_attrs(t)), float(trial_attrs(t).get("compile_s") or 0)
         out["finalists"].append({
             "trial": t.number, "compile": knobs.get("compile"), "compile_s": round(comp, 2),
-            "samples_per_sec": round(rate, 2),
-            "break_even_steps": break_even(rate, comp, int(knobs["batch_size"]),
-                                           float(trial_attrs(eager)["samples_per_sec"]),
+            "rate": round(fast, 2),
+            "break_even_steps": break_even(fast, comp, per_step(trial_attrs(t)),
+                                           rate(trial_attrs(eager)),
                                            float(trial_attrs(eager).get("compile_s") or 0))
             if eager else None,
         })
@@ -112,7 +123,10 @@ def summary_lines(section: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = [f"compile: {section['compiled_trials']} compiled trial(s); cold compile median "
              f"{section['compile_s_cold_median']} s, warm (inductor cache) "
-             f"{section['compile_s_warm_median']} s"]
+             f"{section['compile_s_warm_median']} s"
+             + (f"; the objective is {section.get('unit') or 'samples/s'} over a run of "
+                f"{section['run_steps']:,} steps, compile included (study.run_steps)"
+                if section.get("run_steps") else "")]
     for f in section["finalists"]:
         steps = f["break_even_steps"]
         paid = (f"pays back its {f['compile_s']} s compile after {steps:,} steps against the best "

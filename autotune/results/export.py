@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.files import atomic_write
 from autotune.core.knobs import KNOBS, fix_text
 from autotune.core.numbers import rounded
+from autotune.core.tokens import TOKENS, unit_of
 from autotune.core.workload import Workload, WorkloadError, resolve_target
 from autotune.results.compile_cost import compile_summary
 from autotune.results.hydra_export import hydra_group_text, overrides_text
@@ -28,7 +29,7 @@ from autotune.results.launch_export import ddp_section, launch_section
 from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.storage import redact
-from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials
+from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials, rate
 from autotune.results.trust import could_not_measure, load_statement, window_loads
 
 SCHEMA = 1
@@ -36,16 +37,25 @@ SCHEMA = 1
 
 def metrics(t: FrozenTrial, confirmed: float | None = None,
             runs: list[float] | None = None) -> dict[str, Any]:
-    """A trial's figures. ``samples_per_sec`` is the confirmation runs' median when there are
-    some (what production can expect), else the trial's own; the search figure stays beside."""
+    """A trial's figures, and their ``unit``. The figure in that unit (``tokens_per_sec``,
+    real tokens, where the workload has tokens; else ``samples_per_sec``) is the confirmation
+    runs' median when there are some (what production can expect), else the trial's own; the
+    search figure stays beside. A tokens/s trial also states its search window's samples/s
+    and padding share (of the tokens computed)."""
     a = trial_attrs(t)
-    search = rounded(a.get("samples_per_sec"))
+    unit = unit_of(a.get("unit"))
+    key = "tokens_per_sec" if unit == TOKENS else "samples_per_sec"
+    search = rounded(rate(a))
     extra: dict[str, Any] = {}
     if confirmed is not None and runs:
-        extra = {"search_samples_per_sec": search, "confirm_runs": runs,
+        extra = {f"search_{key}": search, "confirm_runs": runs,
                  "confirm_spread_pct": round(100 * (max(runs) - min(runs)) / confirmed, 1)}
+    tokens = ({"samples_per_sec": rounded(a.get("samples_per_sec")),
+               "padding_share": rounded(a.get("padding_share"))} if unit == TOKENS else {})
     return {
-        "samples_per_sec": rounded(confirmed) if confirmed is not None else search,
+        "unit": unit,
+        key: rounded(confirmed) if confirmed is not None else search,
+        **tokens,
         **extra,
         "step_time_ms": rounded((a.get("step_ms") or {}).get("median")),
         "step_time_p10_ms": rounded((a.get("step_ms") or {}).get("p10")),

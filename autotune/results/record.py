@@ -39,7 +39,19 @@ class TrialAttrs(TypedDict, total=False):
     outcome: str
     reason: str  # "" when ok; else "<outcome>: <why>"
     samples_per_sec: float
-    effective_samples_per_sec: float  # over the user's run, compile time included
+    # over the user's run, compile time included, in the trial's ``unit`` (the name is older)
+    effective_samples_per_sec: float
+    # Tokens (measure/protocol.WindowResult): the unit of the trial's value, chunks and
+    # ceilings ("tokens/s" or "samples/s"; absent: samples/s, a trial stored before units),
+    # real tokens/s, real and computed tokens, the padding share of the computed tokens and
+    # per batch, and a length-grouped loader's whole mega-batches in the window.
+    unit: str
+    tokens_per_sec: float
+    tokens: int
+    tokens_computed: int
+    padding_share: float | None
+    padding_batches: dict[str, float]
+    length_groups: dict[str, int]
     step_ms: dict[str, float]
     peak_memory_gb: float
     compile_s: float
@@ -71,6 +83,7 @@ class StudyAttrs(TypedDict, total=False):
     """The study's record (besides the ceiling cache, whose keys are ``pruning.ceiling_key``)."""
 
     workload: str  # the workload's one-line description
+    unit: str  # the objective's unit, set by the first measured trial (absent: samples/s)
     workload_target: str | None  # its factory's import path
     device: dict[str, Any]  # autotune.core.env.Env.to_dict()
     versions: dict[str, Any]  # library versions (the nightly comparison reads them)

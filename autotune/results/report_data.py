@@ -19,6 +19,8 @@ from autotune.results.trials import (
     chosen_trial,
     counts,
     feasible,
+    rate,
+    study_unit,
     window_noise,
 )
 
@@ -42,7 +44,8 @@ def path_to_best(study: optuna.Study) -> list[dict[str, Any]]:
             "trial": t.number,
             "source": trial_attrs(t).get("source", ""),
             "changed": changed,
-            "samples_per_sec": float(t.value),  # type: ignore[arg-type]
+            "samples_per_sec": float(t.value),  # type: ignore[arg-type]  # in the study's unit
+            "padding_share": trial_attrs(t).get("padding_share"),
             "gain": float(t.value / prev.value) if prev is not None and prev.value else None,  # type: ignore[operator]
             "vs_baseline": float(t.value / base.value) if base is not None and base.value else None,  # type: ignore[operator]
             "bottleneck": (trial_attrs(t).get("diagnosis") or {}).get("bottleneck"),
@@ -103,7 +106,8 @@ def trial_points(study: optuna.Study) -> list[dict[str, Any]]:
         if a.get("outcome") != "ok" or "duplicate_of" in a:
             continue
         timers = a.get("timers") or {}
-        pts.append({"trial": t.number, "samples_per_sec": a.get("samples_per_sec"),
+        pts.append({"trial": t.number, "samples_per_sec": rate(a),  # in the study's unit
+                    "padding_share": a.get("padding_share"),
                     "peak_memory_gb": a.get("peak_memory_gb"), "feasible": feasible(t),
                     "shares": {k: timers.get(k) for k in ("data_wait", "h2d", "compute", "optimizer")},
                     "knobs": a.get("knobs") or {}})
@@ -116,6 +120,9 @@ def gather(study: optuna.Study, storage_url: str) -> dict[str, Any]:
     base = baseline_trial(study)
     return {
         "name": study.study_name,
+        # Every throughput of the report is in this unit (the path's, the points', the
+        # confirmation's): real tokens/s where the workload has tokens, else samples/s.
+        "unit": study_unit(study),
         "workload": attrs.get("workload"),
         "device": attrs.get("device") or {},
         "memory_limit_gb": attrs.get("memory_limit_gb"),

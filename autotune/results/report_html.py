@@ -59,11 +59,15 @@ def headline(d: dict[str, Any]) -> list[str]:
         return [*lines, "No trial finished within the memory limit."]
     m, b = best["metrics"], best["baseline"] or {}
     conf = best.get("confirmation") or {}
-    lines.append(f"Baseline → best: {_f(b.get('samples_per_sec'))} → {_f(m.get('samples_per_sec'))} "
-                 f"samples/s (trial {best['best_trial']}), speedup **{best.get('speedup_text') or '-'}**"
+    unit = d.get("unit") or "samples/s"
+    key = "tokens_per_sec" if unit == "tokens/s" else "samples_per_sec"
+    lines.append(f"Baseline → best: {_f(b.get(key))} → {_f(m.get(key))} "
+                 f"{unit} (trial {best['best_trial']}), speedup **{best.get('speedup_text') or '-'}**"
                  + (f" (confirmed over {conf['rounds']} interleaved rounds; window noise "
                     f"{100 * float(conf.get('window_noise') or 0):.1f}% CV)" if conf.get("rounds")
                     else " (search figures)"))
+    if unit == "tokens/s":
+        lines.append(_padding_line(b, m))
     if conf.get("tie_settling"):
         lines.append(f"Tie with the leader: {conf['tie_settling']['words']}")
     if conf.get("tie"):
@@ -80,7 +84,7 @@ def headline(d: dict[str, Any]) -> list[str]:
                      f"`{launch['torchrun']}`; DDP arguments: {best.get('ddp_kwargs')}")
     ceil = best.get("ceilings") or {}
     if ceil:
-        lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} samples/s" for k, v in ceil.items())
+        lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} {unit}" for k, v in ceil.items())
                      + f"; the best reaches {_f((best.get('fraction_of_ceiling') or 0) * 100, '.0f', '%')} of the lowest")
     c = d["counts"]
     lines.append(f"Trials: {c['trials']} ({c['complete'] - c['infeasible']} complete, {c['pruned']} pruned, "
@@ -89,12 +93,26 @@ def headline(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _padding_line(base: dict[str, Any], best: dict[str, Any]) -> str:
+    """The tokens/s unit in words, with the padding share both configurations computed."""
+    def share(m: dict[str, Any]) -> str:
+        return "-" if m.get("padding_share") is None else f"{100 * float(m['padding_share']):.0f}%"
+
+    return ("Throughput is in real tokens/s (padding excluded; the workload's batches carry "
+            f"tokens). Padding of the tokens computed: baseline {share(base)}, best {share(best)} "
+            f"(search windows); samples/s {_f(base.get('samples_per_sec'))} → "
+            f"{_f(best.get('samples_per_sec'))}")
+
+
 def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) for every table of the report."""
+    unit = d.get("unit") or "samples/s"
     out = [("Path to the best (each trial that raised the best, search figures)",
-            ["trial", "source", "knobs changed", "samples/s", "window spread", "gain",
+            ["trial", "source", "knobs changed", unit, "window spread", "gain",
              "vs baseline", "bottleneck"],
-            [[str(r["trial"]), r["source"], _knobs(r["changed"]), _f(r["samples_per_sec"]),
+            [[str(r["trial"]), r["source"], _knobs(r["changed"]),
+              _f(r["samples_per_sec"]) + (f" ({_f(100 * r['padding_share'], '.0f', '%')} padding)"
+                                          if r.get("padding_share") is not None else ""),
               (_f(100 * r["spread"], ".1f", "%") if r.get("spread") is not None else "-")
               + (" (contended)" if r.get("contended") else ""),
               _f(r["gain"], ".2f", "x"), _f(r["vs_baseline"], ".2f", "x"), r["bottleneck"] or "-"]
@@ -109,7 +127,7 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
             diag.append([label, v.get("bottleneck") or "-", v.get("summary") or "",
                          "; ".join(v.get("fixes") or []) or "-", evidence])
     out.append(("Diagnosis", ["trial", "bottleneck", "verdict", "fixes", "evidence"], diag))
-    out.append(("Finalists' confirmation rounds (samples/s; speedup over the baseline, 95% CI)",
+    out.append((f"Finalists' confirmation rounds ({unit}; speedup over the baseline, 95% CI)",
                 ["trial", "runs", "median", "spread", "speedup", "contended windows", ""],
                 [[str(r["trial"]), ", ".join(_f(x) for x in r["runs"]), _f(r["median"]),
                   _f(r["spread_pct"], ".1f", "%"), r["interval"] or "-", str(r["contended"]),
@@ -201,7 +219,7 @@ def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
     done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
     if done:
         history = optuna.visualization.plot_optimization_history(study)
-        history.update_layout(yaxis_title="samples/s (search window)")
+        history.update_layout(yaxis_title=f"{d.get('unit') or 'samples/s'} (search window)")
         figs.append(("Optimization history", history))
     pts = [p for p in d["points"] if p["samples_per_sec"] is not None]
     if pts:
@@ -215,7 +233,7 @@ def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
         if d["memory_limit_gb"]:
             fig.add_vline(x=d["memory_limit_gb"], line_dash="dash", line_color="red",
                           annotation_text=f"memory limit {d['memory_limit_gb']:.2f} GB")
-        fig.update_layout(xaxis_title="peak memory (GB)", yaxis_title="samples/s")
+        fig.update_layout(xaxis_title="peak memory (GB)", yaxis_title=d.get("unit") or "samples/s")
         figs.append(("Throughput vs peak memory", fig))
         bars = go.Figure()
         for key, label in SHARES:

@@ -15,14 +15,28 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.tokens import TOKENS, unit_of
 from autotune.diagnose.thresholds import FINALIST_BAND
-from autotune.results.record import study_attrs, trial_attrs
+from autotune.results.record import TrialAttrs, study_attrs, trial_attrs
 
 
 def measured(t: FrozenTrial) -> bool:
     """COMPLETE with a clean window (outcome ``ok``): its figures are real. An OOM trial is
     COMPLETE too (infeasible, so the sampler learns the memory boundary) but not measured."""
     return t.state == TrialState.COMPLETE and trial_attrs(t).get("outcome") == "ok"
+
+
+def study_unit(study: optuna.Study) -> str:
+    """The unit of the study's values: "tokens/s" where its workload counts tokens, else
+    "samples/s" (also a study stored before units were recorded)."""
+    return unit_of(study_attrs(study).get("unit"))
+
+
+def rate(attrs: TrialAttrs) -> float:
+    """A trial's search-window throughput in its own unit (real tokens/s or samples/s)."""
+    if unit_of(attrs.get("unit")) == TOKENS:
+        return float(attrs.get("tokens_per_sec") or 0.0)
+    return float(attrs.get("samples_per_sec") or 0.0)
 
 
 def over_limit(t: FrozenTrial) -> bool:
@@ -83,7 +97,7 @@ def near_best(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def best_value(study: optuna.Study) -> float | None:
-    """The best trial's samples/sec so far (None before any)."""
+    """The best trial's value so far, in the study's unit (None before any)."""
     best = best_trial(study)
     return None if best is None else best.value
 

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.knobs import Space, fix_text
 from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.results.record import TrialAttrs, trial_attrs
-from autotune.results.trials import best_trial, ranked_trials
+from autotune.results.trials import best_trial, ranked_trials, study_unit
 
 log = logging.getLogger("autotune")
 
@@ -81,10 +81,10 @@ def bases(study: optuna.Study) -> list[FrozenTrial]:
                     if t.number != best.number and (t.value or 0.0) >= floor)]
 
 
-def _as_seen(t: FrozenTrial, best: FrozenTrial) -> str:
+def _as_seen(t: FrozenTrial, best: FrozenTrial, unit: str = "samples/s") -> str:
     if t.number == best.number:
-        return f"trial {t.number} (best, {t.value:,.1f} samples/s)"
-    return (f"trial {t.number} ({t.value:,.1f} samples/s, within {FINALIST_BAND:.0%} of the "
+        return f"trial {t.number} (best, {t.value:,.1f} {unit})"
+    return (f"trial {t.number} ({t.value:,.1f} {unit}, within {FINALIST_BAND:.0%} of the "
             f"best trial {best.number}'s {best.value:,.1f}: one window each cannot rank them)")
 
 
@@ -110,7 +110,7 @@ def propose(study: optuna.Study, space: Space) -> tuple[dict[str, Any], str] | N
                 continue
             capped = "" if value == asked["value"] else (
                 f"; {asked['knob']}={asked['value']} capped at {value}, the largest valid here")
-            why = (f"{_as_seen(base_trial, steer[0])} is {diag['bottleneck']}: "
+            why = (f"{_as_seen(base_trial, steer[0], study_unit(study))} is {diag['bottleneck']}: "
                    f"{fix_text(fix)} ({fix['why']}{capped})")
             return knobs, why
     return None

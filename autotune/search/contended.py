@@ -69,6 +69,7 @@ def measure_settled(measure: Measure, req: TrialRequest, trial_dir: Path, label:
     earlier: list[dict] = []
     while result.ok and contended(result) and len(earlier) < retries:
         earlier.append({"samples_per_sec": round(result.samples_per_sec, 3),
+                        "rate": round(result.rate, 3), "unit": result.unit,
                         "reasons": result.contention.get("reasons", [])})
         log.info("%s: window contended (%s): measuring again in %.0fs", label,
                  load_words(result.contention), wait_s)

@@ -28,6 +28,7 @@ from autotune.results.trials import (
     measured,
     near_best,
     over_limit,
+    study_unit,
     window_noise,
 )
 
@@ -96,7 +97,8 @@ class StudyProgress:
         if measured(trial):
             over = over_limit(trial)
             load = a.get("contention") or {}
-            what = (f"{'INFEASIBLE' if over else 'COMPLETE'} {trial.value:,.1f} samples/s"
+            what = (f"{'INFEASIBLE' if over else 'COMPLETE'} {trial.value:,.1f} "
+                    f"{study_unit(study)}{_padding(a)}"
                     f" (window spread {window_noise(trial):.0%})"
                     + (f", peak {a.get('peak_memory_gb', 0):.2f} GB over the limit" if over else "")
                     + (f", contended: {'; '.join(load.get('reasons') or [])}"
@@ -117,7 +119,7 @@ class StudyProgress:
         near = near_best(study)
         within = (f" (trial{'s' if len(near) > 1 else ''} {', '.join(str(t.number) for t in near)}"
                   " read faster, within the windows' noise)" if near else "")
-        return f"best: trial {best.number} {best.value:,.1f} samples/s{speedup}{within}"
+        return f"best: trial {best.number} {best.value:,.1f} {study_unit(study)}{speedup}{within}"
 
     @staticmethod
     def counts_text(study: optuna.Study) -> str:
@@ -177,6 +179,12 @@ class StudyProgress:
                 h.setStream(old)
             self._live.stop()
             self._live = None
+
+
+def _padding(a: Any) -> str:
+    """", 18% padding": the share of a tokens/s trial's computed tokens that were padding."""
+    share = a.get("padding_share")
+    return "" if share is None else f", {share:.0%} padding"
 
 
 def _short(reason: str, width: int = 120) -> str:

@@ -93,10 +93,12 @@ def tolerance(noise: Mapping[str, float] | None, kind: str) -> float:
 
 
 def ceiling_violations(samples_per_sec: float, ceilings: Mapping[str, float],
-                       noise: Mapping[str, float] | None = None) -> dict[str, str]:
+                       noise: Mapping[str, float] | None = None,
+                       unit: str = "samples/s") -> dict[str, str]:
     """The ceilings a completed trial beat by more than their noise: a ceiling is an upper
     bound, so one that a trial beats was mismeasured (a prefetched burst timed, a loaded
-    moment) and would prune good configurations. The tolerance includes the window's own
+    moment) and would prune good configurations. ``samples_per_sec`` and the ceilings are in
+    ``unit`` (a tokens/s study's are real tokens/s). The tolerance includes the window's own
     spread (``noise["window"]``, window.py): the two are measured at different moments, and
     on a loaded machine the trial's share of the cores changes between them. On a steady
     machine (noise within NOISE_FLOOR) a violation is a measurement bug; on an unsteady one
@@ -109,14 +111,15 @@ def ceiling_violations(samples_per_sec: float, ceilings: Mapping[str, float],
             why = ("measured on an unsteady (loaded) machine: its speed may have changed between"
                    " the two measurements, or the measurement is wrong" if tol > NOISE_FLOOR
                    else "a measurement bug")
-            out[kind] = (f"trained at {samples_per_sec:,.1f} samples/s, above its own {kind} "
+            out[kind] = (f"trained at {samples_per_sec:,.1f} {unit}, above its own {kind} "
                          f"ceiling of {value:,.1f} (noise {tol:.0%}): {why}; this ceiling "
                          f"is not used to prune")
     return out
 
 
 def ceiling_verdict(ceilings: Mapping[str, float], best: float | None,
-                    noise: Mapping[str, float] | None = None) -> str | None:
+                    noise: Mapping[str, float] | None = None,
+                    unit: str = "samples/s") -> str | None:
     """Why these ceilings mean the trial cannot beat ``best`` (None: it still might): a ceiling
     that stays below the best even if it was low by its noise."""
     if best is None:
@@ -124,21 +127,22 @@ def ceiling_verdict(ceilings: Mapping[str, float], best: float | None,
     for kind, value in sorted(ceilings.items(), key=lambda kv: kv[1]):
         if value * (1 + tolerance(noise, kind)) < best:
             what = "input pipeline alone" if kind == "loader" else "training step alone"
-            return (f"{kind} ceiling {value:,.1f} samples/s (the {what}) is below the best "
-                    f"trial's {best:,.1f} samples/s")
+            return (f"{kind} ceiling {value:,.1f} {unit} (the {what}) is below the best "
+                    f"trial's {best:,.1f} {unit}")
     return None
 
 
 def partial_verdict(partial: Mapping[str, Any], best: float | None,
-                    fraction: float = FAR_BELOW, min_batches: int = PARTIAL_MIN_BATCHES) -> str | None:
+                    fraction: float = FAR_BELOW, min_batches: int = PARTIAL_MIN_BATCHES,
+                    unit: str = "samples/s") -> str | None:
     """A ceiling still being measured that is already under ``fraction`` of the best (the
     chunk pruner's bar: far below, not merely below) after ``min_batches`` batches."""
     rate, n = partial.get("rate"), partial.get("batches") or 0
     if best is None or rate is None or n < min_batches or rate >= fraction * best:
         return None
-    return (f"{partial.get('kind', 'loader')} ceiling so far {rate:,.1f} samples/s over {n} "
+    return (f"{partial.get('kind', 'loader')} ceiling so far {rate:,.1f} {unit} over {n} "
             f"batches (the input pipeline alone) is under {fraction:.0%} of the best trial's "
-            f"{best:,.1f} samples/s")
+            f"{best:,.1f} {unit}")
 
 
 class BestFractionPruner(optuna.pruners.BasePruner):

@@ -18,6 +18,7 @@ import optuna
 
 from autotune.core.env import Env
 from autotune.core.knobs import Space
+from autotune.core.tokens import TOKENS
 from autotune.measure.protocol import WindowResult
 from autotune.results.compile_cost import cache_env, effective_rate
 from autotune.results.storage import is_sqlite
@@ -65,9 +66,12 @@ class StudySetup:
         return {**cache_env(self.out_dir), **self.worker_env}
 
     def objective(self, result: WindowResult, knobs: dict[str, Any]) -> float:
-        """The figure the study maximizes: samples/s, over the whole run when run_steps is set."""
-        return effective_rate(result.samples_per_sec, result.compile_s,
-                              int(knobs["batch_size"]), self.run_steps)
+        """The figure the study maximizes, in the window's unit (real tokens/s where the
+        workload has tokens, else samples/s), over the whole run when run_steps is set."""
+        per_step: float = int(knobs["batch_size"])
+        if result.unit == TOKENS and result.steps:
+            per_step = result.tokens / result.steps  # every rank's real tokens per step
+        return effective_rate(result.rate, result.compile_s, per_step, self.run_steps)
     #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
     global_batch: int | None = None
     numerics_steps: int = 0  # the numerics check's steps (0: off)

@@ -33,7 +33,7 @@ from autotune.results.record import (
     set_trial_attrs,
     trial_attrs,
 )
-from autotune.results.trials import baseline_trial, best_value, finalists
+from autotune.results.trials import baseline_trial, best_value, finalists, study_unit
 from autotune.search import agent
 from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
@@ -48,6 +48,7 @@ from autotune.search.pruning import (
     partial_verdict,
 )
 from autotune.search.setup import StopFlag, StudySetup, create_study
+from autotune.search.units import in_study_unit, result_line, token_attrs
 
 log = logging.getLogger("autotune")
 
@@ -58,7 +59,8 @@ HEARTBEAT_S = 10.0
 TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
              "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
              "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes",
-             "comm", "ranks")
+             "comm", "ranks", "unit", "tokens_per_sec", "tokens", "tokens_computed",
+             "padding_share", "padding_batches", "length_groups")
 
 
 class Driver:
@@ -149,7 +151,8 @@ class Driver:
         set_trial_attrs(trial, {"measuring": True})
 
         known = cached_ceilings(study, knobs)
-        why = ceiling_verdict(known, best_value(study), cached_noise(study, knobs)) if s.prune else None
+        why = (ceiling_verdict(known, best_value(study), cached_noise(study, knobs),
+                               study_unit(study)) if s.prune else None)
         if why:  # a cached ceiling already rules it out: costs no window at all
             return self.tell(trial, WindowResult(outcome="pruned", error=why, ceilings=known))
 
@@ -232,11 +235,12 @@ class Driver:
                 seen_ceilings.update(watch.ceilings)
                 cache_ceilings(self.study, trial_attrs(trial)["knobs"], watch.ceilings,
                                watch.ceiling_noise)
-                why = ceiling_verdict(watch.ceilings, best, watch.ceiling_noise)
+                why = ceiling_verdict(watch.ceilings, best, watch.ceiling_noise,
+                                      study_unit(self.study))
                 if why:
                     return why
             if watch.partial and not watch.ceilings:
-                why = partial_verdict(watch.partial, best)
+                why = partial_verdict(watch.partial, best, unit=study_unit(self.study))
                 if why:
                     return why
             while reported[0] < len(watch.chunks):
@@ -246,7 +250,8 @@ class Driver:
                     # The pruner read the study itself: another worker may have finished the
                     # first feasible trial since ``best`` was read above.
                     best = best_value(self.study)
-                    return (f"{watch.chunks[reported[0] - 1]:,.1f} samples/s over the first "
+                    return (f"{watch.chunks[reported[0] - 1]:,.1f} {study_unit(self.study)} "
+                            "over the first "
                             f"{reported[0]} chunk(s) of its window, under half the best "
                             f"trial's {best or 0:,.1f}")
             return None
@@ -255,6 +260,7 @@ class Driver:
 
     def tell(self, trial: optuna.Trial, result: WindowResult) -> FrozenTrial:
         s = self.setup
+        result = in_study_unit(self.study, result)
         knobs = trial_attrs(trial)["knobs"]
         if result.ceilings and not result.contention.get("contended"):
             cache_ceilings(self.study, knobs, result.ceilings, result.ceiling_noise)
@@ -262,14 +268,15 @@ class Driver:
         noise = {**cached_noise(self.study, knobs), **result.ceiling_noise}
         set_trial_attrs(trial, {"ceilings": ceilings})
         set_trial_attrs(trial, {"ceiling_noise": noise})
-        beaten = ceiling_violations(result.samples_per_sec, ceilings, noise) if result.ok else {}
+        beaten = (ceiling_violations(result.rate, ceilings, noise, result.unit)
+                  if result.ok else {})
         if beaten:  # an upper bound that a trial beat was mismeasured: never prune on it
             distrust_ceilings(self.study, knobs, beaten)
             set_trial_attrs(trial, {"ceiling_violation": "; ".join(beaten.values())})
             log.warning("trial %d %s", trial.number, "; ".join(beaten.values()))
         if ceilings and result.outcome == "ok":
             set_trial_attrs(trial, {"fraction_of_ceiling":
-                                    result.samples_per_sec / min(ceilings.values())})
+                                    result.rate / min(ceilings.values())})
         if result.outcome == "ok":
             set_trial_attrs(trial, {"diagnosis": diagnose(
                 result, knobs, s.env.device, s.memory_limit_gb, image_inputs=s.image_inputs,
@@ -290,7 +297,7 @@ class Driver:
             frozen = self.study.tell(trial, state=TrialState.PRUNED)
         else:
             frozen = self.study.tell(trial, state=TrialState.FAIL)
-        log.info("trial %d: %s", trial.number, _summary(result, s.memory_limit_gb))
+        log.info("trial %d: %s", trial.number, result_line(result, s.memory_limit_gb))
         diag = trial_attrs(trial).get("diagnosis")
         if diag:
             log.info("  diagnosis: %s", diag.get("summary", diag.get("bottleneck")))
@@ -336,6 +343,7 @@ class Driver:
             "outcome": r.outcome,
             "reason": "" if r.outcome == "ok" else f"{r.outcome}: {r.error}".strip(": "),
             "samples_per_sec": r.samples_per_sec,
+            "unit": r.unit if r.ok else study_unit(self.study),
             "step_ms": r.step_ms,
             "peak_memory_gb": r.peak_memory_gb,
             "compile_s": r.compile_s,
@@ -353,6 +361,7 @@ class Driver:
             "top_kernels": list(r.trace.get("top_kernels") or []),
             "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
         }
+        attrs.update(token_attrs(r))
         if r.loader_profile:
             attrs["loader_profile"] = stored_profile(r.loader_profile)
             atomic_write(self.trials_dir / str(trial.number) / "loader_profile.json",
@@ -371,12 +380,3 @@ class Driver:
 def _short(knobs: dict[str, Any], space: Space) -> str:
     fixed = space.fixed
     return " ".join(f"{k}={v}" for k, v in knobs.items() if k not in fixed)
-
-
-def _summary(r: WindowResult, limit: float) -> str:
-    if r.outcome == "ok":
-        over = " OVER LIMIT" if r.peak_memory_gb > limit else ""
-        return (f"{r.samples_per_sec:,.1f} samples/s, step {r.step_ms.get('median', 0):.1f} ms "
-                f"(p10 {r.step_ms.get('p10', 0):.1f}, p90 {r.step_ms.get('p90', 0):.1f}), "
-                f"peak {r.peak_memory_gb:.2f} GB{over}, compile {r.compile_s:.1f}s")
-    return f"{r.outcome.upper()}: {r.error}"

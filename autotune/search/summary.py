@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.core.tokens import TOKENS
 from autotune.results.compile_cost import summary_lines
 from autotune.results.trust import baseline_noise
 from autotune.search.setup import StudySetup
+from autotune.search.units import unit_label
 
 
 def _fmt(v: Any, unit: str = "") -> str:
     return "-" if v is None else f"{v:,.2f}{unit}"
+
+
+def _share(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.1%}"
+
+
+def unit_key(unit: str) -> str:
+    """best.yaml's metrics key of the figure in ``unit``."""
+    return "tokens_per_sec" if unit == TOKENS else "samples_per_sec"
 
 
 def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySetup) -> None:
@@ -22,20 +33,26 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
               f"See {setup.out_dir / 'trials.csv'} for each trial's reason.")
         return
     best, base = doc["metrics"], doc["baseline"] or {}
-    # With confirmation, samples/sec are the re-runs' medians; the step times, memory and
-    # compile time stay those of each trial's search window, and say so.
+    # With confirmation, the figures in the study's unit are the re-runs' medians; the step
+    # times, memory and compile time stay those of each trial's search window, and say so.
     window = " (search)" if best.get("confirm_runs") else ""
-    rows = [("samples/sec", "samples_per_sec", ""),
-            ("step time (median)" + window, "step_time_ms", " ms"),
+    unit = unit_label(doc)
+    rows: list[tuple[str, str | None, str]] = [(unit, unit_key(unit), "")]
+    if unit == TOKENS:  # what the tokens/s figure is made of, from the search windows
+        rows += [("samples/s" + window, "samples_per_sec", ""),
+                 ("padding (of tokens computed)" + window, "padding_share", "")]
+    rows += [("step time (median)" + window, "step_time_ms", " ms"),
             ("step p10..p90" + window, None, ""), ("peak memory", "peak_memory_gb", " GB"),
             ("compile", "compile_s", " s")]
     print(f"  {'':28s} {'baseline':>14s} {'best (#' + str(doc['best_trial']) + ')':>14s}")
-    for label, key, unit in rows:
+    for label, key, suffix in rows:
         if key is None:
             b = f"{_fmt(base.get('step_time_p10_ms'))}..{_fmt(base.get('step_time_p90_ms'))}"
             a = f"{_fmt(best.get('step_time_p10_ms'))}..{_fmt(best.get('step_time_p90_ms'))}"
+        elif key == "padding_share":
+            b, a = _share(base.get(key)), _share(best.get(key))
         else:
-            b, a = _fmt(base.get(key), unit), _fmt(best.get(key), unit)
+            b, a = _fmt(base.get(key), suffix), _fmt(best.get(key), suffix)
         print(f"  {label:28s} {b:>14s} {a:>14s}")
     for line in confirmation_lines(doc):
         print(f"  {line}")
@@ -66,12 +83,14 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
     if doc.get("speedup_text"):
         out.append(f"speedup: {doc['speedup_text']}")
     if conf.get("rounds"):
+        unit = unit_label(doc)
+        key = unit_key(unit)
         out.append(
-            f"samples/sec above are medians over {conf['rounds']} randomized interleaved rounds "
+            f"{unit} above are medians over {conf['rounds']} randomized interleaved rounds "
             f"(stopped: {_STOPPED.get(str(conf.get('stopped')), conf.get('stopped'))}; window noise "
             f"{100 * float(conf.get('window_noise') or 0):.1f}% CV; search figures "
-            f"{_fmt(best.get('search_samples_per_sec'))} and "
-            f"{_fmt(base.get('search_samples_per_sec'))})")
+            f"{_fmt(best.get('search_' + key))} and "
+            f"{_fmt(base.get('search_' + key))})")
         if conf.get("stopped") != "precision" and baseline_noise(conf):
             out.append(str(baseline_noise(conf)))
         intervals = conf.get("intervals") or {}

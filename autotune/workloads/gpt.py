@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from autotune.core.tokens import every_id_real
 from autotune.core.workload import Workload
 
 
@@ -62,6 +63,8 @@ class GPT(nn.Module):
 class GPTWorkload(Workload):
     name = "gpt"
     static_shapes = True
+    attention_choices = ("sdpa",)  # Block calls scaled_dot_product_attention: its backend is a knob
+    checkpoint_layers = (Block,)
 
     def __init__(self, vocab: int = 8192, seq_len: int = 256, d_model: int = 384,
                  n_layer: int = 6, n_head: int = 6, n_sequences: int = 4096,
@@ -71,6 +74,10 @@ class GPTWorkload(Workload):
         self.vocab, self.seq_len, self.d_model = vocab, seq_len, d_model
         self.n_layer, self.n_head, self.n_sequences, self.lr = n_layer, n_head, n_sequences, lr
         self.defaults = {"batch_size": batch_size, "num_workers": 0}
+
+    def tokens(self, inputs: Any) -> tuple[int, int]:
+        """Every id is a real token: fixed-length windows of a token stream, never padded."""
+        return every_id_real(inputs)
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         return RandomTokens(self.n_sequences, self.seq_len, self.vocab)

@@ -1,0 +1,61 @@
+"""A study's unit: the objective is real tokens/s where the workload's batches carry tokens,
+else samples/s (autotune/core/tokens.py). The first measured trial sets the study's unit;
+every later figure is checked against it, so that no study ranks tokens/s against samples/s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from autotune.core.tokens import TOKENS, CrossUnit, same_unit, unit_of
+from autotune.measure.protocol import WindowResult
+from autotune.results.record import TrialAttrs, set_study_attrs, study_attrs
+
+
+def in_study_unit(study: optuna.Study, result: WindowResult) -> WindowResult:
+    """``result``, or a failed one saying why: the study's unit is its first measured trial's;
+    a later window in another unit (a workload whose batches stopped carrying tokens, a
+    resumed study whose workload changed) fails rather than be ranked against figures it
+    cannot be compared with."""
+    if not result.ok:
+        return result
+    stored = study_attrs(study).get("unit")
+    if stored is None:
+        set_study_attrs(study, {"unit": result.unit})
+        return result
+    try:
+        same_unit(stored, result.unit, "this trial against the study's earlier trials")
+    except CrossUnit as exc:
+        return WindowResult(outcome="crash", error=str(exc), unit=result.unit)
+    return result
+
+
+def token_attrs(r: WindowResult) -> TrialAttrs:
+    """What a trial records of its tokens ({} for a window without any)."""
+    attrs: TrialAttrs = {}
+    if r.tokens_computed:
+        attrs.update({"tokens_per_sec": r.tokens_per_sec, "tokens": r.tokens,
+                      "tokens_computed": r.tokens_computed, "padding_share": r.padding_share,
+                      "padding_batches": r.padding_batches})
+    if r.length_groups:
+        attrs["length_groups"] = r.length_groups
+    return attrs
+
+
+def result_line(r: WindowResult, limit: float) -> str:
+    """One trial's outcome in the log: its rate in its unit (a tokens/s window also states
+    its samples/s and padding share), step times, peak memory, compile time."""
+    if r.outcome == "ok":
+        over = " OVER LIMIT" if r.peak_memory_gb > limit else ""
+        tokens = (f" ({r.samples_per_sec:,.1f} samples/s, padding {r.padding_share or 0:.0%})"
+                  if r.unit == TOKENS else "")
+        return (f"{r.rate:,.1f} {r.unit}{tokens}, step {r.step_ms.get('median', 0):.1f} ms "
+                f"(p10 {r.step_ms.get('p10', 0):.1f}, p90 {r.step_ms.get('p90', 0):.1f}), "
+                f"peak {r.peak_memory_gb:.2f} GB{over}, compile {r.compile_s:.1f}s")
+    return f"{r.outcome.upper()}: {r.error}"
+
+
+def unit_label(doc: dict[str, Any] | None) -> str:
+    """best.yaml's unit (its metrics'): 'samples/s' for a document written before units."""
+    return unit_of(((doc or {}).get("metrics") or {}).get("unit"))
