@@ -55,7 +55,7 @@ def environment(knobs: Mapping[str, Any]) -> dict[str, str]:
 
 #: Knobs no framework argument holds: the adapters set them in the user's process.
 IN_PROCESS = {"host_allocator": "default", "cpu_threads": None, "cudnn_benchmark": False,
-              "pad_to_multiple_of": None}
+              "pad_to_multiple_of": None, "attention": "default", "padding_free": False}
 
 
 def in_process(knobs: Mapping[str, Any]) -> dict[str, Any]:

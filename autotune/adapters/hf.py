@@ -34,11 +34,13 @@ from autotune.adapters import best_document, in_process
 from autotune.adapters.hf_workload import (
     _SPEED_FIELDS,
     _STEP_FIELDS,
+    _VERSIONED,
     HFTrainerWorkload,
     HFWorkload,
     training_argument_fields,
     training_arguments_kwargs,
 )
+from autotune.core import sequences
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.shipping import ToShip
 from autotune.core.training import (
@@ -82,13 +84,18 @@ def trainer_parts(trainer: Any) -> ToShip:
     loader = trainer.get_train_dataloader()
     model = trainer.model
     args = trainer.args
-    fields = {k: getattr(args, k) for k in _STEP_FIELDS + _SPEED_FIELDS}
+    fields = {k: getattr(args, k) for k in _STEP_FIELDS + _SPEED_FIELDS + _VERSIONED
+              if hasattr(args, k)}
+    if "train_sampling_strategy" in fields:
+        fields["train_sampling_strategy"] = str(getattr(fields["train_sampling_strategy"], "value",
+                                                        fields["train_sampling_strategy"]))
     fields["accelerator_config"] = {"non_blocking": bool(args.accelerator_config.non_blocking)}
     fields["optim"] = str(getattr(args.optim, "value", args.optim))
     init = training_argument_fields()
     every = {k: v for k, v in args.to_dict().items() if k in init and not k.startswith("_")}
     parts = {"model": model, "dataset": loader.dataset, "collator": loader.collate_fn,
              "training_args": fields, "all_training_args": every, "trainer_class": type(trainer),
+             "model_config": getattr(model, "config", None),
              "callbacks": _user_callbacks(trainer),
              "model_name": f"{type(model).__module__}.{type(model).__qualname__}",
              "dataset_name": f"{type(loader.dataset).__name__} of {len(loader.dataset)} rows"}
@@ -147,13 +154,31 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     trainer._train_batch_size = new.train_batch_size
     trainer.create_accelerator_and_postprocess()
     _loader_settings(trainer, knobs)
+    _model_settings(trainer, knobs)
     return trainer
+
+
+def _model_settings(trainer: Any, knobs: dict[str, Any]) -> None:
+    """What no TrainingArguments field holds about the model: its attention implementation,
+    SDPA's backend around each forward (the Trainer's ``compute_loss``), and its cache off
+    for packed batches (core/sequences.prepare_model). Checkpointing is the Trainer's own
+    field, switched on by ``train()``."""
+    sequences.prepare_model(trainer.model, {**knobs, "activation_checkpointing": False})
+    if knobs.get("attention") not in sequences.SDPA_BACKENDS:
+        return
+    compute_loss = trainer.compute_loss
+
+    def with_backend(*args: Any, **kwargs: Any) -> Any:
+        with sequences.attention_backend(knobs):
+            return compute_loss(*args, **kwargs)
+
+    trainer.compute_loss = with_backend
 
 
 def _loader_settings(trainer: Any, knobs: dict[str, Any]) -> None:
     """The two loader settings TrainingArguments has no field for, set on the Trainer's own
     train DataLoader as it is built: each worker's torch threads, the collator's padding."""
-    trainer.data_collator = with_padding(trainer.data_collator, knobs)
+    trainer.data_collator = sequences.collator(with_padding(trainer.data_collator, knobs), knobs)
     build = trainer.get_train_dataloader
 
     def get_train_dataloader() -> Any:

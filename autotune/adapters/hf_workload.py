@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
+from autotune.core import sequences
 from autotune.core.batch import measure_shapes
 from autotune.core.shipping import Shipped
 from autotune.core.workload import Workload, WorkloadError, resolve_target
@@ -85,8 +86,29 @@ class HFWorkload(Workload):
         self.model_path, self.config_path = model, config
         self.config_args, self.model_args = dict(config_args or {}), dict(model_args or {})
         self.dataset_path = dataset
+        cfg = load_object(config, self.config_args, "config") if config else None
+        self._model_traits(resolve_target(model), cfg)
         self._configure(training_args, load_object(dataset, dataset_args, "dataset"),
                         _collator(collator, collator_args), static_shapes)
+
+    def _model_traits(self, cls: Any, config: Any) -> None:
+        """What the transformer knobs need to know of the model: the attention
+        implementations its class supports, its attention dropout and current implementation,
+        whether it can checkpoint activations (class attributes and its config: nothing is
+        built)."""
+        supports = {"eager": True, "sdpa": getattr(cls, "_supports_sdpa", False),
+                    "flash_attention_2": getattr(cls, "_supports_flash_attn", False)}
+        is_hf = hasattr(cls, "set_attn_implementation")
+        self.attention_choices = tuple(i for i in sequences.HF_IMPLEMENTATIONS
+                                       if is_hf and supports[i])
+        self.attention_dropout = sequences.attention_dropout(config) if config is not None else 0.0
+        self.attention_now = getattr(config, "_attn_implementation", None) or (
+            "sdpa" if "sdpa" in self.attention_choices else "eager")
+        self.checkpointable = bool(getattr(cls, "supports_gradient_checkpointing", False))
+        self.packs_sequences = is_hf and sequences.packed_sequences_supported()
+
+    def sample_lengths(self) -> list[int] | None:
+        return sequences.sample_lengths(self.data)
 
     def _configure(self, training_args: Mapping[str, Any] | None, data: Dataset,
                    collator: Callable[[list[Any]], Any], static_shapes: bool | None) -> None:
@@ -99,14 +121,19 @@ class HFWorkload(Workload):
                 f"workload.training_args: {', '.join(unknown)} not TrainingArguments field(s) of "
                 f"the installed transformers. Valid fields include: {', '.join(_SPEED_FIELDS)}.")
         self.full_args = {k: self.args.get(k, fields[k]) for k in _STEP_FIELDS + _SPEED_FIELDS}
+        self.full_args.update({k: self.args.get(k, fields[k]) for k in _VERSIONED if k in fields})
         if self.full_args["optim"] not in OPTIM_IMPL:
             raise WorkloadError(
                 f"training_args.optim={self.full_args['optim']!r}: the adapter measures "
                 f"{' and '.join(OPTIM_IMPL)} (PyTorch's AdamW); other optimizers are not supported.")
         self.data, self.collator = data, collator
-        self.pads_batches = hasattr(collator, "pad_to_multiple_of")
+        user_collator = sequences.unwrapped(collator)  # inside the Trainer's column remover
+        self.pads_batches = hasattr(user_collator, "pad_to_multiple_of")
+        flattening = type(user_collator).__name__ == "DataCollatorWithFlattening"
+        self.pads_batches = self.pads_batches or flattening
         self.defaults = {**_defaults(self.full_args),
-                         "pad_to_multiple_of": getattr(collator, "pad_to_multiple_of", None)}
+                         "pad_to_multiple_of": getattr(user_collator, "pad_to_multiple_of", None),
+                         "attention": self.attention_now, "padding_free": flattening}
         self.input_shapes = measure_shapes(data, collator, self.defaults["batch_size"])
         self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
                               else bool(static_shapes))
@@ -178,6 +205,8 @@ class HFTrainerWorkload(HFWorkload):
         self.model_path, self.config_path = self.shipped["model_name"], None
         self.dataset_path = f"the Trainer's train_dataset ({self.shipped['dataset_name']})"
         self.name = name
+        config = self.shipped["model_config"] if "model_config" in self.shipped else None
+        self._model_traits(resolve_target(self.model_path), config)
         self._configure(self.shipped["training_args"], self.shipped["dataset"],
                         self.shipped["collator"], static_shapes)
 
@@ -202,6 +231,20 @@ _SPEED_FIELDS = ["per_device_train_batch_size", "gradient_accumulation_steps", "
                  "tf32", "torch_compile", "torch_compile_mode", "dataloader_num_workers",
                  "dataloader_pin_memory", "dataloader_prefetch_factor",
                  "dataloader_persistent_workers", "optim", "accelerator_config"]
+#: The same settings under the names of other transformers versions: the first that the
+#: installed TrainingArguments has is read and written (5.x renamed them).
+_CHECKPOINTING_FIELDS = ("activation_checkpointing", "gradient_checkpointing")
+_GROUPING_FIELDS = ("train_sampling_strategy", "group_by_length")
+_VERSIONED = [*_CHECKPOINTING_FIELDS, *_GROUPING_FIELDS]
+
+
+def version_field(names: tuple[str, ...]) -> str | None:
+    fields = training_argument_fields()
+    return next((n for n in names if n in fields), None)
+
+
+def _grouped(a: Mapping[str, Any]) -> bool:
+    return a.get("train_sampling_strategy") == "group_by_length" or bool(a.get("group_by_length"))
 
 
 def _collator(path: str | None, args: Mapping[str, Any] | None) -> Callable[[list[Any]], Any]:
@@ -231,6 +274,8 @@ def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
         "compile": (a["torch_compile_mode"] or "default") if compile_on else "off",
         "optimizer_impl": OPTIM_IMPL[a["optim"]],
         "non_blocking": bool(accel.get("non_blocking", False)) if isinstance(accel, Mapping) else False,
+        "activation_checkpointing": any(bool(a.get(n)) for n in _CHECKPOINTING_FIELDS),
+        "length_grouping": _grouped(a),
     }
     if workers > 0:
         out["prefetch_factor"] = int(a["dataloader_prefetch_factor"] or 2)
@@ -261,6 +306,15 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
         "optim": IMPL_OPTIM.get(k["optimizer_impl"], "adamw_torch"),
         "accelerator_config": {"non_blocking": bool(k["non_blocking"])},
     }
+    checkpointing = version_field(_CHECKPOINTING_FIELDS)
+    if checkpointing and "activation_checkpointing" in k:
+        out[checkpointing] = bool(k["activation_checkpointing"])
+        if k["activation_checkpointing"]:
+            out[f"{checkpointing}_kwargs"] = {"use_reentrant": False}
+    grouping = version_field(_GROUPING_FIELDS)
+    if grouping and "length_grouping" in k:
+        out[grouping] = (("group_by_length" if k["length_grouping"] else "random")
+                         if grouping == "train_sampling_strategy" else bool(k["length_grouping"]))
     if (doc.get("device") or {}).get("type") == "cpu":
         out["use_cpu"] = True  # measured on the CPU: keep the Trainer off any GPU present
     return out

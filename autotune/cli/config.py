@@ -133,6 +133,10 @@ class KnobsConfig:
     gradient_as_bucket_view: Any = None
     static_graph: Any = None
     broadcast_buffers: Any = None
+    attention: Any = None
+    activation_checkpointing: Any = None
+    length_grouping: Any = None
+    padding_free: Any = None
     pad_to_multiple_of: Any = None
 
 

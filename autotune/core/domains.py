@@ -209,3 +209,66 @@ def graphed_step(p: Mapping[str, Any]) -> str | None:
     return None
 
 
+
+
+def attention(env: Env, wl: Workload) -> Domain:
+    """The attention implementations the model supports, with SDPA's backends that run here.
+    CPU flash attention refuses attention dropout, so with dropout it is out."""
+    from autotune.core import sequences
+
+    if not wl.attention_choices:
+        return Domain(["default"], "the workload's model does not declare a switchable "
+                      "attention (a Hugging Face model, or Workload.attention_choices)")
+    values: list[str] = []
+    out: list[str] = []
+    for impl in wl.attention_choices:
+        if impl == "sdpa":
+            values.append("sdpa")
+            for backend in sequences.sdpa_backends(env.device):
+                if backend == "sdpa_flash" and env.device != "cuda" and wl.attention_dropout > 0:
+                    out.append(f"sdpa_flash (CPU flash attention refuses the model's attention "
+                               f"dropout {wl.attention_dropout:g})")
+                else:
+                    values.append(backend)
+        elif impl == "flash_attention_2":
+            if env.device == "cuda" and sequences.flash_attention_2_installed():
+                values.append(impl)
+            else:
+                out.append("flash_attention_2 (needs CUDA and the flash-attn package)")
+        else:
+            values.append(impl)
+    if env.device != "cuda":
+        out.append("sdpa_efficient and sdpa_cudnn (CUDA kernels only)")
+    return Domain(values, "not here: " + "; ".join(out) if out else "")
+
+
+def activation_checkpointing(env: Env, wl: Workload) -> Domain:
+    if wl.checkpointable or wl.checkpoint_layers:
+        return Domain([False, True])
+    return Domain([False], "the workload's model has no checkpointing switch (a Hugging Face "
+                  "model that supports it, or Workload.checkpoint_layers)")
+
+
+def length_grouping(env: Env, wl: Workload) -> Domain:
+    """Opt-in: grouping by length changes which samples share a batch."""
+    if env.ranks > 1:
+        return Domain([False], "under several ranks each rank's sampler is DistributedSampler")
+    if not wl.pads_batches:
+        return Domain([False], "the workload's batches are not padded sequences")
+    own = bool(wl.defaults.get("length_grouping", False))
+    return Domain([own], "grouping samples of similar length changes which samples share a "
+                  "batch: list values to search it, knobs.length_grouping=[false,true]")
+
+
+def padding_free(env: Env, wl: Workload) -> Domain:
+    """Opt-in: packing changes the batch's layout (one row, no padding)."""
+    if not (wl.pads_batches and wl.packs_sequences):
+        return Domain([False], "needs a padding collator and a Hugging Face model whose "
+                      "attention keeps packed samples apart (transformers >= 4.53)")
+    own = bool(wl.defaults.get("padding_free", False))
+    return Domain([own], "packing a batch's samples into one row without padding changes its "
+                  "layout: list values to search it, knobs.padding_free=[false,true]")
+
+
+def packed(p: Mapping[str, Any]) -> str | None:
+    return "padding-free batches are not padded" if p.get("padding_free") else None

@@ -95,9 +95,22 @@ KNOBS: list[Knob] = [
     Knob("broadcast_buffers", "DDP: copy rank 0's buffers (BatchNorm's running statistics) to "
          "every rank before each forward (forward_sync_buffers from torch 2.14). Off: each rank "
          "keeps its own running statistics.", domains.ddp_only([True, False], True), off=True),
+    Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
+         "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
+         "(sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
+         domains.attention, off="default"),
+    Knob("activation_checkpointing", "Recompute each layer's activations in backward instead of "
+         "keeping them (non-reentrant): slower steps, less memory, room for a bigger batch.",
+         domains.activation_checkpointing, off=False),
+    Knob("length_grouping", "Batch samples of similar length together (the Trainer's "
+         "group_by_length sampler): less padding. Opt-in: it changes which samples share a batch.",
+         domains.length_grouping, off=False),
+    Knob("padding_free", "Pack each batch's samples into one row with positions restarting per "
+         "sample (DataCollatorWithFlattening): no padding computed. Opt-in.",
+         domains.padding_free, off=False),
     Knob("pad_to_multiple_of", "A padding collator pads each batch's sequences to a multiple of "
          "this (null: to the longest): 8 for tensor cores, larger for fewer distinct shapes.",
-         domains.pad_to_multiple_of, off=None),
+         domains.pad_to_multiple_of, inactive=domains.packed, off=None),
 ]
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 
@@ -278,6 +291,8 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
     if knob.name == "pad_to_multiple_of":
         return (value is None or (isinstance(value, int) and not isinstance(value, bool)
                                   and value > 0)) and "does not pad" not in (dom.reason or "")
+    if knob.name in ("length_grouping", "padding_free"):  # opt-in: any listed bool, where it applies
+        return isinstance(value, bool) and "list values" in (dom.reason or "")
     if knob.name == "host_allocator":
         return value in ("default", "retain") and "glibc" not in (dom.reason or "")
     if knob.name == "compile":

@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.core import batch as tree
-from autotune.core import distributed
+from autotune.core import distributed, sequences
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
 from autotune.core.workload import Workload
@@ -65,12 +65,12 @@ def with_padding(collate: Any, knobs: Mapping[str, Any]) -> Any:
     sequence rounded up to that multiple); unchanged when the knob is unset or the collator
     has no such setting."""
     pad = knobs.get("pad_to_multiple_of")
-    if pad is None or not hasattr(collate, "pad_to_multiple_of") or \
-            collate.pad_to_multiple_of == pad:
+    inner = sequences.unwrapped(collate)  # the Trainer's column-removing wrapper looked through
+    if pad is None or not hasattr(inner, "pad_to_multiple_of") or inner.pad_to_multiple_of == pad:
         return collate
-    padded = copy.copy(collate)
+    padded = copy.copy(inner)
     padded.pad_to_multiple_of = int(pad)
-    return padded
+    return sequences.rewrapped(collate, padded)
 
 
 def input_dataset(workload: Workload, knobs: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -79,7 +79,8 @@ def input_dataset(workload: Workload, knobs: Mapping[str, Any]) -> tuple[Any, An
     the workload's own ``dataset(transfer_dtype)``."""
     stages = workload.stages()
     if not stages:
-        return workload.dataset(knobs["transfer_dtype"]), with_padding(workload.collate_fn(), knobs)
+        collate = sequences.collator(with_padding(workload.collate_fn(), knobs), knobs)
+        return workload.dataset(knobs["transfer_dtype"]), collate
     split = int(knobs.get("transform_split", len(stages)))
     check_split(stages, split)
     return (StagedDataset(workload.raw_dataset(), stages[:split]),
@@ -94,6 +95,9 @@ def build_loader(workload: Workload, knobs: Mapping[str, Any], seed: int = 0,
     # Several ranks: each reads its own part of every epoch, as DDP training does.
     order: dict[str, Any] = ({"sampler": distributed.sampler(dataset, seed)}
                              if distributed.world_size() > 1 else
+                             {"sampler": sequences.grouped_sampler(
+                                 dataset, int(knobs["batch_size"]), seed, workload.sample_lengths())}
+                             if knobs.get("length_grouping") else
                              {"shuffle": True, "generator": torch.Generator().manual_seed(seed)})
     return DataLoader(
         dataset,
@@ -142,9 +146,11 @@ def set_optimizer_impl(opt: torch.optim.Optimizer,
     return opt
 
 
-def place_model(model: torch.nn.Module, knobs: Mapping[str, Any],
-                device: torch.device) -> torch.nn.Module:
-    """The model on its device, in the knobs' memory format, in training mode."""
+def place_model(model: torch.nn.Module, knobs: Mapping[str, Any], device: torch.device,
+                checkpoint_layers: tuple[type, ...] = ()) -> torch.nn.Module:
+    """The model on its device, in the knobs' memory format, in training mode, with its
+    attention implementation and activation checkpointing as the knobs say."""
+    sequences.prepare_model(model, knobs, checkpoint_layers)
     model = model.to(device)
     if bool(knobs["channels_last"]):
         model = model.to(memory_format=torch.channels_last)
@@ -189,7 +195,7 @@ class Training:
         torch.manual_seed(seed)
         apply_process_knobs(self.knobs)
         self.loader: Any = build_loader(workload, self.knobs, seed)
-        model = place_model(workload.model(), self.knobs, self.device)
+        model = place_model(workload.model(), self.knobs, self.device, workload.checkpoint_layers)
         self._attach(model, workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs)))
 
     @classmethod
@@ -288,7 +294,7 @@ class Training:
         workload's loss (by default the model's own ``.loss``)."""
         with torch.autocast(
             self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None
-        ):
+        ), sequences.attention_backend(self.knobs):
             return self.workload.loss(tree.call_model(self.forward_module, self.prepare(inputs)),
                                       targets)
 
@@ -361,7 +367,7 @@ class _GraphedStep:
             with torch.autocast(
                 "cuda", dtype=run.amp_dtype or torch.float32, enabled=run.amp_dtype is not None,
                 cache_enabled=False,
-            ):
+            ), sequences.attention_backend(run.knobs):
                 out = tree.call_model(run.forward_module, run.prepare(self.static_inputs))
                 self.static_loss = run.workload.loss(out, self.static_targets)
             self.static_loss.backward()

@@ -37,13 +37,15 @@ GPU not saturated                                         instead of fp16 (GradS
 GPU busy < GPU_STARVED_PCT,       cpu_launch_overhead     cuda_graphs, compile reduce-overhead,
 mostly short kernels, many                                bigger batch, fused/foreach optimizer
 launches per step
-peak memory >= MEMORY_HIGH_SHARE  memory                  amp bf16, smaller batch, set_to_none
-of the limit
+peak memory >= MEMORY_HIGH_SHARE  memory                  amp bf16, smaller batch, set_to_none,
+of the limit                                              activation_checkpointing
 GPU busy >= GPU_BUSY_HIGH_PCT     gpu_compute             amp bf16, channels_last (images),
                                                           tf32, compile, bigger batch
 DDP's all-reduce adds >=          communication           gradient_as_bucket_view, bucket_cap_mb,
 COMM_EXPOSED_SHARE of the step                            static_graph, bigger per-rank batch
 (several ranks; checked first)
+padding >= PADDING_SHARE of the   (any; said first)       padding_free, length_grouping (where
+tokens computed                                           the user listed them; else named)
 none of the above, GPU idle       cpu_launch_overhead     (host-side Python/launch overhead)
 none of the above, no trace       gpu_compute             (assumed; no profiler evidence)
 ================================  ======================  =====================================
@@ -87,6 +89,7 @@ from autotune.diagnose.thresholds import (
     H2D_SHARE,
     MEMORY_HIGH_SHARE,
     MIN_LAUNCHES_PER_STEP,
+    PADDING_SHARE,
     PAGE_FAULTS_PER_STEP,
     SHORT_KERNEL_SHARE,
     SHORT_KERNEL_US,
@@ -215,6 +218,11 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
         bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)
     else:
         bottleneck, rule, summary = _diagnose_cpu(ev, knobs, f, image_inputs)
+    padding = res.get("padding_share")
+    if padding is not None:
+        ev["padding_share"] = padding
+        if float(padding) >= PADDING_SHARE:
+            summary = _padding(float(padding), f) + " " + summary
     if f.ruled_out:
         summary += " Not on offer here: " + "; ".join(
             f"{r['knob']}={r['value']} ({r['why']})" for r in f.ruled_out) + "."
@@ -243,6 +251,19 @@ def _communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tu
             f"without it is that much faster); try {_first(f)}.")
 
 
+def _padding(share: float, f: Fixes) -> str:
+    """Seed-independent, from Transformers' guide: padding tokens are computed and thrown away;
+    grouping similar lengths or packing without padding removes them. Offered first, where
+    the user allowed them (they change which samples share a batch); otherwise named with how
+    to allow them."""
+    before = list(f.items)  # the padding fixes go first: they remove work, not speed it up
+    f.items.clear()
+    f.add("padding_free", True, "pack each batch's samples into one row: no padding computed")
+    f.add("length_grouping", True, "batch samples of similar length: less padding per batch")
+    f.items.extend(before)
+    return f"{pct(share)} of the tokens computed are padding."
+
+
 def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) -> tuple[str, str, str]:
     share = ev["memory_share_of_limit"]
     if knobs.get("amp", "off") == "off":
@@ -253,6 +274,8 @@ def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) 
         f.add("batch_size", max(1, b // 2), "halve the batch to get back below the limit "
               "(changes training dynamics)")
     f.add("set_to_none", True, "free gradients between steps instead of zeroing them in place")
+    f.add("activation_checkpointing", True, "recompute each layer's activations in backward "
+          "instead of keeping them: slower steps, room for a bigger batch")
     where = "GPU memory" if cuda else "host memory"
     return ("memory", f"memory_share_of_limit {share:.2f} >= {MEMORY_HIGH_SHARE}",
             f"Memory-bound: peak {where} is {pct(share)} of the limit, leaving no headroom "

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.core import distributed
+from autotune.core import distributed, sequences
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import Stage, check_split
 from autotune.core.training import (
@@ -207,6 +207,13 @@ class Runtime:
             kwargs.pop("shuffle", None)
         if "collate_fn" in kwargs:  # a padding collator pads to the measured multiple
             kwargs["collate_fn"] = with_padding(kwargs["collate_fn"], self.knobs)
+        if self.knobs.get("padding_free"):  # packed, as the trials' batches were
+            kwargs["collate_fn"] = sequences.packing_collator(kwargs.get("collate_fn"))
+        if self.knobs.get("length_grouping") and "sampler" not in kwargs:
+            kwargs["sampler"] = sequences.grouped_sampler(
+                dataset, int(self.knobs["batch_size"]), int(kwargs.pop("seed", 0)),
+                sequences.sample_lengths(dataset))
+            kwargs.pop("shuffle", None)
         # Each worker's torch threads, as the trials' workers got them (then the caller's own
         # worker_init_fn, if any).
         kwargs["worker_init_fn"] = worker_init({**self.knobs, **{
@@ -237,7 +244,7 @@ class Runtime:
                 self._override(key, have, want, "the DataLoader")
 
     # --- the model and the optimizer ---------------------------------------------------------
-    def model(self, model: nn.Module) -> nn.Module:
+    def model(self, model: nn.Module, checkpoint_layers: tuple[type, ...] = ()) -> nn.Module:
         """The model on the device, in the measured memory format, in training mode. Build
         the optimizer from the returned model's parameters. Compilation happens in ``wrap``
         (as in the trials); an already compiled model is kept, with a warning if the study
@@ -250,7 +257,7 @@ class Runtime:
                                "(not inductor, or another torch version)", want, "the model")
             elif mode != want:
                 self._override("compile", mode, want, "the model (already compiled)")
-        return place_model(model, self.knobs, self.device)
+        return place_model(model, self.knobs, self.device, checkpoint_layers)
 
     def optimizer_kwargs(self) -> dict[str, Any]:
         """``foreach=`` / ``fused=`` as measured (``{}``: torch's default)."""

@@ -62,16 +62,23 @@ log = logging.getLogger("autotune")
 #: (a wrong scale, a NaN, a diverging run) is far beyond them.
 DEFAULT_TOLERANCE: dict[str, float] = {
     "default": 0.05, "amp": 0.10, "compile": 0.05, "cuda_graphs": 0.05,
-    "device_transform": 0.05, "tf32": 0.05,
+    "device_transform": 0.05, "tf32": 0.05, "attention": 0.05, "padding_free": 0.05,
 }
 #: Knobs that decide how batches reach the step, not the arithmetic on them: the reference
-#: takes the finalist's values (see the module docstring).
+#: takes the finalist's values (see the module docstring). ``length_grouping`` changes which
+#: samples share a batch, so a reference without it would compare other batches' losses: the
+#: reference groups as the finalist does, both see the same samples, and what is compared is
+#: the rest (packing, attention, AMP...). Grouping itself changes no arithmetic on a batch.
 DATA_PATH_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-                   "non_blocking", "host_allocator")
+                   "non_blocking", "host_allocator", "length_grouping")
 #: The tolerance is at least this many times the reference's deviation from itself.
 NOISE_MULTIPLE = 2.0
 _FAMILY_KNOBS = {"amp": ("amp",), "compile": ("compile",), "cuda_graphs": ("cuda_graphs",),
-                 "device_transform": ("transfer_dtype", "transform_split"), "tf32": ("tf32",)}
+                 "device_transform": ("transfer_dtype", "transform_split"), "tf32": ("tf32",),
+                 # SDPA backends sum in other orders; checkpointing recomputes the same ops.
+                 "attention": ("attention", "activation_checkpointing"),
+                 # The same samples in one row: the same tokens' losses, other kernels' shapes.
+                 "padding_free": ("padding_free",)}
 
 
 def check_tolerance(tolerance: dict[str, Any]) -> dict[str, float]:

@@ -1,0 +1,106 @@
+"""A small decoder language model fine-tuned with a Hugging Face Trainer on samples of varying
+length: the workload of issue 31 (attention, activation checkpointing, length grouping,
+padding-free packing, tokens/s).
+
+Everything is built locally (nothing is downloaded): a Llama-style model from its config, a
+word-level tokenizer, texts of 8 to ``max_len`` tokens, and the language-modelling collator
+that pads each batch to its longest sample (labels -100 on the padding)::
+
+    python examples/hf_lm.py [--trials 8] [--group] [--pack]
+
+``--group`` / ``--pack`` let the study search length grouping / padding-free packing (they
+change which samples share a batch, or its layout, so they are the user's call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    DataCollatorForLanguageModeling,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Trainer,
+    TrainingArguments,
+)
+
+WORDS = [f"w{i}" for i in range(500)]
+SPECIAL = ["[PAD]", "[UNK]", "[BOS]"]
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    """A real fast tokenizer (word level, built locally)."""
+    vocab = {w: i for i, w in enumerate(SPECIAL + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                   bos_token="[BOS]")
+
+
+class Texts(torch.utils.data.Dataset):
+    """Texts of ``min_len`` to ``max_len`` tokens (most short, a few long: lengths drawn from
+    a skewed distribution, as real corpora are), tokenized once."""
+
+    def __init__(self, tok: PreTrainedTokenizerFast, n: int = 512, min_len: int = 8,
+                 max_len: int = 256, seed: int = 0):
+        rng = random.Random(seed)
+        self.items: list[dict[str, Any]] = []
+        for _ in range(n):
+            length = min(max_len, int(min_len + rng.expovariate(1.0) * (max_len - min_len) / 4))
+            words = " ".join(rng.choice(WORDS) for _ in range(length))
+            self.items.append(dict(tok(words, truncation=True, max_length=max_len)))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+def model_config(tok: PreTrainedTokenizerFast, layers: int = 2, hidden: int = 128,
+                 max_len: int = 256, **kw: Any) -> LlamaConfig:
+    return LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden,
+                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
+                       max_position_embeddings=max_len, pad_token_id=tok.pad_token_id, **kw)
+
+
+def users_trainer(output_dir: str, n: int = 512, max_len: int = 256, batch_size: int = 8,
+                  **model_kw: Any) -> Trainer:
+    """The user's Trainer as built before tuning."""
+    tok = tokenizer()
+    args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
+                             num_train_epochs=1, logging_steps=10, report_to="none",
+                             save_strategy="no", use_cpu=True)
+    model = LlamaForCausalLM(model_config(tok, max_len=max_len, **model_kw))
+    return Trainer(model=model, args=args, train_dataset=Texts(tok, n=n, max_len=max_len),
+                   data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--name", default="hf-lm-example")
+    ap.add_argument("--group", action="store_true", help="search length grouping")
+    ap.add_argument("--pack", action="store_true", help="search padding-free packing")
+    a = ap.parse_args()
+    from autotune.adapters import hf
+
+    trainer = users_trainer(tempfile.mkdtemp())
+    overrides = [f"study.n_trials={a.trials}", f"study.name={a.name}"]
+    if a.group:
+        overrides.append("knobs.length_grouping=[false,true]")
+    if a.pack:
+        overrides.append("knobs.padding_free=[false,true]")
+    tuned = hf.tune(trainer, overrides=overrides, device="cpu")
+    print(tuned.training_args)
+    tuned.apply(trainer).train()
+
+
+if __name__ == "__main__":
+    main()

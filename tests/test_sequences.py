@@ -1,0 +1,175 @@
+"""The knobs of transformer training (issue 31): attention implementation and SDPA backend,
+activation checkpointing, length grouping, padding-free packing. Each is asserted on the real
+model, Trainer or collator it reaches; a value the device or model cannot use is out of the
+domain with its reason; the numerics hold on a real model."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from transformers import (  # noqa: E402
+    DataCollatorWithFlattening,
+    TrainingArguments,
+)
+from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
+
+from autotune.adapters import hf  # noqa: E402
+from autotune.adapters.hf_workload import training_arguments_kwargs  # noqa: E402
+from autotune.core.env import probe  # noqa: E402
+from autotune.core.knobs import KnobError, build_space  # noqa: E402
+from autotune.core.sequences import unwrapped  # noqa: E402
+from autotune.core.training import Training  # noqa: E402
+from autotune.workloads.gpt import GPTWorkload  # noqa: E402
+from autotune.workloads.mlp import MLPWorkload  # noqa: E402
+from examples.hf_lm import users_trainer  # noqa: E402
+
+
+def _workload(**model_kw: Any) -> Any:
+    trainer = users_trainer(tempfile.mkdtemp(), n=32, max_len=48, **{"layers": 1, "hidden": 32, **model_kw})
+    from autotune.adapters.hf_workload import HFTrainerWorkload
+    from autotune.core.shipping import ship
+
+    parts = hf.trainer_parts(trainer)
+    folder = ship(parts.parts, __import__("pathlib").Path(tempfile.mkdtemp()), parts.names)
+    return HFTrainerWorkload(str(folder)), trainer
+
+
+@functools.cache
+def _env() -> Any:
+    """This machine, probed once (a probe takes seconds)."""
+    return probe("cpu")
+
+
+def _knobs(wl: Any, **pins: Any) -> dict[str, Any]:
+    space = build_space(_env(), wl, {})
+    return {**space.baseline, **pins}
+
+
+def test_domains_on_this_cpu_name_what_is_out_and_why() -> None:
+    env = _env()
+    wl, _ = _workload()
+    space = build_space(env, wl, {})
+    assert space.domains["attention"].values == ["eager", "sdpa", "sdpa_math", "sdpa_flash"]
+    assert "CUDA kernels only" in space.domains["attention"].reason
+    assert space.baseline["attention"] == "sdpa"  # the model's own implementation
+    assert space.domains["activation_checkpointing"].values == [False, True]
+    # Opt-in: which samples share a batch is the user's call.
+    for knob in ("length_grouping", "padding_free"):
+        assert space.domains[knob].values == [False]
+        assert f"knobs.{knob}=[false,true]" in space.domains[knob].reason
+    listed = build_space(env, wl, {"length_grouping": [False, True], "padding_free": [False, True]})
+    assert listed.domains["padding_free"].values == [False, True]
+
+    dropout, _ = _workload(attention_dropout=0.1)
+    dom = build_space(env, dropout, {}).domains["attention"]
+    assert "sdpa_flash" not in dom.values and "refuses the model's attention dropout" in dom.reason
+
+    gpt = build_space(env, GPTWorkload().cpu_sized(), {})
+    assert gpt.domains["attention"].values == ["sdpa", "sdpa_math", "sdpa_flash"]
+    assert gpt.domains["activation_checkpointing"].values == [False, True]
+    mlp = build_space(env, MLPWorkload(), {})
+    assert mlp.domains["attention"].values == ["default"]
+    assert mlp.domains["padding_free"].values == [False]
+    with pytest.raises(KnobError, match="padding_free"):
+        build_space(env, MLPWorkload(), {"padding_free": [False, True]})
+
+
+def test_each_knob_reaches_the_real_model_and_loader() -> None:
+    wl, _ = _workload()
+    run = Training(wl, _knobs(wl, attention="eager", activation_checkpointing=True,
+                              length_grouping=True, padding_free=True), "cpu")
+    model = run.model
+    assert model.config._attn_implementation == "eager"
+    assert model.is_activation_checkpointing
+    assert model.config.use_cache is False  # packed batches are only kept apart without a cache
+    assert isinstance(unwrapped(run.loader.collate_fn), DataCollatorWithFlattening)
+    assert isinstance(run.loader.sampler, LengthGroupedSampler)
+    batch = next(iter(run.loader))
+    assert batch["input_ids"].shape[0] == 1 and "attention_mask" not in batch
+    loss = run.step(*run.to_device(*run.split(batch)))
+    assert torch.isfinite(loss)
+
+    plain = Training(wl, _knobs(wl), "cpu")
+    assert plain.model.config._attn_implementation == "sdpa"
+    assert not plain.model.is_activation_checkpointing
+    assert not isinstance(unwrapped(plain.loader.collate_fn), DataCollatorWithFlattening)
+
+
+def test_the_sdpa_backend_is_set_around_the_forward() -> None:
+    """CPU flash attention refuses dropout: pinned to flash, the step fails; pinned to math,
+    the same step runs. So the backend really is the one the knob names."""
+    wl, _ = _workload(attention_dropout=0.1)
+    flash = Training(wl, _knobs(wl, attention="sdpa_flash"), "cpu")
+    batch = flash.to_device(*flash.split(next(iter(flash.loader))))
+    with pytest.raises(RuntimeError, match="No available kernel"):
+        flash.step(*batch)
+    math_run = Training(wl, _knobs(wl, attention="sdpa_math"), "cpu")
+    assert torch.isfinite(math_run.step(*batch))
+
+
+def _first_losses(wl: Any, steps: int = 2, **pins: Any) -> list[float]:
+    run = Training(wl, _knobs(wl, **pins), "cpu", seed=0)
+    it = iter(run.loader)
+    return [float(run.step(*run.to_device(*run.split(next(it))))) for _ in range(steps)]
+
+
+def test_backends_checkpointing_and_packing_train_the_same_losses() -> None:
+    """The numerics check's comparison on a real model: the same samples, the same seed; each
+    knob's losses within 1e-4 of the model's own (their tolerance is 5%)."""
+    wl, _ = _workload()
+    reference = _first_losses(wl)
+    for pins in ({"attention": "eager"}, {"attention": "sdpa_math"},
+                 {"attention": "sdpa_flash"}, {"activation_checkpointing": True},
+                 {"padding_free": True}):
+        losses = _first_losses(wl, **pins)
+        assert losses == pytest.approx(reference, rel=1e-4), pins
+
+
+def test_the_hf_export_sets_the_trainer_fields_and_apply_sets_the_rest() -> None:
+    wl, trainer = _workload()
+    knobs = _knobs(wl, attention="sdpa_math", activation_checkpointing=True,
+                   length_grouping=True, padding_free=True)
+    best = {"knobs": knobs, "device": {"type": "cpu"}}
+    kwargs = training_arguments_kwargs(best)
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="none", **kwargs)
+    assert args.activation_checkpointing is True
+    assert args.activation_checkpointing_kwargs == {"use_reentrant": False}
+    assert str(getattr(args.train_sampling_strategy, "value", args.train_sampling_strategy)) \
+        == "group_by_length"
+    hf.apply(trainer, best)
+    assert trainer.args.activation_checkpointing is True
+    assert trainer.model.config._attn_implementation == "sdpa"
+    assert trainer.model.config.use_cache is False
+    assert isinstance(unwrapped(trainer.data_collator), DataCollatorWithFlattening)
+    assert isinstance(trainer._get_train_sampler(), LengthGroupedSampler)
+    # What no field holds is listed for the user (best.yaml's hf section says apply sets it).
+    assert {"attention", "padding_free"} <= set(hf.unapplied(best))
+
+
+def test_the_diagnosis_names_the_padding_share_and_offers_grouping_where_allowed() -> None:
+    from autotune.diagnose.verdicts import diagnose
+
+    wl, _ = _workload()
+    env = _env()
+    knobs = _knobs(wl)
+    result = {"samples_per_sec": 100.0, "padding_share": 0.31,
+              "timers": {"data_wait": 0.0, "h2d": 0.0, "step": 1.0}}
+    allowed = build_space(env, wl, {"length_grouping": [False, True],
+                                    "padding_free": [False, True]})
+    verdict = diagnose(result, knobs, "cpu", 16.0, domains=allowed.domains)
+    assert verdict["summary"].startswith("31% of the tokens computed are padding.")
+    assert [f["knob"] for f in verdict["fixes"]][:2] == ["padding_free", "length_grouping"]
+    # Not listed by the user: not on offer, and the summary says how to allow them.
+    closed = diagnose(result, knobs, "cpu", 16.0, domains=build_space(env, wl, {}).domains)
+    assert not {"padding_free", "length_grouping"} & {f["knob"] for f in closed["fixes"]}
+    assert "knobs.length_grouping=[false,true]" in closed["summary"]
+    quiet = diagnose({**result, "padding_share": 0.05}, knobs, "cpu", 16.0,
+                     domains=allowed.domains)
+    assert "padding" not in quiet["summary"]
