@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,3 +174,35 @@ def test_the_diagnosis_names_the_padding_share_and_offers_grouping_where_allowed
     quiet = diagnose({**result, "padding_share": 0.05}, knobs, "cpu", 16.0,
                      domains=allowed.domains)
     assert "padding" not in quiet["summary"]
+
+
+def test_a_language_model_study_runs_in_tokens_and_verify_measures_its_trainer(
+        tmp_path: Path) -> None:
+    """A real Trainer over variable-length texts, the opt-in knobs listed: every trial is
+    measured in real tokens/s with its padding share; packing and grouping are searched; the
+    baseline (the LM collator's padding) is diagnosed with its padding; verify compares the
+    Trainer's own real tokens/s."""
+    import csv
+
+    import yaml
+
+    import autotune
+    from tests.conftest import TINY_ARGS
+
+    trainer = users_trainer(str(tmp_path / "out"), n=64, max_len=48, layers=1, hidden=32)
+    knobs = {"length_grouping": [False, True], "padding_free": [False, True],
+             "num_workers": 0, "cpu_threads": 1}
+    hf.tune(trainer, [*TINY_ARGS, "study.numerics_steps=2"], device="cpu", n_trials=3,
+            name="lm", out_dir=tmp_path / "studies", knobs=knobs)
+    folder = tmp_path / "studies" / "lm"
+    with open(folder / "trials.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["state"] == "COMPLETE"]
+    assert rows and all(r["unit"] == "tokens/s" and float(r["tokens_per_sec"]) > 0 for r in rows)
+    baseline = rows[0]
+    assert float(baseline["padding_share"]) > 0.1  # the collator pads every batch to its longest
+    assert "of the tokens computed are padding" in baseline["diagnosis"]
+    best = yaml.safe_load((folder / "best.yaml").read_text())
+    assert best["metrics"]["unit"] == "tokens/s"
+    result = autotune.verify(folder, rounds=1, steps=3, warmup=1)
+    assert result.how == "Trainer.train"
+    assert all(f["tokens_per_sec"] > 0 for side in result.figures.values() for f in side)

@@ -44,7 +44,29 @@ def build_trainer(workload: HFWorkload, output_dir: str, steps: int, device: str
         return Trainer(**kwargs)
 
 
-def timer(clock: StepClock, samples_per_step: int) -> Any:
+def count_tokens_of(trainer: Any) -> list[int | None]:
+    """The real tokens of each micro-batch the Trainer trains on, summed per optimizer step
+    (the list's last entry): its ``training_step`` receives the collated batch on the host,
+    before it moves it to the device, so the count waits on nothing (core/tokens.py)."""
+    from autotune.core.tokens import count_tokens
+
+    step_tokens: list[int | None] = [0]
+    training_step = trainer.training_step
+
+    def counted(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        count = count_tokens(inputs)
+        if count is None or step_tokens[-1] is None:
+            step_tokens[-1] = None
+        else:
+            step_tokens[-1] += count.real
+        return training_step(model, inputs, *args, **kwargs)
+
+    trainer.training_step = counted
+    return step_tokens
+
+
+def timer(clock: StepClock, samples_per_step: int,
+          step_tokens: list[int | None] | None = None) -> Any:
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -56,7 +78,9 @@ def timer(clock: StepClock, samples_per_step: int) -> Any:
             clock.begin()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            clock.end(samples_per_step)
+            clock.end(samples_per_step, step_tokens[-1] if step_tokens else None)
+            if step_tokens:
+                step_tokens[-1] = 0
 
     return StepTimer()
 
@@ -71,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             trainer = apply(trainer, load_best(args.config, check_environment=False))
         a = trainer.args
         clock = StepClock(args.warmup, torch.device(a.device.type))
-        trainer.add_callback(timer(clock, a.per_device_train_batch_size * a.gradient_accumulation_steps))
+        trainer.add_callback(timer(clock, a.per_device_train_batch_size * a.gradient_accumulation_steps,
+                                   count_tokens_of(trainer)))
         trainer.train()
         clock.finish()
     write(args, {**clock.result(), "batch_size": a.per_device_train_batch_size,

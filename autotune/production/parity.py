@@ -42,15 +42,18 @@ class StepClock:
     begins: list[float] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    #: Each step's real tokens (a workload with tokens: core/tokens.py), None where not counted.
+    tokens: list[int | None] = field(default_factory=list)
 
     def begin(self) -> None:
         self.begins.append(time.perf_counter())
 
-    def end(self, samples: int) -> None:
+    def end(self, samples: int, tokens: int | None = None) -> None:
         if self.device.type == "cuda" and len(self.ends) == self.warmup - 1:
             torch.cuda.synchronize(self.device)  # the measured span starts on the device's time
         self.ends.append(time.perf_counter())
         self.samples.append(int(samples))
+        self.tokens.append(tokens)
 
     def finish(self) -> None:
         """Synchronize after the last step, so the last end is the device's."""
@@ -69,7 +72,10 @@ class StepClock:
         inside = [e - b for b, e in zip(self.begins[w:], self.ends[w:], strict=False)]
         between = [b - e for e, b in zip(self.ends[w - 1:-1] if w else self.ends[:-1],
                                           self.begins[w:] if w else self.begins[1:], strict=False)]
-        return {"samples_per_sec": sum(self.samples[w:]) / span, "steps": n,
+        counted = self.tokens[w:]
+        tokens = ({"tokens_per_sec": sum(t or 0 for t in counted) / span}
+                  if counted and all(t is not None for t in counted) else {})
+        return {"samples_per_sec": sum(self.samples[w:]) / span, "steps": n, **tokens,
                 "step_ms": 1e3 * span / n, "inside_ms": 1e3 * statistics.median(inside),
                 "between_ms": 1e3 * statistics.median(between) if between else 0.0}
 

@@ -30,6 +30,7 @@ import yaml
 
 from autotune.core.env import child_environ
 from autotune.core.files import atomic_write
+from autotune.core.tokens import SAMPLES, TOKENS
 from autotune.core.workload import build_workload
 from autotune.production.meter import OUT_ENV
 from autotune.production.runtime import BEST_ENV
@@ -113,6 +114,7 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
         how = {"autotune.adapters.hf_verify": "Trainer.train",
                "autotune.adapters.lightning_verify": "Trainer.fit"}.get(
             verifier, "your loop through autotune.Runtime")
+    key, unit = _rate_key(doc)
     rng = random.Random(0)
     figures: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
     for i in range(rounds):
@@ -120,11 +122,10 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
         rng.shuffle(order)
         for side in order:
             figures[side].append(_run_side(command, side, configs[side], folder / f"{i}-{side}",
-                                           bool(script)))
-            log.info("verify round %d %s: %.1f samples/s", i, side,
-                     figures[side][-1]["samples_per_sec"])
-    realized = paired_speedup([f["samples_per_sec"] for f in figures["exported"]],
-                              [f["samples_per_sec"] for f in figures["baseline"]])
+                                           bool(script), key))
+            log.info("verify round %d %s: %.1f %s", i, side, figures[side][-1][key], unit)
+    realized = paired_speedup([f[key] for f in figures["exported"]],
+                              [f[key] for f in figures["baseline"]])
     result = Verified(realized, doc.get("speedup"), doc.get("speedup_text"), figures, how=how)
     if result.ratio is not None and result.ratio < SHORTFALL:
         result.causes = causes(figures["exported"], _window(path.parent, doc))
@@ -151,8 +152,16 @@ def _baseline_config(doc: dict[str, Any], request: dict[str, Any], folder: Path)
     return out
 
 
+def _rate_key(doc: dict[str, Any]) -> tuple[str, str]:
+    """The figure both sides are compared on: the study's unit (real tokens/s for a
+    workload with tokens: the Trainer's real tokens are counted as the window counted them)."""
+    if (doc.get("metrics") or {}).get("unit") == TOKENS:
+        return "tokens_per_sec", TOKENS
+    return "samples_per_sec", SAMPLES
+
+
 def _run_side(command: list[str], side: str, config: Path, out: Path,
-              script: bool) -> dict[str, Any]:
+              script: bool, key: str = "samples_per_sec") -> dict[str, Any]:
     result = out.with_suffix(".json")
     result.unlink(missing_ok=True)
     if script:  # the user's script as it is: Runtime and Meter read these two variables
@@ -175,6 +184,11 @@ def _run_side(command: list[str], side: str, config: Path, out: Path,
     if not figures.get("samples_per_sec"):
         raise VerifyError(f"the {side} side measured no samples/sec ({figures}): a script must "
                           "step autotune's Meter (rt.meter(), meter.step(n)) past its warm-up.")
+    if not figures.get(key):
+        raise VerifyError(f"the {side} side measured no {key.replace('_per_sec', '/s')} "
+                          f"({figures}), the study's unit: verify compares what the study "
+                          "measured (a script's Meter counts samples only, so a tokens/s study "
+                          "is verified through its adapter, without --script).")
     return figures
 
 
