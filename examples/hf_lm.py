@@ -71,14 +71,14 @@ def model_config(tok: PreTrainedTokenizerFast, layers: int = 2, hidden: int = 12
 
 
 def users_trainer(output_dir: str, n: int = 512, max_len: int = 256, batch_size: int = 8,
-                  **model_kw: Any) -> Trainer:
+                  min_len: int = 8, **model_kw: Any) -> Trainer:
     """The user's Trainer as built before tuning."""
     tok = tokenizer()
     args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
                              num_train_epochs=1, logging_steps=10, report_to="none",
                              save_strategy="no", use_cpu=True)
     model = LlamaForCausalLM(model_config(tok, max_len=max_len, **model_kw))
-    return Trainer(model=model, args=args, train_dataset=Texts(tok, n=n, max_len=max_len),
+    return Trainer(model=model, args=args, train_dataset=Texts(tok, n=n, min_len=min_len, max_len=max_len),
                    data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
 
 

@@ -206,3 +206,22 @@ def test_a_language_model_study_runs_in_tokens_and_verify_measures_its_trainer(
     result = autotune.verify(folder, rounds=1, steps=3, warmup=1)
     assert result.how == "Trainer.train"
     assert all(f["tokens_per_sec"] > 0 for side in result.figures.values() for f in side)
+
+
+def test_the_hf_export_names_the_model_settings_no_training_argument_holds(tmp_path: Path) -> None:
+    from autotune.adapters.hf_workload import HFWorkload
+
+    wl, _ = _workload()
+    best = {"knobs": _knobs(wl, attention="sdpa_math", padding_free=True), "device": {"type": "cpu"}}
+    files = HFWorkload.framework_exports(best)
+    assert files["model_settings.yaml"] == {
+        "attn_implementation": "sdpa", "sdpa_backend": "MATH", "use_cache": False,
+        "data_collator": "transformers.DataCollatorWithFlattening(return_position_ids=True, "
+                         "separator_id=-100)"}
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    built = LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2,
+        attn_implementation=files["model_settings.yaml"]["attn_implementation"]))
+    assert built.config._attn_implementation == "sdpa"

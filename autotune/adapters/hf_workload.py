@@ -191,7 +191,11 @@ class HFWorkload(Workload):
 
     @classmethod
     def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {"training_args.yaml": training_arguments_kwargs(best)}
+        out = {"training_args.yaml": training_arguments_kwargs(best)}
+        model = model_settings(best)
+        if model:
+            out["model_settings.yaml"] = model
+        return out
 
 
 class HFTrainerWorkload(HFWorkload):
@@ -317,4 +321,24 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
                          if grouping == "train_sampling_strategy" else bool(k["length_grouping"]))
     if (doc.get("device") or {}).get("type") == "cpu":
         out["use_cpu"] = True  # measured on the CPU: keep the Trainer off any GPU present
+    return out
+
+
+def model_settings(best: Any) -> dict[str, Any]:
+    """What the exported configuration sets on the model and around it, where no
+    TrainingArguments field holds it (``hf.apply`` sets all of it on a live Trainer): the
+    ``attn_implementation`` to build the model with (``from_pretrained(...,
+    attn_implementation=...)``), SDPA's backend (``torch.nn.attention.sdpa_kernel`` around the
+    forward), and for padding-free packing the collator and ``use_cache=False``."""
+    k = best_document(best)["knobs"]
+    out: dict[str, Any] = {}
+    attention = k.get("attention")
+    if attention not in (None, "default"):
+        out["attn_implementation"] = sequences.implementation(str(attention))
+        if attention in sequences.SDPA_BACKENDS:
+            out["sdpa_backend"] = sequences.SDPA_BACKENDS[str(attention)]
+    if k.get("padding_free"):
+        out["data_collator"] = ("transformers.DataCollatorWithFlattening(return_position_ids="
+                                "True, separator_id=-100)")
+        out["use_cache"] = False
     return out
