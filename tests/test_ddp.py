@@ -36,7 +36,7 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     """Every trial ran 2 ranks; trials.csv has the all-reduce's share per trial; best.yaml has
     the launch section, DDP's arguments and a torchrun line, which runs as printed (the
     script's name put in) on examples/ddp_train.py with 2 ranks on their own cores."""
-    proc = run_cli(["workload=mlp", "study.name=ddp", "study.n_trials=3", "study.confirm_runs=0",
+    proc = run_cli(["workload=mlp", "study.name=ddp", "study.n_trials=2", "study.confirm_runs=0",
                     *LAUNCH, *TINY_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "every trial runs 2 ranks (gloo" in proc.stdout

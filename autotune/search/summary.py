@@ -40,11 +40,12 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
     rows: list[tuple[str, str | None, str]] = [(unit, unit_key(unit), "")]
     if unit == TOKENS:  # what the tokens/s figure is made of, from the search windows
         rows += [("samples/s" + window, "samples_per_sec", ""),
-                 ("padding (of tokens computed)" + window, "padding_share", "")]
+                 ("padding share" + window, "padding_share", "")]
     rows += [("step time (median)" + window, "step_time_ms", " ms"),
             ("step p10..p90" + window, None, ""), ("peak memory", "peak_memory_gb", " GB"),
             ("compile", "compile_s", " s")]
-    print(f"  {'':28s} {'baseline':>14s} {'best (#' + str(doc['best_trial']) + ')':>14s}")
+    width = max(28, *(len(label) for label, _, _ in rows))
+    print(f"  {'':{width}s} {'baseline':>14s} {'best (#' + str(doc['best_trial']) + ')':>14s}")
     for label, key, suffix in rows:
         if key is None:
             b = f"{_fmt(base.get('step_time_p10_ms'))}..{_fmt(base.get('step_time_p90_ms'))}"
@@ -53,7 +54,7 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
             b, a = _share(base.get(key)), _share(best.get(key))
         else:
             b, a = _fmt(base.get(key), suffix), _fmt(best.get(key), suffix)
-        print(f"  {label:28s} {b:>14s} {a:>14s}")
+        print(f"  {label:{width}s} {b:>14s} {a:>14s}")
     for line in confirmation_lines(doc):
         print(f"  {line}")
     shapes = shapes_line(doc, setup)
