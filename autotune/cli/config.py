@@ -3,7 +3,7 @@
 Hydra checks every override against these dataclasses, so a misspelt key or a wrong type fails
 before any trial runs. The YAML in ``conf/`` only picks values; the schema lives here. Each key's
 explanation is its field's ``metadata["help"]`` (``_key``): the documentation's configuration
-reference is generated from it (docs/hooks.py), so it is written once, here.
+reference is generated from it (docs/hooks/reference.py), so it is written once, here.
 """
 
 from __future__ import annotations
