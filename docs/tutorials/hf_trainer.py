@@ -10,8 +10,14 @@ import tempfile
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (BertConfig, BertForSequenceClassification, DataCollatorWithPadding,
-                          PreTrainedTokenizerFast, Trainer, TrainingArguments)
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    DataCollatorWithPadding,
+    PreTrainedTokenizerFast,
+    Trainer,
+    TrainingArguments,
+)
 
 from autotune.adapters import hf
 
