@@ -32,7 +32,7 @@ def test_notebook_tunes_its_own_workload_in_a_kernel(tmp_path: Path, monkeypatch
     NotebookClient(nb, timeout=540, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
-    tune_out, result_out = _text(code[3]), _text(code[4])
+    tune_out, result_out = _text(code[2]), _text(code[3])
     assert "trial 0 (baseline)" in tune_out and "study 'notebook-blobs'" in tune_out, tune_out[-2000:]
     assert "speedup:" in result_out and "batch_size:" in result_out, result_out
     assert (tmp_path / "studies" / "notebook-blobs" / "best.yaml").exists()

@@ -19,6 +19,7 @@ from transformers import (
     TrainingArguments,
 )
 
+import autotune
 from autotune.adapters import hf
 
 # --- your own code: a tokenizer, sentences of varying length, a small BERT, a Trainer ----------
@@ -56,10 +57,13 @@ trainer = Trainer(model=BertForSequenceClassification(config), args=args,
 # --- autotune: tune the Trainer's settings, apply them, train -----------------------------------
 # Tiny settings so that this example runs in about a minute on a CPU; for a real study drop
 # the window.* overrides and raise n_trials.
-tuned = hf.tune(trainer, device="cpu", n_trials=3, name="hf-trainer-docs",
-                overrides=["window.warmup_steps=2", "window.measure_steps=6",
-                           "window.measure_seconds=3", "window.min_measure_steps=2",
-                           "window.profile=false", "study.confirm_precision=10",
-                           "study.confirm_budget_s=0", "study.numerics_steps=0"])
-print("tuned:", tuned.best.document["speedup_text"], tuned.best.knobs)
-tuned.apply(trainer).train()
+tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
+        "window.min_measure_steps=2", "window.profile=false", "study.confirm_precision=10",
+        "study.confirm_budget_s=0", "study.numerics_steps=0"]
+try:
+    best = hf.tune(trainer, overrides=tiny, device="cpu", n_trials=3, name="hf-trainer-docs").best
+except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its export
+    print(exc)                            # keeps only what its intervals support
+    best = exc.best
+print("tuned:", best.document["speedup_text"], best.knobs)
+hf.apply(trainer, best).train()  # your Trainer with every measured setting applied

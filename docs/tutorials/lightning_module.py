@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import autotune
 from autotune.adapters import lightning as at_lightning
 
 
@@ -49,12 +50,17 @@ module, data = Classifier(), ImageData()
 # --- autotune: tune, apply, fit -------------------------------------------------------------------
 # Tiny settings so that this example runs in about a minute on a CPU; for a real study drop
 # the window.* overrides and raise n_trials.
-tuned = at_lightning.tune(module, data, device="cpu", n_trials=3, name="lightning-docs",
-                          overrides=["window.warmup_steps=2", "window.measure_steps=6",
-                                     "window.measure_seconds=3", "window.min_measure_steps=2",
-                                     "window.profile=false", "study.confirm_precision=10",
-                                     "study.confirm_budget_s=0", "study.numerics_steps=0"])
-print("tuned:", tuned.best.document["speedup_text"])
-module, data = tuned.apply(module, data)
-L.Trainer(**tuned.trainer_kwargs, max_steps=10, accelerator="cpu", logger=False,
+tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
+        "window.min_measure_steps=2", "window.profile=false", "study.confirm_precision=10",
+        "study.confirm_budget_s=0", "study.numerics_steps=0"]
+trainer_kwargs = {}
+try:
+    tuned = at_lightning.tune(module, data, overrides=tiny, device="cpu", n_trials=3,
+                              name="lightning-docs")
+    print("tuned:", tuned.best.document["speedup_text"])
+    module, data = tuned.apply(module, data)
+    trainer_kwargs = tuned.trainer_kwargs
+except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why; fit as you were
+    print(exc)
+L.Trainer(**trainer_kwargs, max_steps=10, accelerator="cpu", logger=False,
           enable_checkpointing=False).fit(module, data)
