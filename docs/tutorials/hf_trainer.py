@@ -61,7 +61,7 @@ tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_secon
         "window.min_measure_steps=2", "window.profile=false", "study.confirm_precision=10",
         "study.confirm_budget_s=0", "study.numerics_steps=0"]
 try:
-    best = hf.tune(trainer, overrides=tiny, device="cpu", n_trials=3, name="hf-trainer-docs").best
+    best = hf.tune(trainer, overrides=tiny, device="cpu", n_trials=2, name="hf-trainer-docs").best
 except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its export
     print(exc)                            # keeps only what its intervals support
     best = exc.best

@@ -55,7 +55,7 @@ tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_secon
         "study.confirm_budget_s=0", "study.numerics_steps=0"]
 trainer_kwargs = {}
 try:
-    tuned = at_lightning.tune(module, data, overrides=tiny, device="cpu", n_trials=3,
+    tuned = at_lightning.tune(module, data, overrides=tiny, device="cpu", n_trials=2,
                               name="lightning-docs")
     print("tuned:", tuned.best.document["speedup_text"])
     module, data = tuned.apply(module, data)

@@ -46,7 +46,7 @@ if __name__ == "__main__":
             "study.confirm_budget_s=0", "study.numerics_steps=0"]
     try:
         best = autotune.tune(tiny, workload=MyWorkload(hidden=256), device="cpu",
-                             name="my-model-docs", n_trials=3)
+                             name="my-model-docs", n_trials=2)
     except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its
         print(exc)                            # export keeps only what its intervals support
         best = exc.best
