@@ -169,8 +169,10 @@ def knobs_markdown() -> str:
             values = ", ".join(_default(v) for v in dom.values)
             out.append(f"| {label} | `{_cell(values)}` | {_cell(dom.reason or '')} |")
         reasons = sorted({r for p in _PROBES if (r := knob.inactive(p))})
-        out += ["", "Does not apply when: " + ("; ".join(reasons) if reasons else
-                "(always applies)") + f". Value while inactive: `{_default(knob.off)}`.", ""]
+        applies = (f"Does not apply when: {'; '.join(reasons)}. Value while inactive: "
+                   f"`{_default(knob.off)}`." if reasons else
+                   "No other knob's value turns it off (its domain above is the only limit).")
+        out += ["", applies, ""]
     return "\n".join(out)
 
 
