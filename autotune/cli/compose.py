@@ -54,7 +54,7 @@ def compose_config(overrides: Sequence[str]) -> Config:
         text = " ".join(str(exc).split())
         raise UsageError(
             f"invalid configuration: {text}. Valid top-level keys: workload, device, seed, "
-            "workers, study.*, window.*, memory.*, knobs.* (see README 'Configuration').") from None
+            "workers, study.*, window.*, memory.*, knobs.* (see docs/reference: configuration keys).") from None
     finally:
         if outer is not None:
             restore_gh_from_backup(outer)

@@ -1,12 +1,14 @@
 """Structured config schemas, registered in Hydra's ConfigStore.
 
 Hydra checks every override against these dataclasses, so a misspelt key or a wrong type fails
-before any trial runs. The YAML in ``conf/`` only picks values; the schema lives here.
+before any trial runs. The YAML in ``conf/`` only picks values; the schema lives here. Each key's
+explanation is its field's ``metadata["help"]`` (``_key``): the documentation's configuration
+reference is generated from it (docs/hooks/reference.py), so it is written once, here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,100 +18,140 @@ from omegaconf import OmegaConf
 from autotune.core.knobs import KNOBS
 
 
+def _key(default: Any = MISSING, *, help: str, default_factory: Any = MISSING) -> Any:
+    """A schema field with its explanation (``metadata["help"]``), which the docs read."""
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class WindowConfig:
     """One trial's training window. Warm-up steps are run and thrown away (compile, cudnn
     autotuning and allocator growth happen there); only the measured steps count."""
 
-    warmup_steps: int = 10
-    measure_steps: int = 40
-    # The measured window also stops after this many seconds, so a slow configuration cannot
-    # eat the study's budget; at least `min_measure_steps` are always taken.
-    measure_seconds: float = 20.0
-    min_measure_steps: int = 5
-    # ...and it runs past measure_steps until this long has been measured: forty 5 ms steps
-    # (0.2 s) hold too few batches for a stable figure (one prefetched burst skews them).
-    min_measure_seconds: float = 2.0
-    # Wall-clock limit of the whole trial subprocess (import, build, compile, warm-up, measure).
-    timeout_s: float = 300.0
-    # A child that reports no progress for this long is declared hung before `timeout_s`.
-    stall_s: float = 120.0
-    # A trial with torch.compile on gets this much longer, on both limits, for its build and
-    # first step (a cold compile, max-autotune above all, can take minutes).
-    compile_timeout_s: float = 600.0
-    # Short torch.profiler capture after the measured window (never inside it).
-    profile: bool = True
-    profile_steps: int = 3
-    # A trial whose loop waited on its loader (>= 5% of the step) profiles the loader alone,
-    # in process, after the window: where its time goes (decode, a transform, the user's code).
-    loader_profile: bool = True
+    warmup_steps: int = _key(10, help=(
+        "Steps run and discarded before measuring (CPU-sized default: 3)."))
+    measure_steps: int = _key(40, help=(
+        "Measured steps, more while under `min_measure_seconds` (CPU-sized default: 16)."))
+    measure_seconds: float = _key(20.0, help=(
+        "The measured window also stops after this many seconds, so a slow configuration "
+        "cannot eat the study's budget; at least `min_measure_steps` are always taken "
+        "(CPU-sized default: 5)."))
+    min_measure_steps: int = _key(5, help=(
+        "...but the window does not end before this many measured steps (CPU-sized "
+        "default: 4)."))
+    min_measure_seconds: float = _key(2.0, help=(
+        "...and it runs past `measure_steps` (within `measure_seconds`) until this long has "
+        "been measured: forty 5 ms steps (0.2 s) hold too few batches for a stable figure (one "
+        "prefetched burst skews them)."))
+    timeout_s: float = _key(300.0, help=(
+        "Wall-clock limit of the whole trial subprocess (import, build, compile, warm-up, "
+        "measure)."))
+    stall_s: float = _key(120.0, help=(
+        "A child that reports no progress for this long is declared hung before `timeout_s`."))
+    compile_timeout_s: float = _key(600.0, help=(
+        "A trial with torch.compile on gets this much longer, on both limits, for its build "
+        "and first step (a cold compile, max-autotune above all, can take minutes)."))
+    profile: bool = _key(True, help=(
+        "Short torch.profiler capture after the measured window (never inside it)."))
+    profile_steps: int = _key(3, help="Steps in that profiler capture.")
+    loader_profile: bool = _key(True, help=(
+        "A trial whose loop waited on its loader (>= 5% of the step) profiles the loader "
+        "alone, in process, after the window: where its time goes (decode, a transform, the "
+        "user's code)."))
 
 
 @dataclass
 class StudyConfig:
-    # Default: "<workload>-<device>". Same name + same storage = the study resumes.
-    name: str | None = None
-    # Any Optuna storage URL; default sqlite:///studies/<name>/study.db. The environment
-    # variable AUTOTUNE_STORAGE is used when this is unset (keeps passwords out of configs).
-    storage: str | None = None
-    n_trials: int = 20
-    timeout_s: float | None = None
-    # Diagnosis-guided search: enqueue the fix for the best trial's bottleneck.
-    agent: bool = True
-    # Stop trials early that cannot beat the best (Optuna pruner + measured ceilings).
-    prune: bool = True
-    # After the search, the confirm_top fastest configurations and the baseline are measured
-    # again in rounds, in a random order each round (search/confirm.py): at least confirm_runs
-    # rounds, then more until every finalist's 95% interval of its speedup over the baseline is
-    # within +-confirm_precision (0.05: +-5%) or confirm_budget_s seconds of confirmation are
-    # spent. Intervals need 3 rounds, a stop on precision 6 (confirm.PRECISE_ROUNDS); 0 rounds =
-    # report the search figures. A tie the tie-break would decide against the leader then gets
-    # up to half the budget again (confirm.TIE_BUDGET_SHARE).
-    confirm_runs: int = 3
-    confirm_top: int = 3
-    confirm_precision: float = 0.05
-    confirm_budget_s: float = 300.0
-    # The length of the user's run in training steps, if known: the objective becomes the
-    # whole run's samples/s, compile time included (compile + run_steps x batch / throughput),
-    # so a compile mode wins only where the run repays its compile. null: steady-state speed.
-    run_steps: int | None = None
-    # Where best.yaml, trials.csv and traces go: <out_dir>/<name>/
-    out_dir: str = "studies"
-    # Nightly comparison (autotune/results/compare.py): an earlier study to put side by side in the
-    # report; exit code 3 when the best samples/sec fell by more than regression_pct percent or
-    # the environment changed. compare_storage: its storage URL when it is not this study's
-    # (default: this study's storage, or studies/<compare_to>/study.db with the default SQLite).
-    compare_to: str | None = None
-    compare_storage: str | None = None
-    regression_pct: float = 10.0
-    # Keep the global batch: the workload's batch_size is the global batch G; knobs.batch_size
-    # becomes the micro-batch (G, G/2, ... G/8) and G / batch_size gradient-accumulation steps
-    # keep every trial's optimizer step at G samples (best.yaml: global_batch, grad_accum).
-    # false: batch_size is searched freely (it changes training dynamics).
-    keep_global_batch: bool = False
-    # Numerics check before export (autotune/search/numerics.py): each finalist's first numerics_steps
-    # optimizer steps against the baseline's numerics from the same seed and data order; one
-    # whose relative loss deviation exceeds its knob family's tolerance is not exported.
-    # numerics_steps=0 turns the check off.
-    numerics_steps: int = 10
-    # Keys: default, amp, compile, cuda_graphs, device_transform, tf32 (defaults in numerics.py).
-    numerics_tolerance: dict[str, float] = field(default_factory=dict)
-    # Enqueue this earlier study's best configuration right after the baseline (same storage
-    # rule as compare_to).
-    start_from: str | None = None
+    name: str | None = _key(None, help=(
+        'Default: "<workload>-<device>". Same name + same storage = the study resumes.'))
+    storage: str | None = _key(None, help=(
+        "Any Optuna storage URL (`postgresql+psycopg://user:pw@host/db`, "
+        "`mysql+pymysql://...`, `journal:PATH`); default sqlite:///studies/<name>/study.db. "
+        "The environment variable AUTOTUNE_STORAGE is used when this is unset (keeps passwords "
+        "out of configs); passwords are never printed or exported."))
+    n_trials: int = _key(20, help=(
+        "Trials this invocation runs, split across `workers` (CPU-sized default: 12)."))
+    timeout_s: float | None = _key(None, help=(
+        "Stop starting new trials after this many seconds (null: no limit)."))
+    agent: bool = _key(True, help=(
+        "Diagnosis-guided search: enqueue the fix for the best trial's bottleneck."))
+    prune: bool = _key(True, help=(
+        "Stop trials early that cannot beat the best (Optuna pruner + measured ceilings)."))
+    confirm_runs: int = _key(3, help=(
+        "After the search, the finalists and the baseline are measured again in rounds (each "
+        "once per round, in a random order; search/confirm.py): at least this many rounds (an "
+        "interval needs 3), then more until `confirm_precision` (a stop on precision is trusted "
+        "from 3 rounds for quiet windows, 6 for noisy ones) or `confirm_budget_s`. 0 rounds = "
+        "report the search figures."))
+    confirm_top: int = _key(3, help=(
+        "Finalists: the fastest distinct configurations measured after the search, and any "
+        "other whose search window read within 15% of the fastest (up to twice as many); the "
+        "one the intervals support is exported."))
+    confirm_precision: float = _key(0.05, help=(
+        "Stop the rounds once every finalist still in question knows its speedup over the "
+        "baseline to +-this fraction (0.05: +-5%, its 95% interval's half-width)."))
+    confirm_budget_s: float = _key(300.0, help=(
+        "...or once the rounds' windows have taken this many seconds (a round that would end "
+        "past it is not started). A tie the tie-break would decide against the leader then "
+        "gets rounds of the two and the baseline for up to half as much again "
+        "(confirm.TIE_BUDGET_SHARE)."))
+    run_steps: int | None = _key(None, help=(
+        "The length of the user's run in training steps, if known: the objective becomes the "
+        "whole run's samples/s, compile time included (compile + run_steps x batch / "
+        "throughput), so a compile mode wins only where the run repays its compile. null: "
+        "steady-state speed."))
+    out_dir: str = _key("studies", help=(
+        "Where best.yaml, trials.csv and traces go: <out_dir>/<name>/"))
+    compare_to: str | None = _key(None, help=(
+        "Nightly comparison (autotune/results/compare.py): an earlier study to put side by "
+        "side in the report; exit code 3 on a regression (see `regression_pct`); a study that "
+        "is not there (yet) is a warning."))
+    compare_storage: str | None = _key(None, help=(
+        "The storage URL of `compare_to` when it is not this study's (default: "
+        "`study.storage`/`$AUTOTUNE_STORAGE`, else sqlite:///studies/<compare_to>/study.db)."))
+    regression_pct: float = _key(10.0, help=(
+        "A regression: the best samples/sec down by more than this many percent (or a changed "
+        "device, torch, CUDA or library version)."))
+    keep_global_batch: bool = _key(False, help=(
+        "Keep the workload's batch_size as the global batch G: knobs.batch_size becomes the "
+        "micro-batch (G, G/2, ... G/8) and G / batch_size gradient-accumulation steps keep "
+        "every trial's optimizer step at G samples (best.yaml: global_batch, grad_accum). "
+        "false: batch_size is searched freely (it changes training dynamics)."))
+    numerics_steps: int = _key(10, help=(
+        "Numerics check before export (autotune/search/numerics.py): each finalist's first N "
+        "optimizer steps against the baseline's numerics (same seed, data order and batch "
+        "size, and fed as the finalist is: its DataLoader workers, prefetch, pinning, so "
+        "random augmentations draw the same crops), in trial subprocesses; the reference runs "
+        "twice and the tolerance is at least twice its run-to-run deviation; beyond its "
+        "knob family's tolerance a finalist is not exported and the next one is (a finalist "
+        "that moves input stages to the device is refused without blaming a knob family: its "
+        "data differ). Deviations are in best.yaml (`numerics`) and the summary. 0: off."))
+    numerics_tolerance: dict[str, float] = _key(default_factory=dict, help=(
+        "Largest relative loss deviation allowed, by the knob families a configuration "
+        "changes (the loosest applies). Keys: default, amp, compile, cuda_graphs, "
+        "device_transform, tf32; defaults (default 0.05, amp 0.10, the others 0.05) and their "
+        "measured starting points in autotune/search/numerics.py."))
+    start_from: str | None = _key(None, help=(
+        "Enqueue this earlier study's best configuration right after the baseline (same "
+        "storage rule as `compare_to`)."))
 
 
 @dataclass
 class MemoryConfig:
-    # Peak memory a configuration may use: limit_gb if set, else limit_fraction of the device.
-    limit_gb: float | None = None
-    limit_fraction: float = 0.9
+    limit_gb: float | None = _key(None, help=(
+        "Peak memory a configuration may use, in GB: this if set, else `limit_fraction` of "
+        "the device's."))
+    limit_fraction: float = _key(0.9, help=(
+        "...else this fraction of the device's memory (GPU memory; host RAM on CPU)."))
 
 
 @dataclass
 class KnobsConfig:
     """Per knob: null = search its whole valid domain; a value = pin it; a list = search only
-    those values. See autotune/core/knobs.py for each knob's meaning and domain."""
+    those values. Each knob's meaning and domain is its entry in the registry
+    (autotune/core/knobs.py), which the documentation's knob reference is generated from."""
 
     num_workers: Any = None
     pin_memory: Any = None
@@ -146,29 +188,42 @@ class LaunchConfig:
     per node through PyTorch's elastic launcher (torchrun's engine), gloo on CPU and NCCL on
     CUDA. 1 x 1: one process, as before."""
 
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    # Several nodes: every node's autotune runs the same study with the same endpoint
-    # (host:port of a c10d rendezvous), as torchrun's --rdzv-endpoint; one node: a free port.
-    rdzv_endpoint: str | None = None
-    # Seconds the ranks wait to meet, and a collective waits on a peer, before the trial fails.
-    rdzv_timeout_s: int = 30
-    collective_timeout_s: int = 60
+    nproc_per_node: int = _key(1, help=(
+        "Ranks per node each trial runs as (torchrun's --nproc-per-node); above 1 the DDP "
+        "knobs are searched."))
+    nnodes: int = _key(1, help="Nodes each trial runs on (torchrun's --nnodes).")
+    rdzv_endpoint: str | None = _key(None, help=(
+        "Several nodes: every node's autotune runs the same study with the same endpoint "
+        "(host:port of a c10d rendezvous), as torchrun's --rdzv-endpoint; one node: a free "
+        "port."))
+    rdzv_timeout_s: int = _key(30, help=(
+        "Seconds the ranks wait to meet before the trial fails."))
+    collective_timeout_s: int = _key(60, help=(
+        "Seconds a collective waits on a peer before the trial fails."))
 
 
 @dataclass
 class Config:
-    # The workload: a node with `_target_` (a factory returning a Workload) and its arguments.
-    workload: Any = field(default_factory=lambda: {"_target_": "autotune.workloads.mlp.MLPWorkload"})
-    device: str = "auto"  # cpu | cuda | auto (cuda when available)
-    seed: int = 0
-    # Parallel trial workers in this invocation: an int, or "auto" = one per visible GPU.
-    workers: Any = 1
-    study: StudyConfig = field(default_factory=StudyConfig)
-    window: WindowConfig = field(default_factory=WindowConfig)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    knobs: KnobsConfig = field(default_factory=KnobsConfig)
-    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    workload: Any = _key(
+        default_factory=lambda: {"_target_": "autotune.workloads.mlp.MLPWorkload"}, help=(
+            "The workload: a config-group option (`resnet18`, `gpt`, `mlp`, `jpeg`; "
+            "autotune/conf/workload/) or a node with `_target_` (a factory returning a "
+            "Workload) and its arguments, e.g. `workload.image_size=64` (setting any argument "
+            "disables the CPU-sized defaults)."))
+    device: str = _key("auto", help="cpu | cuda | auto (cuda when available).")
+    seed: int = _key(0, help="Sampler and data seed.")
+    workers: Any = _key(1, help=(
+        'Parallel trial workers in this invocation: an int, or "auto" = one per visible GPU. '
+        "More than one needs PostgreSQL/MySQL or journal: storage."))
+    study: StudyConfig = _key(default_factory=StudyConfig, help="The search (study.*).")
+    window: WindowConfig = _key(default_factory=WindowConfig, help=(
+        "One trial's training window (window.*)."))
+    memory: MemoryConfig = _key(default_factory=MemoryConfig, help=(
+        "The memory limit (memory.*)."))
+    knobs: KnobsConfig = _key(default_factory=KnobsConfig, help=(
+        "Per knob: null searches the knob's valid domain; a value pins it; a list narrows it."))
+    launch: LaunchConfig = _key(default_factory=LaunchConfig, help=(
+        "How each trial is launched (launch.*)."))
 
 
 def _workloads_line() -> str:

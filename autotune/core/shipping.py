@@ -42,8 +42,8 @@ def dumps(obj: Any, what: str) -> bytes:
             "of their own, so each object must pickle (cloudpickle): open files, locks, "
             "database connections and generators inside it do not. Open such resources "
             "lazily (e.g. in __getitem__ or a worker_init_fn), or describe the workload by "
-            "import path instead (workload._target_=package.module.Factory, README 'Your own "
-            "workload')."
+            "import path instead (workload._target_=package.module.Factory, docs/guide/"
+            "own-workload.md)."
         ) from exc
 
 
