@@ -44,7 +44,9 @@ class Knob:
 
 
 KNOBS: list[Knob] = [
-    Knob("num_workers", "DataLoader worker processes (0 = load in the training process).",
+    Knob("num_workers", "DataLoader worker processes (0 = load in the training process). "
+         "Searched up to the usable cores; the agent goes past them, up to "
+         f"{IO_WORKERS_PER_CORE} per core, for a loader it measured waiting on I/O.",
          domains.workers, off=0, ordinal=True),
     Knob("prefetch_factor", "Batches each worker loads ahead.",
          lambda env, wl: Domain([2, 4, 8]), inactive=domains.no_workers, off=None),
@@ -60,8 +62,9 @@ KNOBS: list[Knob] = [
     Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
          "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32"),
     Knob("transform_split", "Input stages run on the host per sample before the copy; the "
-         "rest run on the device on the whole batch (0 = all on the device). Device resize "
-         "differs slightly from PIL's.", domains.transform_split, off=0, ordinal=True,
+         "rest run on the device on the whole batch (0 = all on the device). The device "
+         "resize (torchvision, bilinear, antialias) differs from PIL's by at most one grey "
+         "level per pixel (tests/test_stages.py).", domains.transform_split, off=0, ordinal=True,
          baseline=domains.all_on_host),
     Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", domains.amp, off="off"),
     Knob("compile", "torch.compile mode (off = eager).", domains.compile, off="off"),
