@@ -256,11 +256,10 @@ def _padding(share: float, f: Fixes) -> str:
     grouping similar lengths or packing without padding removes them. Offered first, where
     the user allowed them (they change which samples share a batch); otherwise named with how
     to allow them."""
-    before = list(f.items)  # the padding fixes go first: they remove work, not speed it up
-    f.items.clear()
+    later, f.items = f.items, []  # the padding fixes go first: they remove work
     f.add("padding_free", True, "pack each batch's samples into one row: no padding computed")
     f.add("length_grouping", True, "batch samples of similar length: less padding per batch")
-    f.items.extend(before)
+    f.items += later
     return f"{pct(share)} of the tokens computed are padding."
 
 
