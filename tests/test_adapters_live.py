@@ -37,12 +37,18 @@ def _small_trainer(tmp_path: Path) -> Any:
     return trainer
 
 
-def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer(tmp_path: Path,
-                                                                      capsys: Any) -> None:
-    tuned = hf.tune(_small_trainer(tmp_path), [*TINY_ARGS], device="cpu", n_trials=3,
-                    name="hft", out_dir=tmp_path / "studies")
-    knobs = tuned.best.knobs
-    args = tuned.training_args
+def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer_and_verify_runs_it(
+        tmp_path: Path, capsys: Any) -> None:
+    # batch 16 pinned: the exported side of verify trains another batch than the user's 8.
+    users = _small_trainer(tmp_path)
+    try:
+        best = hf.tune(users, [*TINY_ARGS], device="cpu", n_trials=2, name="hft",
+                       out_dir=tmp_path / "studies", knobs={"batch_size": 16}).best
+    except autotune.CouldNotMeasure as exc:  # a busy machine: the study says so, and its
+        best = exc.best                      # export keeps what its intervals support
+    knobs = best.knobs
+    assert knobs["batch_size"] == 16
+    args = hf.tuned_arguments(users.args, best)  # what tune() returns as training_args
     assert isinstance(args, transformers.TrainingArguments)
     assert args.per_device_train_batch_size == knobs["batch_size"]
     assert args.dataloader_num_workers == knobs["num_workers"]
@@ -50,13 +56,13 @@ def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer(tmp_path: 
         knobs["optimizer_impl"]]
     assert args.logging_steps == 10 and args.num_train_epochs == 1  # the user's own fields kept
     # Padding per batch: the shapes vary, measured on the user's collator, and said so.
-    shapes = tuned.best.document["input_shapes"]
+    shapes = best.document["input_shapes"]
     assert shapes["vary"] and shapes["distinct"] > 1, shapes
     assert "batch shapes vary" in capsys.readouterr().out
 
     # apply sets every knob on a real Trainer, the accelerate state included, and it trains.
     trainer = _small_trainer(tmp_path)
-    doc = {**tuned.best.document, "knobs": {**knobs, "amp": "bf16", "batch_size": 16,
+    doc = {**best.document, "knobs": {**knobs, "amp": "bf16", "batch_size": 16,
                                             "num_workers": 1, "prefetch_factor": 2,
                                             "persistent_workers": False, "cpu_threads": 1,
                                             "host_allocator": "default"}}
@@ -73,6 +79,15 @@ def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer(tmp_path: 
     trainer.args.max_steps = 2
     assert trainer.train().global_step == 2
 
+    # autotune verify: the baseline side trains the Trainer as the user built it, the exported
+    # side the same Trainer after hf.apply; their figures show the batch each trained with.
+    result = autotune.verify(tmp_path / "studies" / "hft", rounds=1, steps=3, warmup=1)
+    assert result.how == "Trainer.train"
+    assert [f["batch_size"] for f in result.figures["baseline"]] == [8]  # the user's own
+    assert [f["batch_size"] for f in result.figures["exported"]] == [16]  # hf.apply's
+    assert result.realized.rounds == 1 and result.realized.point > 0
+    assert (tmp_path / "studies" / "hft" / "verify.json").exists()
+
 
 def test_an_hf_object_that_cannot_travel_is_named(tmp_path: Path) -> None:
     trainer = _small_trainer(tmp_path)
@@ -85,7 +100,7 @@ def test_lightning_tune_returns_arguments_and_applies_them_to_real_objects(tmp_p
                                                                           ) -> None:
     tuned = at_lightning.tune(Classifier(), ImageData(read_ms=0.0),
                               trainer_kwargs={"precision": "32-true"}, overrides=TINY_ARGS,
-                              device="cpu", n_trials=3, name="plt", out_dir=tmp_path / "studies",
+                              device="cpu", n_trials=2, name="plt", out_dir=tmp_path / "studies",
                               knobs={"optimizer_impl": "fused", "host_allocator": "default",
                                      "cpu_threads": torch.get_num_threads()})
     knobs = tuned.best.knobs
@@ -113,17 +128,3 @@ def test_lightning_tune_returns_arguments_and_applies_them_to_real_objects(tmp_p
                                             r"trainer_kwargs\(best\)"):
         L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                   enable_progress_bar=False).fit(other, ImageData(read_ms=0.0))
-
-
-def test_verify_runs_the_users_own_trainer_with_each_configuration(tmp_path: Path) -> None:
-    """The baseline side trains the Trainer as the user built it; the exported side the same
-    Trainer after hf.apply: their figures show the batch each really trained with."""
-    tuned = hf.tune(_small_trainer(tmp_path), [*TINY_ARGS], device="cpu", n_trials=2,
-                    name="hfv", out_dir=tmp_path / "studies", knobs={"batch_size": 16})
-    result = autotune.verify(tmp_path / "studies" / "hfv", rounds=1, steps=3, warmup=1)
-    assert result.how == "Trainer.train"
-    assert [f["batch_size"] for f in result.figures["baseline"]] == [8]  # the user's own
-    assert [f["batch_size"] for f in result.figures["exported"]] == [16]  # hf.apply's
-    assert result.realized.rounds == 1 and result.realized.point > 0
-    assert (tmp_path / "studies" / "hfv" / "verify.json").exists()
-    assert tuned.best.knobs["batch_size"] == 16

@@ -33,8 +33,12 @@ def _status(summary: str) -> dict[str, str]:
 def test_the_gpu_check_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
     # Budgets several times what each step takes idle (study ~80 s, jpeg ~40 s): the rehearsal
     # proves the plumbing, and a busy CI machine must not cut it.
+    # One test file stands for the tests step: on the CPU every gpu-marked test skips, and the
+    # step's plumbing (one pytest per file, its log and archive) is the same for one file as
+    # for all eleven (which cost 45 s of collection here).
     proc, out = _rehearse(tmp_path, TOTAL_S="1200", BUDGET_study="600", BUDGET_jpeg="300",
-                          BUDGET_tests="200", BUDGET_figures="60")
+                          BUDGET_tests="200", BUDGET_figures="60",
+                          TEST_FILES="tests/test_sync_rule.py")
     summary = (out / "summary.txt").read_text()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     status = _status(summary)

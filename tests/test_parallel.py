@@ -72,14 +72,22 @@ def _no_secret(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 def test_four_workers_share_one_postgres_study(pg_server, tmp_path: Path) -> None:
+    """Two invocations, as two machines of a team would start them, each with the workers
+    option (workers=2: two worker processes): four workers on one study, none measuring a
+    configuration twice, each invocation exporting, the password never written."""
     url = pg_server("four")
-    args = ["workload=mlp", "device=cpu", "study.name=shared", "study.n_trials=3",
+    args = ["workload=mlp", "device=cpu", "workers=2", "study.name=shared", "study.n_trials=6",
             "study.agent=false", f"study.storage={url}", *TINY_ARGS]
-    procs = [_spawn(args, tmp_path, tmp_path / f"worker{i}.log") for i in range(4)]
+    for i in range(2):
+        (tmp_path / f"host{i}").mkdir()
+    procs = [_spawn(args, tmp_path / f"host{i}", tmp_path / f"host{i}.log") for i in range(2)]
     codes = [p.wait(timeout=600) for p in procs]
-    logs = "".join((tmp_path / f"worker{i}.log").read_text() for i in range(4))
+    logs = "".join((tmp_path / f"host{i}.log").read_text() for i in range(2))
     assert all(ran_to_the_end(c, logs) for c in codes), (codes, logs[-3000:])
-    _check_study(url, "shared", 12)  # 3 each: enough for four workers to interleave
+    trials = _check_study(url, "shared", 12)  # 3 a worker: enough for four to interleave
+    assert len({t.user_attrs["owner_pid"] for t in trials}) == 4
+    assert all((tmp_path / f"host{i}" / "studies" / "shared" / "best.yaml").exists()
+               for i in range(2))
     assert "***" in logs and PG_PASSWORD not in logs
     _no_secret(tmp_path)
 
@@ -119,19 +127,6 @@ def test_a_killed_worker_does_not_stall_the_others(pg_server, tmp_path: Path) ->
     from tests.test_cli import _all_gone
 
     assert _all_gone([p.pid for p in window], within_s=10)
-
-
-@pytest.mark.postgres
-def test_workers_option_runs_worker_processes(pg_server, tmp_path: Path) -> None:
-    url = pg_server("opt")
-    proc = run_cli(["workload=mlp", "device=cpu", "workers=2", "study.name=w2", "study.n_trials=4",
-                    f"study.storage={url}", *TINY_ARGS], tmp_path, timeout=600)
-    assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), \
-        proc.stdout[-2000:] + proc.stderr[-2000:]
-    trials = _check_study(url, "w2", 4)
-    assert len({t.user_attrs["owner_pid"] for t in trials}) == 2
-    assert (tmp_path / "studies" / "w2" / "best.yaml").exists()
-    _no_secret(tmp_path)
 
 
 def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
