@@ -52,8 +52,11 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert set(best["ddp_kwargs"]) >= {"bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
     report = (tmp_path / "studies" / "ddp" / "report.md").read_text()
     assert "Gradient all-reduce per trial" in report and "Every trial ran as 2 ranks" in report
-    for knob in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
+    for knob in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "batched_grad_copy"):
         assert best["ddp_kwargs"][knob] == best["knobs"][knob]
+    # No accumulation: the step knob is fixed with why; no hook unless listed.
+    assert best["ddp_step"] == {"comm_hook": None, "register": None, "accumulation_no_sync": False}
+    assert "keep_global_batch" in best["fixed_knobs"]["accumulation_no_sync"]["why"]
 
     command = launch["torchrun"].replace(
         "your_train.py", f"{ROOT}/examples/ddp_train.py studies/ddp/best.yaml --steps 12")

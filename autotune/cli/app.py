@@ -14,7 +14,7 @@ from autotune.cli.config import Config
 from autotune.cli.crash import UsageError, explain, fail
 from autotune.core.distributed import endpoint_taken
 from autotune.core.env import DeviceError, Env, probe
-from autotune.core.knobs import KnobError, build_space, keep_global_batch
+from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
 from autotune.core.workload import WorkloadError, build_workload, workload_name
 from autotune.results.compare import CompareError, load_other, start_knobs
 from autotune.results.storage import (
@@ -95,6 +95,8 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
     if cfg.study.keep_global_batch:
         global_batch = int(workload.defaults.get("batch_size", space.baseline["batch_size"]))
         space = keep_global_batch(space, global_batch)
+    else:
+        space = without_accumulation(space)
 
     label = workload_name(spec)
     name = cfg.study.name or f"{label}-{env.device}"

@@ -173,8 +173,11 @@ class KnobsConfig:
     cpu_threads: Any = None
     bucket_cap_mb: Any = None
     gradient_as_bucket_view: Any = None
+    batched_grad_copy: Any = None
     static_graph: Any = None
     broadcast_buffers: Any = None
+    comm_hook: Any = None
+    accumulation_no_sync: Any = None
     attention: Any = None
     activation_checkpointing: Any = None
     length_grouping: Any = None
