@@ -116,3 +116,19 @@ def test_the_communication_verdict_offers_the_step_knobs_the_study_searches(cpu_
                          ranked(cpu_env, LaunchConfig(nproc_per_node=2)), MLPWorkload(), {})).domains)
     named = [f["knob"] for f in plain["fixes"]] + [r["knob"] for r in plain["ruled_out"]]
     assert "accumulation_no_sync" not in named and "comm_hook" not in named
+
+
+def test_scaling_needs_ranks_and_is_in_the_wall_time_estimate(cpu_env: Env) -> None:
+    from autotune.cli.crash import UsageError
+    from autotune.search.cost import estimate
+    from autotune.search.setup import StudySetup
+
+    with pytest.raises(UsageError, match="launch.nproc_per_node=N"):
+        ranked(cpu_env, LaunchConfig(scaling=True))
+    setup = StudySetup(name="s", storage="sqlite://", out_dir=Path("."), env=cpu_env,
+                       space=build_space(cpu_env, MLPWorkload(), {}), workload_spec={},
+                       workload_label="mlp", window={}, memory_limit_gb=1.0, seed=0,
+                       scaling=True)
+    est = estimate(setup, 4, 0, 1.0, 2.0, {"extras_s": 0.5})
+    assert est.scaling_s == pytest.approx(2 * 3 * 1.5)  # 3 rounds, two windows each
+    assert "scaling ~9 s" in est.words()

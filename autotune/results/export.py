@@ -140,6 +140,8 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         doc["launch"] = launch
         doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"))
         doc["ddp_step"] = ddp_step_section(knobs)
+        if attrs.get("scaling"):  # launch.scaling: search/scaling.py
+            doc["scaling"] = attrs["scaling"]
         doc["comm"] = {"best": trial_attrs(best).get("comm") or None,
                        "baseline": trial_attrs(base).get("comm") or None if base else None}
     doc["nsight"] = nsight_commands(doc, attrs.get("workload_target"),
