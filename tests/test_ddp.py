@@ -37,9 +37,10 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     the launch section, DDP's arguments and a torchrun line, which runs as printed (the
     script's name put in) on examples/ddp_train.py with 2 ranks on their own cores."""
     proc = run_cli(["workload=mlp", "study.name=ddp", "study.n_trials=2", "study.confirm_runs=0",
-                    *LAUNCH, *TINY_ARGS], tmp_path)
+                    "launch.scaling=true", *LAUNCH, *TINY_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "every trial runs 2 ranks (gloo" in proc.stdout
+    assert "a scaling measurement (3 rounds" in proc.stdout
     rows = _trials(tmp_path, "ddp")
     measured = [r for r in rows if r["state"] == "COMPLETE"]
     assert measured and all(r["ranks"] == "2" for r in measured)
@@ -52,8 +53,21 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert set(best["ddp_kwargs"]) >= {"bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
     report = (tmp_path / "studies" / "ddp" / "report.md").read_text()
     assert "Gradient all-reduce per trial" in report and "Every trial ran as 2 ranks" in report
-    for knob in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
+    # launch.scaling: the exported configuration as 2 ranks and as one rank on rank 0's
+    # cores, 3 interleaved rounds, the efficiency with its interval in best.yaml, the summary
+    # and the report.
+    scaling = best["scaling"]
+    assert scaling["trial"] == best["best_trial"] and scaling["ranks"] == 2
+    assert len(scaling["all_ranks"]) == len(scaling["one_rank"]) == 3, scaling
+    assert all(v and v > 0 for v in scaling["all_ranks"] + scaling["one_rank"]), scaling
+    assert scaling["one_rank_cores"] == ",".join(map(str, rank_cores(0, 2)))
+    assert scaling["efficiency"]["rounds"] == 3 and scaling["efficiency"]["ci_low"] is not None
+    assert "scaling efficiency" in proc.stdout and f"Scaling: {scaling['words']}" in report
+    for knob in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "batched_grad_copy"):
         assert best["ddp_kwargs"][knob] == best["knobs"][knob]
+    # No accumulation: the step knob is fixed with why; no hook unless listed.
+    assert best["ddp_step"] == {"comm_hook": None, "register": None, "accumulation_no_sync": False}
+    assert "keep_global_batch" in best["fixed_knobs"]["accumulation_no_sync"]["why"]
 
     command = launch["torchrun"].replace(
         "your_train.py", f"{ROOT}/examples/ddp_train.py studies/ddp/best.yaml --steps 12")

@@ -14,7 +14,7 @@ from autotune.cli.config import Config
 from autotune.cli.crash import UsageError, explain, fail
 from autotune.core.distributed import endpoint_taken
 from autotune.core.env import DeviceError, Env, probe
-from autotune.core.knobs import KnobError, build_space, keep_global_batch
+from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
 from autotune.core.workload import WorkloadError, build_workload, workload_name
 from autotune.results.compare import CompareError, load_other, start_knobs
 from autotune.results.storage import (
@@ -95,6 +95,8 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
     if cfg.study.keep_global_batch:
         global_batch = int(workload.defaults.get("batch_size", space.baseline["batch_size"]))
         space = keep_global_batch(space, global_batch)
+    else:
+        space = without_accumulation(space)
 
     label = workload_name(spec)
     name = cfg.study.name or f"{label}-{env.device}"
@@ -126,6 +128,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
         global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
         numerics_tolerance=_tolerance(cfg), launch=launch_spec(cfg.launch, env),
+        scaling=bool(cfg.launch.scaling),
     )
     _nightly(setup, cfg)
     return setup, workers, n_trials
@@ -141,6 +144,9 @@ def ranked(env: Env, launch: Any, workers: int = 1) -> Env:
     if nproc < 1 or nnodes < 1:
         raise UsageError(f"launch.nproc_per_node={nproc}, launch.nnodes={nnodes}: both must be "
                          "positive (1 and 1: one process, the default).")
+    if getattr(launch, "scaling", False) and nproc * nnodes == 1:
+        raise UsageError("launch.scaling=true measures how several ranks scale over one: set "
+                         "launch.nproc_per_node=N (N > 1), or leave launch.scaling unset.")
     if nnodes > 1:
         raise UsageError(
             f"launch.nnodes={nnodes}: trials over several nodes are not supported yet; tune one "

@@ -173,8 +173,11 @@ class KnobsConfig:
     cpu_threads: Any = None
     bucket_cap_mb: Any = None
     gradient_as_bucket_view: Any = None
+    batched_grad_copy: Any = None
     static_graph: Any = None
     broadcast_buffers: Any = None
+    comm_hook: Any = None
+    accumulation_no_sync: Any = None
     attention: Any = None
     activation_checkpointing: Any = None
     length_grouping: Any = None
@@ -196,6 +199,10 @@ class LaunchConfig:
         "Several nodes: every node's autotune runs the same study with the same endpoint "
         "(host:port of a c10d rendezvous), as torchrun's --rdzv-endpoint; one node: a free "
         "port."))
+    scaling: bool = _key(False, help=(
+        "After the search, measure the exported configuration as one rank alone too (rank 0's "
+        "share of the cores, its GPU on CUDA), in interleaved rounds with the ranks: the "
+        "scaling efficiency, N ranks' samples/s over N x one rank's, with its interval."))
     rdzv_timeout_s: int = _key(30, help=(
         "Seconds the ranks wait to meet before the trial fails."))
     collective_timeout_s: int = _key(60, help=(

@@ -22,8 +22,18 @@ from typing import Any
 import torch
 
 #: The DDP knobs, as DistributedDataParallel's arguments of the same names (``broadcast_buffers``
-#: is ``forward_sync_buffers`` from torch 2.14 on, where the old name is deprecated).
-DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers")
+#: is ``forward_sync_buffers`` from torch 2.14 on, where the old name is deprecated;
+#: ``batched_grad_copy`` exists from 2.14 on). ``comm_hook`` is registered on the wrapper and
+#: ``accumulation_no_sync`` decides the step's ``no_sync`` (core/training.py): not arguments.
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "batched_grad_copy", "static_graph",
+             "broadcast_buffers", "comm_hook", "accumulation_no_sync")
+
+#: ``comm_hook`` values and the hooks torch ships for them: gradients all-reduced in half
+#: precision (half the bytes; their sum rounded to 11 or 8 mantissa bits: numerics change).
+COMM_HOOKS = {
+    "fp16": "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook",
+    "bf16": "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook",
+}
 
 
 def world_size() -> int:
@@ -80,34 +90,59 @@ def endpoint_taken(endpoint: str) -> str | None:
 
 def ddp_kwargs(knobs: Mapping[str, Any], torch_version: str | None = None) -> dict[str, Any]:
     """DistributedDataParallel's arguments for these knobs, named as this torch names them
-    (``torch_version``: another torch's names, for an export; default: the running one)."""
+    (``torch_version``: another torch's names, for an export; default: the running one). An
+    argument that torch lacks is left out (it was fixed off there: domains.batched_grad_copy)."""
     kwargs: dict[str, Any] = {
         "bucket_cap_mb": int(knobs.get("bucket_cap_mb") or 25),
         "gradient_as_bucket_view": bool(knobs.get("gradient_as_bucket_view", False)),
         "static_graph": bool(knobs.get("static_graph", False)),
     }
+    if has_ddp_argument("batched_grad_copy", torch_version):
+        kwargs["batched_grad_copy"] = bool(knobs.get("batched_grad_copy", False))
     sync = bool(knobs.get("broadcast_buffers", True))
-    kwargs["forward_sync_buffers" if _has_forward_sync(torch_version) else "broadcast_buffers"] = sync
+    new = has_ddp_argument("forward_sync_buffers", torch_version)
+    kwargs["forward_sync_buffers" if new else "broadcast_buffers"] = sync
     return kwargs
 
 
-def _has_forward_sync(torch_version: str | None) -> bool:
+#: The torch release that added each DDP argument the knobs use (for an export to another torch).
+_ADDED_IN = {"forward_sync_buffers": (2, 14), "batched_grad_copy": (2, 14)}
+
+
+def has_ddp_argument(name: str, torch_version: str | None = None) -> bool:
+    """Whether DistributedDataParallel takes ``name``: the running torch's signature, or by
+    release for another torch's version string."""
     if torch_version is None:
         from torch.nn.parallel import DistributedDataParallel
 
-        return "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+        return name in inspect.signature(DistributedDataParallel).parameters
     major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
-    return (major, minor) >= (2, 14)
+    return (major, minor) >= _ADDED_IN[name]
+
+
+def comm_hook(name: str | None) -> Any:
+    """The hook function for a ``comm_hook`` value (None for "none": DDP's own all-reduce)."""
+    if not name or name == "none":
+        return None
+    import importlib
+
+    module, _, attr = COMM_HOOKS[name].rpartition(".")
+    return getattr(importlib.import_module(module), attr)
 
 
 def wrap(model: torch.nn.Module, knobs: Mapping[str, Any],
          device: torch.device) -> torch.nn.parallel.DistributedDataParallel:
-    """The model in DDP with the knobs' arguments; on CUDA, on this rank's device."""
+    """The model in DDP with the knobs' arguments and communication hook; on CUDA, on this
+    rank's device."""
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, **ddp_kwargs(knobs))
+    ddp = DistributedDataParallel(model, device_ids=ids, **ddp_kwargs(knobs))
+    hook = comm_hook(knobs.get("comm_hook"))
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
+    return ddp
 
 
 def sampler(dataset: Any, seed: int) -> Any:

@@ -45,6 +45,25 @@ def ddp_only(values: list[Any], off: Any) -> Callable[[Env, Workload], Domain]:
     return domain
 
 
+def batched_grad_copy(env: Env, wl: Workload) -> Domain:
+    """A DDP argument of torch 2.14 and later: searched with several ranks where torch has it."""
+    from autotune.core.distributed import has_ddp_argument
+
+    if not has_ddp_argument("batched_grad_copy"):
+        return Domain([False], "this torch's DistributedDataParallel has no batched_grad_copy "
+                      "(torch 2.14 and later)")
+    return ddp_only([False, True], False)(env, wl)
+
+
+def comm_hook(env: Env, wl: Workload) -> Domain:
+    """DDP's all-reduce as is, unless the user lists compressed ones: an fp16 or bf16 hook
+    sends half the bytes but sums the gradients in that precision, which changes training."""
+    if env.ranks <= 1:
+        return ddp_only(["none"], "none")(env, wl)
+    return Domain(["none"], "gradients compressed to fp16 or bf16 for the all-reduce change "
+                  "the numerics: list values to search them, e.g. knobs.comm_hook=[none,bf16]")
+
+
 def workers(env: Env, wl: Workload) -> Domain:
     return Domain(list(range(0, max(1, env.cpu_count) + 1)))
 

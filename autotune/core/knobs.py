@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 
 from autotune.core import domains
+from autotune.core.distributed import COMM_HOOKS
 from autotune.core.domains import Domain
 from autotune.core.env import Env
 from autotune.core.workload import Workload
@@ -92,12 +93,23 @@ KNOBS: list[Knob] = [
          "messages.", domains.ddp_only([1, 5, 25, 100], 25), off=25, ordinal=True),
     Knob("gradient_as_bucket_view", "DDP: gradients are views into the all-reduce buckets (no "
          "copy into them, less memory).", domains.ddp_only([False, True], False), off=False),
+    Knob("batched_grad_copy", "DDP: copy each bucket's gradients into it in one batched copy "
+         "and one division when the bucket is ready, instead of per parameter (fewer kernels "
+         "for models of many small parameters; torch 2.14 and later).",
+         domains.batched_grad_copy, off=False),
     Knob("static_graph", "DDP: the model uses the same parameters every step, so DDP can skip "
          "its per-step graph checks and reorder buckets.",
          domains.ddp_only([False, True], False), off=False),
     Knob("broadcast_buffers", "DDP: copy rank 0's buffers (BatchNorm's running statistics) to "
          "every rank before each forward (forward_sync_buffers from torch 2.14). Off: each rank "
          "keeps its own running statistics.", domains.ddp_only([True, False], True), off=True),
+    Knob("comm_hook", "DDP: the gradients' all-reduce as is (none) or compressed to fp16 or bf16 "
+         "(half the bytes, summed in that precision). Opt-in: it changes the numerics.",
+         domains.comm_hook, off="none"),
+    Knob("accumulation_no_sync", "DDP with gradient accumulation (study.keep_global_batch): "
+         "skip the all-reduce on each micro-batch but the cycle's last (no_sync), one "
+         "all-reduce per optimizer step instead of one per micro-batch, as the Hugging Face "
+         "Trainer and Lightning do.", domains.ddp_only([False, True], False), off=False),
     Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
          "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
          "(sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
@@ -282,6 +294,22 @@ def keep_global_batch(space: Space, global_batch: int) -> Space:
                    baseline={**space.baseline, "batch_size": g if g in values else values[-1]})
 
 
+def without_accumulation(space: Space) -> Space:
+    """The space without ``study.keep_global_batch``: every step is an optimizer step, so
+    ``accumulation_no_sync`` has no micro-batch to skip the all-reduce on. A user who pinned
+    it on is told how to accumulate."""
+    dom = space.domains["accumulation_no_sync"]
+    if dom.values == [False]:
+        return space
+    if "accumulation_no_sync" in space.overridden and True in dom.values:
+        raise KnobError("knobs.accumulation_no_sync=true needs gradient accumulation: set "
+                        "study.keep_global_batch=true (micro-batches of the workload's batch, "
+                        "one optimizer step per global batch), or leave the knob unset.")
+    why = "no gradient accumulation (study.keep_global_batch=false): one all-reduce per step"
+    return replace(space, domains={**space.domains, "accumulation_no_sync": Domain([False], why)},
+                   baseline={**space.baseline, "accumulation_no_sync": False})
+
+
 def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
     if value in dom.values:
         return True
@@ -294,6 +322,8 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
     if knob.name == "pad_to_multiple_of":
         return (value is None or (isinstance(value, int) and not isinstance(value, bool)
                                   and value > 0)) and "does not pad" not in (dom.reason or "")
+    if knob.name == "comm_hook":  # opt-in: the listed hooks, where there are ranks
+        return value in ("none", *COMM_HOOKS) and "list values" in (dom.reason or "")
     if knob.name in ("length_grouping", "padding_free"):  # opt-in: any listed bool, where it applies
         return isinstance(value, bool) and "list values" in (dom.reason or "")
     if knob.name == "host_allocator":

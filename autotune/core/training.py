@@ -304,7 +304,7 @@ class Training:
         the optimizer sees the mean gradient over the global batch."""
         if self._micro == 0:
             self.optimizer.zero_grad(set_to_none=self.set_to_none)
-        unsynced = self.ddp.no_sync() if self.ddp is not None and not self.sync_grads \
+        unsynced = self.ddp.no_sync() if self.ddp is not None and not self._syncs() \
             else contextlib.nullcontext()
         with unsynced:
             with phase("forward"):
@@ -313,6 +313,14 @@ class Training:
                 scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
+
+    def _syncs(self) -> bool:
+        """Whether this micro-batch's backward all-reduces its gradients: not in the window's
+        counterfactual (``sync_grads``), and with ``accumulation_no_sync`` only on the last
+        micro-batch of an accumulation cycle (the gradients add up locally until then)."""
+        if not self.sync_grads:
+            return False
+        return not (self.knobs.get("accumulation_no_sync") and self._micro < self.grad_accum - 1)
 
     def optimizer_step(self) -> None:
         """Step the optimizer once the accumulation cycle is complete (every call when

@@ -41,9 +41,10 @@ peak memory >= MEMORY_HIGH_SHARE  memory                  amp bf16, smaller batc
 of the limit                                              activation_checkpointing
 GPU busy >= GPU_BUSY_HIGH_PCT     gpu_compute             amp bf16, channels_last (images),
                                                           tf32, compile, bigger batch
-DDP's all-reduce adds >=          communication           gradient_as_bucket_view, bucket_cap_mb,
-COMM_EXPOSED_SHARE of the step                            static_graph, bigger per-rank batch
-(several ranks; checked first)
+DDP's all-reduce adds >=          communication           accumulation_no_sync (accumulating),
+COMM_EXPOSED_SHARE of the step                            gradient_as_bucket_view, bucket_cap_mb,
+(several ranks; checked first)                            static_graph, bigger per-rank batch,
+                                                          batched_grad_copy, comm_hook (listed)
 padding >= PADDING_SHARE of the   (any; said first)       padding_free, length_grouping (where
 tokens computed                                           the user listed them; else named)
 none of the above, GPU idle       cpu_launch_overhead     (host-side Python/launch overhead)
@@ -236,6 +237,9 @@ def _communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tu
     overlapped -> check bucket size, use gradient_as_bucket_view=True"; "throughput does not
     scale with GPUs -> large NCCL time -> overlap compute/communication, increase batch"."""
     share = float(ev["comm_exposed_share"])
+    if True in _domain_values(f, "accumulation_no_sync"):  # the study accumulates gradients
+        f.add("accumulation_no_sync", True, "one all-reduce per optimizer step instead of one "
+              "per micro-batch")
     f.add("gradient_as_bucket_view", True, "gradients live in the all-reduce buckets: no copy "
           "into them before each all-reduce")
     cap = int_knob(knobs, "bucket_cap_mb", 25)
@@ -245,10 +249,21 @@ def _communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tu
           "reorder buckets to the order gradients are ready")
     bigger_batch(f, knobs, ev, "the same all-reduce for twice the samples per rank (changes "
                  "training dynamics)")
+    if True in _domain_values(f, "batched_grad_copy"):
+        f.add("batched_grad_copy", True, "one batched copy into each bucket instead of one per "
+              "parameter")
+    if "bf16" in _domain_values(f, "comm_hook"):  # listed by the user: it changes numerics
+        f.add("comm_hook", "bf16", "half the bytes all-reduced (the sum in bf16)")
     return ("communication", f"comm_exposed_share {share:.2f} >= {COMM_EXPOSED_SHARE}",
             f"Communication-bound: {pct(share)} of the step ({ev.get('comm_exposed_ms') or 0:.1f} "
             "ms) waits on the gradient all-reduce, not hidden behind backward (the same step "
             f"without it is that much faster); try {_first(f)}.")
+
+
+def _domain_values(f: Fixes, knob: str) -> list[Any]:
+    """The values the study searches for ``knob`` (none known: [])."""
+    dom = (f.domains or {}).get(knob)
+    return list(dom.values) if dom is not None else []
 
 
 def _padding(share: float, f: Fixes) -> str:

@@ -161,9 +161,10 @@ class Runtime:
 
     def ddp(self, model: nn.Module) -> nn.Module:
         """The placed model (``rt.model``) in DistributedDataParallel with the measured DDP
-        arguments (best.yaml ``ddp_kwargs``), on this rank's device; the process group must
-        be initialized (``torch.distributed.init_process_group``). Pass the returned module to
-        ``wrap``: the step then runs through DDP as the trial's ranks did."""
+        arguments (best.yaml ``ddp_kwargs``) and communication hook (``ddp_step``), on this
+        rank's device; the process group must be initialized
+        (``torch.distributed.init_process_group``). Pass the returned module to ``wrap``: the
+        step then runs through DDP as the trial's ranks did (``accumulation_no_sync`` too)."""
         if distributed.world_size() <= 1:
             raise ValueError("rt.ddp(): no process group of several ranks is initialized: "
                              "launch with torchrun and call torch.distributed."

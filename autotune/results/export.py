@@ -25,7 +25,7 @@ from autotune.core.tokens import TOKENS, unit_of
 from autotune.core.workload import Workload, WorkloadError, resolve_target
 from autotune.results.compile_cost import compile_summary
 from autotune.results.hydra_export import hydra_group_text, overrides_text
-from autotune.results.launch_export import ddp_section, launch_section
+from autotune.results.launch_export import ddp_section, ddp_step_section, launch_section
 from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.storage import redact
@@ -139,6 +139,9 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
     if launch:  # a study whose trials ran as ranks (launch.nproc_per_node)
         doc["launch"] = launch
         doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"))
+        doc["ddp_step"] = ddp_step_section(knobs)
+        if attrs.get("scaling"):  # launch.scaling: search/scaling.py
+            doc["scaling"] = attrs["scaling"]
         doc["comm"] = {"best": trial_attrs(best).get("comm") or None,
                        "baseline": trial_attrs(base).get("comm") or None if base else None}
     doc["nsight"] = nsight_commands(doc, attrs.get("workload_target"),

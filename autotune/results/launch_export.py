@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.core.distributed import ddp_kwargs
+from autotune.core.distributed import COMM_HOOKS, ddp_kwargs
 
 #: The placeholder a user replaces with their training script (and its arguments).
 SCRIPT = "your_train.py"
@@ -39,3 +39,15 @@ def ddp_section(launch: dict[str, Any] | None, knobs: dict[str, Any],
                 torch_version: str | None) -> dict[str, Any] | None:
     """DistributedDataParallel's arguments as the measured torch names them."""
     return ddp_kwargs(knobs, torch_version) if launch else None
+
+
+def ddp_step_section(knobs: dict[str, Any]) -> dict[str, Any]:
+    """What the DDP step does beyond the wrapper's arguments, for a script without
+    ``rt.ddp``/``rt.wrap`` (which apply both): the communication hook to register on the
+    wrapper (null: DDP's own all-reduce), and whether the micro-batches of an accumulation
+    cycle but its last run under ``model.no_sync()``."""
+    hook = knobs.get("comm_hook") or "none"
+    return {"comm_hook": COMM_HOOKS.get(hook),
+            "register": f"model.register_comm_hook(None, {COMM_HOOKS[hook].rpartition('.')[2]})"
+            if hook in COMM_HOOKS else None,
+            "accumulation_no_sync": bool(knobs.get("accumulation_no_sync", False))}

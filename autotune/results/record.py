@@ -97,6 +97,7 @@ class StudyAttrs(TypedDict, total=False):
     numerics: dict[str, Any]
     wall: dict[str, Any]  # this run's expected and measured wall time (search/cost.py)
     launch: dict[str, Any]  # each trial's ranks (cli/app.launch_spec); absent: one process
+    scaling: dict[str, Any]  # launch.scaling: the exported configuration as one rank too
 
 
 class _Settable(Protocol):

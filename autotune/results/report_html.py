@@ -82,6 +82,8 @@ def headline(d: dict[str, Any]) -> list[str]:
         lines.append(f"Every trial ran as {launch['nproc_per_node']} ranks ({launch['backend']}, "
                      f"{launch['cores_per_rank']} core(s) each); the run's command: "
                      f"`{launch['torchrun']}`; DDP arguments: {best.get('ddp_kwargs')}")
+    if best.get("scaling"):
+        lines.append(f"Scaling: {best['scaling']['words']}")
     ceil = best.get("ceilings") or {}
     if ceil:
         lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} {unit}" for k, v in ceil.items())

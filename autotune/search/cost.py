@@ -28,6 +28,7 @@ from typing import Any
 
 from autotune.search.confirm import TIE_BUDGET_SHARE, trusted_rounds
 from autotune.search.progress import clock_text
+from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
 
@@ -48,6 +49,9 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
                      f"{setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
         parts.append(f"a numerics check ({setup.numerics_steps} steps of the baseline and the winner)")
+    if setup.scaling:
+        parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
+                     "ranks and as one rank)")
     if compile_searched(setup):
         parts.append("each compiled trial's compile time (at most "
                      f"{w.get('compile_timeout_s', 600):g} s)")
@@ -66,10 +70,13 @@ class Estimate:
     confirm_max_s: float  # the budget's bound (plus a tie's extra rounds, up to half again)
     numerics_s: float
     compile_unknown: bool
+    scaling_s: float = 0.0  # launch.scaling's rounds: all ranks and one rank, each a window
+
 
     @property
     def total_s(self) -> float:
-        return self.setup_s + self.trials * self.trial_s + self.confirm_s + self.numerics_s
+        return (self.setup_s + self.trials * self.trial_s + self.confirm_s + self.numerics_s
+                + self.scaling_s)
 
     def words(self) -> str:
         parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
@@ -80,6 +87,8 @@ class Estimate:
             parts.append(f"confirmation ~{self.confirm_s:.0f} s{bound}")
         if self.numerics_s:
             parts.append(f"numerics check ~{self.numerics_s:.0f} s")
+        if self.scaling_s:
+            parts.append(f"scaling ~{self.scaling_s:.0f} s")
         extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
         return f"expected wall time ~{clock_text(self.total_s)}: " + " + ".join(parts) + extra
 
@@ -87,7 +96,8 @@ class Estimate:
         return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
                 "setup_s": round(self.setup_s, 2), "confirm_s": round(self.confirm_s, 1),
                 "confirm_max_s": round(self.confirm_max_s, 1),
-                "numerics_s": round(self.numerics_s, 1), "compile_unknown": self.compile_unknown,
+                "numerics_s": round(self.numerics_s, 1), "scaling_s": round(self.scaling_s, 1),
+                "compile_unknown": self.compile_unknown,
                 "words": self.words()}
 
 
@@ -107,9 +117,11 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
     numerics_s = 2 * window_s if setup.numerics_steps else 0.0
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
+    # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
+    scaling_s = 2 * SCALING_ROUNDS * window_s if setup.scaling else 0.0
     return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
-                    compile_searched(setup) and not compiled)
+                    compile_searched(setup) and not compiled, scaling_s)
 
 
 class CostClock:

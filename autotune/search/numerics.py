@@ -63,6 +63,7 @@ log = logging.getLogger("autotune")
 DEFAULT_TOLERANCE: dict[str, float] = {
     "default": 0.05, "amp": 0.10, "compile": 0.05, "cuda_graphs": 0.05,
     "device_transform": 0.05, "tf32": 0.05, "attention": 0.05, "padding_free": 0.05,
+    "comm_hook": 0.05,
 }
 #: Knobs that decide how batches reach the step, not the arithmetic on them: the reference
 #: takes the finalist's values (see the module docstring). ``length_grouping`` changes which
@@ -78,7 +79,9 @@ _FAMILY_KNOBS = {"amp": ("amp",), "compile": ("compile",), "cuda_graphs": ("cuda
                  # SDPA backends sum in other orders; checkpointing recomputes the same ops.
                  "attention": ("attention", "activation_checkpointing"),
                  # The same samples in one row: the same tokens' losses, other kernels' shapes.
-                 "padding_free": ("padding_free",)}
+                 "padding_free": ("padding_free",),
+                 # Gradients summed across ranks in fp16 or bf16 (DDP's compression hooks).
+                 "comm_hook": ("comm_hook",)}
 
 
 def check_tolerance(tolerance: dict[str, Any]) -> dict[str, float]:

@@ -35,6 +35,7 @@ from autotune.search.cost import CostClock, plan_words
 from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
 from autotune.search.numerics import check_numerics
 from autotune.search.progress import StudyProgress
+from autotune.search.scaling import measure_scaling
 from autotune.search.setup import StopFlag, StudySetup, create_study
 from autotune.search.study import Driver
 from autotune.search.summary import print_summary
@@ -119,6 +120,13 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
                 check_numerics(setup, study, stop)
             except Interrupted:
                 log.warning("numerics check interrupted; best.yaml left unchecked")
+                code = 130 if stop.reason == "SIGINT" else 143
+    if code == 0 and setup.scaling:
+        with StopFlag() as stop:
+            try:
+                measure_scaling(setup, study, stop)
+            except Interrupted:
+                log.warning("scaling measurement interrupted; best.yaml has no scaling figure")
                 code = 130 if stop.reason == "SIGINT" else 143
     set_study_attrs(study, {"wall": clock.record()})
     write_exports(study, setup.out_dir, str(setup.storage))

@@ -78,6 +78,8 @@ class StudySetup:
     numerics_tolerance: dict[str, float] = field(default_factory=dict)
     #: Each trial as the production launch runs it (cli/app.launch_spec; {}: one process).
     launch: dict[str, Any] = field(default_factory=dict)
+    #: launch.scaling: measure the exported configuration as one rank too (search/scaling.py).
+    scaling: bool = False
 
     def grad_accum(self, knobs: dict[str, Any]) -> int:
         """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
