@@ -52,6 +52,8 @@ phase_gpu_ms_per_step          the same ranges on the GPU timeline (None on CPU)
 cpu_op_ms_per_step             self time of all CPU ops (per thread: union of op intervals)
 top_cpu_ops                    up to 5 {name, self_ms_per_step}
 peak_allocated_mb              {cpu, cuda}: peak "Total Allocated" of the [memory] events
+comm                           DDP's all-reduce per step and its overlap with backward's
+                               compute (diagnose/comm_trace.py); None without all-reduces
 =============================  ==============================================================
 """
 
@@ -66,6 +68,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autotune.core.numbers import finite
+from autotune.diagnose.comm_trace import comm_fields
 from autotune.diagnose.thresholds import SHORT_KERNEL_US  # seed 002: tiny kernels = launch overhead
 
 PHASES = ("copy", "forward", "backward", "optimizer")
@@ -270,6 +273,7 @@ def _summarize(trace: dict[str, Any], steps: int) -> dict[str, Any]:
     else:
         out["launches_per_step"] = None
     out["peak_allocated_mb"] = _memory_peaks(memory)
+    out["comm"] = comm_fields(spans, start, end, n)
     return out
 
 

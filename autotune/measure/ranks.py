@@ -170,6 +170,12 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
     if shares:
         out.comm = {**out.comm, "slowest_rank": slowest,
                     "exposed_share": max(shares), "rank_shares": shares}
+        traced = {"rank0": done[0].trace.get("comm"), "slowest": done[slowest].trace.get("comm")}
+        if any(traced.values()):
+            # Each rank profiled its own steps (the trial's result keeps the slowest's trace
+            # summary): rank 0's all-reduce ranges beside the slowest's, which the others
+            # waited on (diagnose/comm_trace.py).
+            out.comm["trace"] = traced
     return out
 
 

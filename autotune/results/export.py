@@ -271,14 +271,26 @@ GPU_COLUMNS = ("utilization_pct", "sm_clock_mhz", "sm_clock_max_mhz", "power_w",
 
 
 def _comm_columns(comm: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A trial of several ranks: what the all-reduce adds to the step, and the slowest rank."""
+    """A trial of several ranks: what the all-reduce adds to the step (the counterfactual),
+    the slowest rank, and beside them where the all-reduce ran: DDP's own timing of the
+    slowest rank's synced steps, and the profiles' all-reduce ranges (the slowest rank's, and
+    rank 0's; blank where the trial was not profiled)."""
     if not comm:
         return {}
+    traced = comm.get("trace") or {}
+    slowest, rank0 = traced.get("slowest") or {}, traced.get("rank0") or {}
     return {"comm.exposed_share": rounded(comm.get("exposed_share")),
             "comm.exposed_ms": rounded(comm.get("exposed_ms")),
             "comm.synced_step_ms": rounded(comm.get("synced_step_ms")),
             "comm.unsynced_step_ms": rounded(comm.get("unsynced_step_ms")),
             "comm.rank_gap_ms": rounded(comm.get("rank_gap_ms")),
+            "comm.ddp_comm_ms": rounded(comm.get("ddp_comm_ms")),
+            "comm.ddp_overlap_share": rounded(comm.get("ddp_overlap_share")),
+            "comm.trace_allreduce_ms": rounded(slowest.get("allreduce_ms_per_step")),
+            "comm.trace_after_backward_ms": rounded(slowest.get("after_backward_ms_per_step")),
+            "comm.trace_overlap_share": rounded(slowest.get("overlap_share")),
+            "comm.trace_allreduce_ms_rank0": rounded(rank0.get("allreduce_ms_per_step")),
+            "comm.trace_overlap_share_rank0": rounded(rank0.get("overlap_share")),
             "ranks": len(ranks), "slowest_rank": ranks[0]["rank"] if ranks else ""}
 
 

@@ -142,13 +142,18 @@ def gather(study: optuna.Study, storage_url: str) -> dict[str, Any]:
 
 def comm_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """A launched study (several ranks per trial): each measured trial's step with and without
-    DDP's all-reduce and the share of its step the all-reduce adds (measure/comm.py)."""
+    DDP's all-reduce and the share of its step the all-reduce adds (measure/comm.py); beside
+    it the slowest rank's profiled all-reduce and the share backward hid
+    (diagnose/comm_trace.py), None where the trial was not profiled."""
     rows = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         comm, ranks = trial_attrs(t).get("comm") or {}, trial_attrs(t).get("ranks") or []
         if comm:
+            traced = (comm.get("trace") or {}).get("slowest") or {}
             rows.append({"trial": t.number, "ranks": len(ranks), **comm,
-                         "slowest": ranks[0]["rank"] if ranks else None})
+                         "slowest": ranks[0]["rank"] if ranks else None,
+                         "trace_allreduce_ms": traced.get("allreduce_ms_per_step"),
+                         "trace_overlap_share": traced.get("overlap_share")})
     return rows
 
 

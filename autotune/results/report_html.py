@@ -39,6 +39,12 @@ def _f(v: Any, fmt: str = ",.1f", unit: str = "") -> str:
     return "-" if v is None else f"{v:{fmt}}{unit}"
 
 
+def _hidden(ms: float | None, share: float | None) -> str:
+    """"12.30 ms (45%)": an all-reduce's time and the share of it backward hid."""
+    return "-" if ms is None else _f(ms, ".2f", " ms") + (
+        "" if share is None else f" ({100 * share:.0f}%)")
+
+
 def _figure(x: Any) -> str:
     if not isinstance(x, float):
         return str(x)
@@ -137,15 +143,20 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                  for r in d["confirmation"]]))
     if d.get("comm"):
         out.append(("Gradient all-reduce per trial (the same step on one batch with and without "
-                    "it, the slowest rank's; its share of the window's step)",
+                    "it, the slowest rank's; its share of the window's step; where it ran: the "
+                    "profile's all-reduce per step and DDP's own timing, with the share backward "
+                    "hid)",
                     ["trial", "ranks", "step with", "step without", "all-reduce adds",
-                     "share of the step", "slowest rank", "ranks' gap"],
+                     "share of the step", "slowest rank", "ranks' gap", "profiled (hidden)",
+                     "DDP's (hidden)"],
                     [[str(r["trial"]), str(r["ranks"]), _f(r.get("synced_step_ms"), ".2f", " ms"),
                       _f(r.get("unsynced_step_ms"), ".2f", " ms"),
                       _f(r.get("exposed_ms"), ".2f", " ms"),
                       _f(100 * float(r.get("exposed_share") or 0), ".0f", "%"),
                       "-" if r.get("slowest") is None else str(r["slowest"]),
-                      _f(r.get("rank_gap_ms"), ".2f", " ms")]
+                      _f(r.get("rank_gap_ms"), ".2f", " ms"),
+                      _hidden(r.get("trace_allreduce_ms"), r.get("trace_overlap_share")),
+                      _hidden(r.get("ddp_comm_ms"), r.get("ddp_overlap_share"))]
                      for r in d["comm"]]))
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
                 [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
