@@ -125,6 +125,13 @@ def bigger_batch(f: Fixes, knobs: Mapping[str, Any], ev: dict[str, Any], why: st
         f.add("batch_size", 2 * b, why)
 
 
+def first_fixes(f: Fixes) -> str:
+    """The first two fixes as ``knob=value``, for a verdict's sentence."""
+    if not f.items:
+        return "no knob in this study's space"
+    return ", ".join(f"{x['knob']}={x['value']}" for x in f.items[:2])
+
+
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 

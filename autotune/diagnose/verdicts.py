@@ -68,11 +68,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.core.numbers import finite
+from autotune.diagnose.comm_verdict import communication
 from autotune.diagnose.fixes import (
     Fixes,
     bigger_batch,
     compute_fixes,
     copy_fixes,
+    first_fixes,
     input_fixes,
     int_knob,
     launch_fixes,
@@ -214,7 +216,7 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
         ev["comm_exposed_share"] = comm.get("exposed_share")
         ev["comm_exposed_ms"] = comm.get("exposed_ms")
     if comm and float(comm.get("exposed_share") or 0.0) >= COMM_EXPOSED_SHARE:
-        bottleneck, rule, summary = _communication(ev, knobs, f)
+        bottleneck, rule, summary = communication(ev, knobs, f)
     elif cuda:
         bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)
     else:
@@ -230,40 +232,6 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
     loader = {k: ev.pop(k) for k in LOADER_KEYS}  # structured, beside the numbers
     return {"bottleneck": bottleneck, "evidence": ev, "rule": rule, "fixes": f.items,
             "ruled_out": f.ruled_out, "loader_hot": loader["loader_hot"], "summary": summary}
-
-
-def _communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tuple[str, str, str]:
-    """Seed 002: "NCCL calls between backward and optimizer -> DDP gradient sync not
-    overlapped -> check bucket size, use gradient_as_bucket_view=True"; "throughput does not
-    scale with GPUs -> large NCCL time -> overlap compute/communication, increase batch"."""
-    share = float(ev["comm_exposed_share"])
-    if True in _domain_values(f, "accumulation_no_sync"):  # the study accumulates gradients
-        f.add("accumulation_no_sync", True, "one all-reduce per optimizer step instead of one "
-              "per micro-batch")
-    f.add("gradient_as_bucket_view", True, "gradients live in the all-reduce buckets: no copy "
-          "into them before each all-reduce")
-    cap = int_knob(knobs, "bucket_cap_mb", 25)
-    f.add("bucket_cap_mb", 100 if cap < 100 else 5, "fewer, larger all-reduce messages"
-          if cap < 100 else "smaller buckets start their all-reduce earlier in backward")
-    f.add("static_graph", True, "DDP skips its per-step search for unused parameters and may "
-          "reorder buckets to the order gradients are ready")
-    bigger_batch(f, knobs, ev, "the same all-reduce for twice the samples per rank (changes "
-                 "training dynamics)")
-    if True in _domain_values(f, "batched_grad_copy"):
-        f.add("batched_grad_copy", True, "one batched copy into each bucket instead of one per "
-              "parameter")
-    if "bf16" in _domain_values(f, "comm_hook"):  # listed by the user: it changes numerics
-        f.add("comm_hook", "bf16", "half the bytes all-reduced (the sum in bf16)")
-    return ("communication", f"comm_exposed_share {share:.2f} >= {COMM_EXPOSED_SHARE}",
-            f"Communication-bound: {pct(share)} of the step ({ev.get('comm_exposed_ms') or 0:.1f} "
-            "ms) waits on the gradient all-reduce, not hidden behind backward (the same step "
-            f"without it is that much faster); try {_first(f)}.")
-
-
-def _domain_values(f: Fixes, knob: str) -> list[Any]:
-    """The values the study searches for ``knob`` (none known: [])."""
-    dom = (f.domains or {}).get(knob)
-    return list(dom.values) if dom is not None else []
 
 
 def _padding(share: float, f: Fixes) -> str:
@@ -293,13 +261,7 @@ def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) 
     where = "GPU memory" if cuda else "host memory"
     return ("memory", f"memory_share_of_limit {share:.2f} >= {MEMORY_HIGH_SHARE}",
             f"Memory-bound: peak {where} is {pct(share)} of the limit, leaving no headroom "
-            f"(allocator retries, OOM risk); reduce activation memory with {_first(f)}.")
-
-
-def _first(f: Fixes) -> str:
-    if not f.items:
-        return "no knob in this study's space"
-    return ", ".join(f"{x['knob']}={x['value']}" for x in f.items[:2])
+            f"(allocator retries, OOM risk); reduce activation memory with {first_fixes(f)}.")
 
 
 def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
@@ -313,14 +275,14 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         input_fixes(f, knobs, True, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE} and {busy_txt}",
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time while the "
-                f"GPU idles ({busy_txt}){loader_kind(ev, knobs)}; feed it faster with {_first(f)}."
+                f"GPU idles ({busy_txt}){loader_kind(ev, knobs)}; feed it faster with {first_fixes(f)}."
                 + _hot_spot(ev))
 
     if h2d is not None and h2d >= H2D_SHARE and not_saturated:
         copy_fixes(f, ev)
         return ("host_to_device", f"h2d_share {h2d:.2f} >= {H2D_SHARE}",
                 f"Copy-bound: host-to-device copies take {pct(h2d)} of the step ({busy_txt}); "
-                f"make them cheaper and asynchronous with {_first(f)}.")
+                f"make them cheaper and asynchronous with {first_fixes(f)}.")
 
     stage_syncs = ev["stage_syncs_per_step"]
     if stage_syncs >= SYNCS_PER_STEP and not_saturated:
@@ -332,7 +294,7 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
                 f"synchronizations per step happen in the stages transform_split={split} runs on "
                 f"the device (decode_jpeg on a GPU copies each image's host bytes in with a "
                 f"blocking copy), not in the training code, and idle the GPU ({busy_txt}); "
-                f"try {_first(f)}.")
+                f"try {first_fixes(f)}.")
 
     syncs = ev["step_syncs_per_step"]
     if syncs is not None and syncs >= SYNCS_PER_STEP and not_saturated:
@@ -360,7 +322,7 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
                 f"({pct(short)} < {SHORT_KERNEL_US:.0f} us), {launches:.0f} launches/step",
                 f"Launch-bound: {launches:.0f} mostly tiny kernels per step (median "
                 f"{median if median is not None else float('nan'):.1f} us) leave the GPU idle "
-                f"({busy_txt}) while the host enqueues them; cut launches with {_first(f)}.")
+                f"({busy_txt}) while the host enqueues them; cut launches with {first_fixes(f)}.")
 
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
@@ -370,19 +332,19 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         compute_fixes(f, knobs, ev, image_inputs)
         return ("gpu_compute", f"gpu_busy_pct {busy:.0f} >= {GPU_BUSY_HIGH_PCT}",
                 f"Compute-bound: the GPU is busy {busy:.0f}% of the step; make each step "
-                f"cheaper with {_first(f)}.")
+                f"cheaper with {first_fixes(f)}.")
 
     if busy is not None:  # idle GPU, not data, copies or syncs: host-side overhead
         launch_fixes(f, knobs, ev)
         return ("cpu_launch_overhead", f"gpu_busy_pct {busy:.0f} < {GPU_BUSY_HIGH_PCT} with no "
                 "data, copy or sync cause",
                 f"Host-bound: the GPU idles ({busy_txt}) without waiting on data, copies or syncs: "
-                f"Python/launch overhead on the host; try {_first(f)}.")
+                f"Python/launch overhead on the host; try {first_fixes(f)}.")
 
     compute_fixes(f, knobs, ev, image_inputs)
     return ("gpu_compute", "no profiler trace and no input/copy cause: assumed compute-bound",
             f"Probably compute-bound (no profiler trace to confirm; loader wait {pct(dw)}, "
-            f"copies {pct(h2d)}); try {_first(f)}.")
+            f"copies {pct(h2d)}); try {first_fixes(f)}.")
 
 
 def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
@@ -392,7 +354,7 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
         input_fixes(f, knobs, False, ev)
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE}",
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time"
-                f"{loader_kind(ev, knobs)}; load batches in parallel with {_first(f)}."
+                f"{loader_kind(ev, knobs)}; load batches in parallel with {first_fixes(f)}."
                 + _hot_spot(ev))
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
@@ -419,4 +381,4 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
               "step: overlap it with compute")
     return ("cpu_compute", f"data_wait_share {pct(dw)} < {DATA_WAIT_SHARE:.0%}: the CPU computes",
             f"Compute-bound on CPU: the loader wait is only {pct(dw)} of the step and the "
-            f"cores spend it in the model's ops; try {_first(f)}.")
+            f"cores spend it in the model's ops; try {first_fixes(f)}.")

@@ -1,0 +1,45 @@
+"""The communication verdict of a trial launched as ranks: DDP's all-reduce exposed past
+COMM_EXPOSED_SHARE of the step, measured (measure/comm.py), and the fixes for it that this
+study's space holds (verdicts.py calls it first, before any other rule)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.diagnose.fixes import Fixes, bigger_batch, first_fixes, int_knob, pct
+from autotune.diagnose.thresholds import COMM_EXPOSED_SHARE
+
+
+def communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tuple[str, str, str]:
+    """Seed 002: "NCCL calls between backward and optimizer -> DDP gradient sync not
+    overlapped -> check bucket size, use gradient_as_bucket_view=True"; "throughput does not
+    scale with GPUs -> large NCCL time -> overlap compute/communication, increase batch"."""
+    share = float(ev["comm_exposed_share"])
+    if True in _domain_values(f, "accumulation_no_sync"):  # the study accumulates gradients
+        f.add("accumulation_no_sync", True, "one all-reduce per optimizer step instead of one "
+              "per micro-batch")
+    f.add("gradient_as_bucket_view", True, "gradients live in the all-reduce buckets: no copy "
+          "into them before each all-reduce")
+    cap = int_knob(knobs, "bucket_cap_mb", 25)
+    f.add("bucket_cap_mb", 100 if cap < 100 else 5, "fewer, larger all-reduce messages"
+          if cap < 100 else "smaller buckets start their all-reduce earlier in backward")
+    f.add("static_graph", True, "DDP skips its per-step search for unused parameters and may "
+          "reorder buckets to the order gradients are ready")
+    bigger_batch(f, knobs, ev, "the same all-reduce for twice the samples per rank (changes "
+                 "training dynamics)")
+    if True in _domain_values(f, "batched_grad_copy"):
+        f.add("batched_grad_copy", True, "one batched copy into each bucket instead of one per "
+              "parameter")
+    if "bf16" in _domain_values(f, "comm_hook"):  # listed by the user: it changes numerics
+        f.add("comm_hook", "bf16", "half the bytes all-reduced (the sum in bf16)")
+    return ("communication", f"comm_exposed_share {share:.2f} >= {COMM_EXPOSED_SHARE}",
+            f"Communication-bound: {pct(share)} of the step ({ev.get('comm_exposed_ms') or 0:.1f} "
+            "ms) waits on the gradient all-reduce, not hidden behind backward (the same step "
+            f"without it is that much faster); try {first_fixes(f)}.")
+
+
+def _domain_values(f: Fixes, knob: str) -> list[Any]:
+    """The values the study searches for ``knob`` (none known: [])."""
+    dom = (f.domains or {}).get(knob)
+    return list(dom.values) if dom is not None else []
