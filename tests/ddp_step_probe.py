@@ -15,6 +15,8 @@ import torch.distributed as dist
 from autotune.core.env import probe
 from autotune.core.knobs import build_space
 from autotune.core.training import Training
+from autotune.measure import comm
+from autotune.measure.clock import Clock
 from autotune.workloads.mlp import MLPWorkload
 
 CONFIGS = {
@@ -58,6 +60,11 @@ def main(out: str) -> None:
             "batched_grad_copy": bool(getattr(run.ddp, "batched_grad_copy", False)),
             "gradient_as_bucket_view": bool(run.ddp.gradient_as_bucket_view),
         }
+        if name in ("plain", "no_sync"):  # the window's counterfactual on this step
+            batches = iter(micro * 100)
+            timed = comm.exposed(run, batches, Clock(run.device), 10.0, steps=2)
+            report[name]["counterfactual"] = {k: timed[k] for k in (
+                "micro_steps_per_unit", "synced_step_ms", "unsynced_step_ms")}
     if rank == 0:
         with open(out, "w") as f:
             json.dump(report, f)

@@ -41,6 +41,11 @@ def test_each_ddp_step_knob_is_applied_on_real_ranks(tmp_path: Path) -> None:
     assert no_sync["averaged_after_first_micro_batch"] is False
     assert no_sync["averaged_after_cycle"] is True
     assert no_sync["grads"] == pytest.approx(plain["grads"], abs=1e-6)
+    # The all-reduce's counterfactual times whole accumulation cycles where only one of their
+    # micro-batches all-reduces (a median of single micro-steps would read an unsynced one).
+    assert plain["counterfactual"]["micro_steps_per_unit"] == 1
+    assert no_sync["counterfactual"]["micro_steps_per_unit"] == 2
+    assert no_sync["counterfactual"]["synced_step_ms"] > 0
     # bf16 compression: the hook is DDP's, and the sum is rounded (close, not equal).
     hooked = seen["bf16_hook"]
     assert hooked["comm_hook"] == "bf16_compress_hook" and plain["comm_hook"] is None

@@ -75,6 +75,11 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
     share cores."""
     inputs, targets = run.to_device(*next(batches))
 
+    # With accumulation_no_sync only one micro-batch of each cycle all-reduces: a median of
+    # single micro-steps would be an unsynced one. Each timed unit is then a whole cycle (one
+    # all-reduce in it, wherever it starts), per micro-step.
+    cycle = run.grad_accum if run.knobs.get("accumulation_no_sync") else 1
+
     def block(sync: bool) -> list[float]:
         run.sync_grads = sync
         barrier()
@@ -82,9 +87,10 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
         for _ in range(steps):
             clock.sync(run.device)
             t0 = time.perf_counter()
-            run.step(inputs, targets)
+            for _ in range(cycle):
+                run.step(inputs, targets)
             clock.sync(run.device)
-            times.append((time.perf_counter() - t0) * 1e3)
+            times.append((time.perf_counter() - t0) * 1e3 / cycle)
             if sync:
                 ddp.read()  # outside the timed step
         return times
@@ -107,6 +113,7 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
     return {"synced_step_ms": with_ms, "unsynced_step_ms": without_ms, "exposed_ms": added,
             "exposed_share": min(1.0, added / max(window_step_ms, with_ms, 1e-9)),
             "rank_gap_ms": max(0.0, without_ms - fastest_ms), "steps": steps,
+            "micro_steps_per_unit": cycle,
             "backend": dist.get_backend(), "world_size": dist.get_world_size(),
             **ddp.figures()}
 
