@@ -98,4 +98,7 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
     return {"synced_step_ms": with_ms, "unsynced_step_ms": without_ms, "exposed_ms": added,
             "exposed_share": min(1.0, added / max(window_step_ms, with_ms, 1e-9)),
             "rank_gap_ms": max(0.0, without_ms - fastest_ms), "steps": steps,
-            "backend": dist.get_backend(), "world_size": dist.get_world_size()}
+            "backend": dist.get_backend(), "world_size": dist.get_world_size(),
+            # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
+            # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
+            "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False))}
