@@ -217,16 +217,6 @@ def test_a_rendezvous_endpoint_already_taken_fails_fast_by_name(tmp_path: Path) 
     assert not (tmp_path / "studies" / "r" / "trials").exists()
 
 
-def test_an_adapter_workload_under_ranks_is_refused_with_why(tmp_path: Path) -> None:
-    """Lightning's own DDP is not driven yet: refused before any trial, saying so."""
-    proc = run_cli(["workload._target_=autotune.adapters.lightning.LightningWorkload",
-                    "+workload.module=examples.lightning_tune.Classifier",
-                    "+workload.datamodule=examples.lightning_tune.RandomData", *LAUNCH],
-                   tmp_path, timeout=120)
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "cannot run as ranks yet" in proc.stderr and "launch.nproc_per_node=1" in proc.stderr
-
-
 def test_several_nodes_are_refused_with_what_works(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "launch.nnodes=2"], tmp_path, timeout=120)
     assert proc.returncode == 2

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.adapters import best_document, in_process
+from autotune.adapters.ddp import accelerator_ddp_kwargs, launched
 from autotune.adapters.hf_workload import (
+    _DDP_FIELDS,
     _SPEED_FIELDS,
     _STEP_FIELDS,
     _VERSIONED,
@@ -84,7 +86,7 @@ def trainer_parts(trainer: Any) -> ToShip:
     loader = trainer.get_train_dataloader()
     model = trainer.model
     args = trainer.args
-    fields = {k: getattr(args, k) for k in _STEP_FIELDS + _SPEED_FIELDS + _VERSIONED
+    fields = {k: getattr(args, k) for k in _STEP_FIELDS + _SPEED_FIELDS + _VERSIONED + _DDP_FIELDS
               if hasattr(args, k)}
     if "train_sampling_strategy" in fields:
         fields["train_sampling_strategy"] = str(getattr(fields["train_sampling_strategy"], "value",
@@ -143,7 +145,9 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     """Apply ``best`` to ``trainer`` in place (before ``train()``) and return it: its
     TrainingArguments (and the Accelerator they configure: mixed precision, compile), then
     what no field holds, in this process: the host allocator, the CPU threads (this process
-    and each loader worker), cuDNN autotuning, TF32 matmuls, the collator's padding."""
+    and each loader worker), cuDNN autotuning, TF32 matmuls, the collator's padding; for a
+    study launched as ranks, the Accelerator's DDP arguments (gradient_as_bucket_view, the
+    comm hook, batched_grad_copy: adapters/ddp.py)."""
     doc = best_document(best)
     knobs = doc["knobs"]
     apply_process_knobs(knobs)  # before the Trainer's DataLoader forks its workers
@@ -153,6 +157,9 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     trainer.args = new
     trainer._train_batch_size = new.train_batch_size
     trainer.create_accelerator_and_postprocess()
+    if launched(doc):  # the DDP arguments no TrainingArguments field holds (adapters/ddp.py)
+        accelerator = trainer.accelerator
+        accelerator.ddp_handler = accelerator_ddp_kwargs(accelerator.ddp_handler, doc)
     _loader_settings(trainer, knobs)
     _model_settings(trainer, knobs)
     return trainer

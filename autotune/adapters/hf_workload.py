@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
+from autotune.adapters.ddp import trainer_find_unused, training_arguments_ddp, user_ddp_defaults
 from autotune.core import sequences
 from autotune.core.batch import measure_shapes
 from autotune.core.shipping import Shipped
@@ -61,8 +62,6 @@ class HFWorkload(Workload):
     fields the user trains with today."""
 
     name = "hf"
-    not_launchable = ("the Trainer runs its own DDP under torchrun, which autotune does not "
-                      "drive yet (issue 29)")
     knob_limits = {
         "cuda_graphs": ([False], "the Trainer has no whole-step CUDA Graph (torch_compile_mode="
                                  "reduce-overhead is its way to graphs)"),
@@ -121,7 +120,8 @@ class HFWorkload(Workload):
                 f"workload.training_args: {', '.join(unknown)} not TrainingArguments field(s) of "
                 f"the installed transformers. Valid fields include: {', '.join(_SPEED_FIELDS)}.")
         self.full_args = {k: self.args.get(k, fields[k]) for k in _STEP_FIELDS + _SPEED_FIELDS}
-        self.full_args.update({k: self.args.get(k, fields[k]) for k in _VERSIONED if k in fields})
+        self.full_args.update({k: self.args.get(k, fields[k]) for k in _VERSIONED + _DDP_FIELDS
+                               if k in fields})
         if self.full_args["optim"] not in OPTIM_IMPL:
             raise WorkloadError(
                 f"training_args.optim={self.full_args['optim']!r}: the adapter measures "
@@ -137,6 +137,18 @@ class HFWorkload(Workload):
         self.input_shapes = measure_shapes(data, collator, self.defaults["batch_size"])
         self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
                               else bool(static_shapes))
+        if self.defaults["length_grouping"]:
+            # Checked by the command line before any trial (cli/app.py) under launch.nproc_per_node.
+            self.not_launchable = (
+                "its TrainingArguments group samples by length, and each rank's sampler in the "
+                "trials is a DistributedSampler (the length_grouping knob is off under ranks), so "
+                "no trial would run your sampling; set train_sampling_strategy='random' "
+                "(group_by_length=False) to tune it under ranks")
+
+    def ddp_arguments(self, model: nn.Module, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        """The Trainer's ``find_unused_parameters`` under torchrun (adapters/ddp.py)."""
+        return {"find_unused_parameters": trainer_find_unused(
+            model, knobs, self.full_args.get("ddp_find_unused_parameters"))}
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         return self.data
@@ -240,6 +252,10 @@ _SPEED_FIELDS = ["per_device_train_batch_size", "gradient_accumulation_steps", "
 _CHECKPOINTING_FIELDS = ("activation_checkpointing", "gradient_checkpointing")
 _GROUPING_FIELDS = ("train_sampling_strategy", "group_by_length")
 _VERSIONED = [*_CHECKPOINTING_FIELDS, *_GROUPING_FIELDS]
+#: The user's DDP fields: the baseline's DDP knobs and the trials' find_unused_parameters
+#: (adapters/ddp.py); written back under launch.nproc_per_node.
+_DDP_FIELDS = ["ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
+               "ddp_static_graph"]
 
 
 def version_field(names: tuple[str, ...]) -> str | None:
@@ -280,6 +296,7 @@ def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
         "non_blocking": bool(accel.get("non_blocking", False)) if isinstance(accel, Mapping) else False,
         "activation_checkpointing": any(bool(a.get(n)) for n in _CHECKPOINTING_FIELDS),
         "length_grouping": _grouped(a),
+        **user_ddp_defaults(a),
     }
     if workers > 0:
         out["prefetch_factor"] = int(a["dataloader_prefetch_factor"] or 2)
@@ -319,6 +336,9 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
     if grouping and "length_grouping" in k:
         out[grouping] = (("group_by_length" if k["length_grouping"] else "random")
                          if grouping == "train_sampling_strategy" else bool(k["length_grouping"]))
+    # Under launch.nproc_per_node: the measured DDP arguments (per_device_train_batch_size and
+    # dataloader_num_workers above are per rank, as the trials ran them).
+    out.update(training_arguments_ddp(doc, training_argument_fields()))
     if (doc.get("device") or {}).get("type") == "cpu":
         out["use_cpu"] = True  # measured on the CPU: keep the Trainer off any GPU present
     return out

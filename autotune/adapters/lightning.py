@@ -159,8 +159,11 @@ def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
         trainer = self.trainer
         have = {"precision": str(trainer.precision),
                 "accumulate_grad_batches": trainer.accumulate_grad_batches,
-                "benchmark": bool(torch.backends.cudnn.benchmark)}
-        off = [f"{k}={have[k]!r} (measured {v!r})" for k, v in want.items() if have.get(k) != v]
+                "benchmark": bool(torch.backends.cudnn.benchmark),
+                "devices": trainer.num_devices}
+        # The strategy is an object: its arguments are not compared here.
+        off = [f"{k}={have[k]!r} (measured {v!r})" for k, v in want.items()
+               if k in have and have[k] != v]
         if off:
             _warn(f"the Trainer runs {', '.join(off)}: pass L.Trainer(**autotune.adapters."
                   "lightning.trainer_kwargs(best), ...) (or tune(...).trainer_kwargs)")

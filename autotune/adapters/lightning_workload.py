@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from autotune.adapters import accumulation, best_document, environment, in_process, load_object
+from autotune.adapters.ddp import ddp_strategy, launched, strategy_document
 from autotune.core.batch import measure_shapes, tensors
 from autotune.core.shipping import Shipped
 from autotune.core.training import loader_kwargs, optimizer_kwargs, set_optimizer_impl
@@ -91,8 +92,6 @@ class LightningWorkload(Workload):
     today (the baseline's amp)."""
 
     name = "lightning"
-    not_launchable = ("Lightning's DDPStrategy runs its own ranks, which autotune does not "
-                      "drive yet (issue 29)")
     knob_limits = {
         "cuda_graphs": ([False], "Lightning's loop has no whole-step CUDA Graph (compile's "
                                  "reduce-overhead is its way to graphs)"),
@@ -312,11 +311,23 @@ def optimizers_in(out: Any) -> list[torch.optim.Optimizer]:
 # --- export --------------------------------------------------------------------------------
 def trainer_kwargs(best: Any) -> dict[str, Any]:
     """``lightning.Trainer(**trainer_kwargs(best), ...)``: precision, cuDNN autotuning and the
-    gradient accumulation (1 unless the study kept the global batch)."""
-    knobs = best_document(best)["knobs"]
+    gradient accumulation (1 unless the study kept the global batch); for a study launched as
+    N ranks, ``devices=N`` and ``strategy=DDPStrategy(...)`` with the measured DDP arguments
+    and comm hook (adapters/ddp.py)."""
+    doc = best_document(best)
+    out = _plain_trainer_kwargs(doc)
+    if launched(doc):
+        out["devices"] = int(doc["launch"]["nproc_per_node"])
+        out["strategy"] = ddp_strategy(doc)
+    return out
+
+
+def _plain_trainer_kwargs(doc: dict[str, Any]) -> dict[str, Any]:
+    """The Trainer arguments that are plain values (lightning.yaml's ``trainer``)."""
+    knobs = doc["knobs"]
     return {"precision": AMP_PRECISION[knobs["amp"]],
             "benchmark": bool(knobs["cudnn_benchmark"]),
-            "accumulate_grad_batches": accumulation(best_document(best))}
+            "accumulate_grad_batches": accumulation(doc)}
 
 
 def dataloader_kwargs(best: Any) -> dict[str, Any]:
@@ -330,8 +341,13 @@ def lightning_document(best: Any) -> dict[str, Any]:
     doc = best_document(best)
     knobs = doc["knobs"]
     mode = knobs["compile"]
+    trainer = _plain_trainer_kwargs(doc)
+    strategy = strategy_document(doc)
+    if strategy:  # the DDPStrategy is an object: lightning.yaml says how to build it
+        trainer["devices"] = strategy["devices"]
     return {
-        "trainer": trainer_kwargs(doc),
+        "trainer": trainer,
+        "strategy": strategy,
         "dataloader": dataloader_kwargs(doc),
         "module": {"compile": None if mode == "off" else {"mode": None if mode == "default" else mode},
                    "channels_last": bool(knobs["channels_last"])},

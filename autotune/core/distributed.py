@@ -130,15 +130,16 @@ def comm_hook(name: str | None) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def wrap(model: torch.nn.Module, knobs: Mapping[str, Any],
-         device: torch.device) -> torch.nn.parallel.DistributedDataParallel:
+def wrap(model: torch.nn.Module, knobs: Mapping[str, Any], device: torch.device,
+         extra: Mapping[str, Any] | None = None) -> torch.nn.parallel.DistributedDataParallel:
     """The model in DDP with the knobs' arguments and communication hook; on CUDA, on this
-    rank's device."""
+    rank's device. ``extra``: arguments the workload's framework adds (Workload.ddp_arguments:
+    the Hugging Face Trainer's find_unused_parameters)."""
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else None
-    ddp = DistributedDataParallel(model, device_ids=ids, **ddp_kwargs(knobs))
+    ddp = DistributedDataParallel(model, device_ids=ids, **ddp_kwargs(knobs), **dict(extra or {}))
     hook = comm_hook(knobs.get("comm_hook"))
     if hook is not None:
         ddp.register_comm_hook(None, hook)

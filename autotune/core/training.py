@@ -237,7 +237,8 @@ class Training:
         # sync_grads=False skips the all-reduce (DDP's no_sync): the window's counterfactual.
         ddp_type = torch.nn.parallel.DistributedDataParallel
         self.ddp = (model if isinstance(model, ddp_type) else
-                    distributed.wrap(model, self.knobs, self.device)
+                    distributed.wrap(model, self.knobs, self.device,
+                                     self.workload.ddp_arguments(model, self.knobs))
                     if wrap and distributed.world_size() > 1 else None)
         self.sync_grads = True
         # the model (or its DDP wrapper), or its compiled wrapper

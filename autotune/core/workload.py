@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -116,6 +116,13 @@ class Workload:
 
     def model(self) -> nn.Module:
         raise NotImplementedError
+
+    def ddp_arguments(self, model: nn.Module, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        """DistributedDataParallel arguments beyond the DDP knobs that this workload's own
+        framework passes under torchrun (the Hugging Face Trainer's ``find_unused_parameters``
+        rule), so a trial's ranks wrap the model as the user's run does. Default: none
+        (DDP's defaults, as a plain script and Lightning's DDPStrategy have them)."""
+        return {}
 
     def split_batch(self, batch: Any) -> tuple[Any, Any]:
         """``(inputs, targets)`` of one loader batch. Default: a pair as it is, a Mapping as

@@ -115,6 +115,9 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
             "rank_gap_ms": max(0.0, without_ms - fastest_ms), "steps": steps,
             "micro_steps_per_unit": cycle,
             "backend": dist.get_backend(), "world_size": dist.get_world_size(),
+            # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
+            # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
+            "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False)),
             **ddp.figures()}
 
 

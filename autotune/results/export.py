@@ -138,7 +138,8 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
     launch = launch_section(launched, knobs, dev)
     if launch:  # a study whose trials ran as ranks (launch.nproc_per_node)
         doc["launch"] = launch
-        doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"))
+        doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"),
+                                        trial_attrs(best).get("comm"))
         doc["ddp_step"] = ddp_step_section(knobs)
         if attrs.get("scaling"):  # launch.scaling: search/scaling.py
             doc["scaling"] = attrs["scaling"]

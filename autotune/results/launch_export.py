@@ -36,9 +36,15 @@ def launch_section(launch: dict[str, Any] | None, knobs: dict[str, Any],
 
 
 def ddp_section(launch: dict[str, Any] | None, knobs: dict[str, Any],
-                torch_version: str | None) -> dict[str, Any] | None:
-    """DistributedDataParallel's arguments as the measured torch names them."""
-    return ddp_kwargs(knobs, torch_version) if launch else None
+                torch_version: str | None,
+                comm: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """DistributedDataParallel's arguments as the measured torch names them, with the
+    ``find_unused_parameters`` the best trial's ranks ran with (``comm``: its measurement; a
+    framework's rule, Workload.ddp_arguments; DDP's default False otherwise)."""
+    if not launch:
+        return None
+    return {**ddp_kwargs(knobs, torch_version),
+            "find_unused_parameters": bool((comm or {}).get("find_unused_parameters", False))}
 
 
 def ddp_step_section(knobs: dict[str, Any]) -> dict[str, Any]:
