@@ -27,6 +27,9 @@ TINY_WINDOW: dict[str, Any] = {
 TINY_ARGS = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
              "window.min_measure_steps=2", "window.min_measure_seconds=1",
              "window.profile=false", *QUICK_CONFIRM]
+#: For tests whose subject is storage, resumption, workers or faults, not the measurement: the
+#: trials alone, no confirmation rounds or numerics check after them.
+BARE_ARGS = [*TINY_ARGS, "study.confirm_runs=0", "study.numerics_steps=0"]
 
 
 #: What makes a test slow: it starts a study, a trial window or a subprocess. A test is marked

@@ -19,7 +19,7 @@ import pytest
 
 import autotune
 from autotune.core.shipping import CannotTravel
-from tests.conftest import ROOT, TINY_ARGS
+from tests.conftest import BARE_ARGS, ROOT, TINY_ARGS
 
 #: What a notebook cell would run: a Workload class of its own (in __main__), then tune.
 NOTEBOOK = textwrap.dedent('''
@@ -70,7 +70,7 @@ def test_tune_runs_the_study_from_python_with_a_workload_of_the_callers_own(tmp_
 
 
 def test_an_interrupted_study_resumes_with_the_same_call(tmp_path: Path) -> None:
-    args = [*TINY_ARGS, "window.measure_steps=30", "window.measure_seconds=60"]
+    args = [*BARE_ARGS, "window.measure_steps=30", "window.measure_seconds=60"]
     cell = NOTEBOOK.format(
         args=args, n=2, name="intr",
         workload='{"_target_": "tests.workloads_faulty.SlowStep", "sleep_ms": 300}')
@@ -87,7 +87,7 @@ def test_an_interrupted_study_resumes_with_the_same_call(tmp_path: Path) -> None
     assert first.state == optuna.trial.TrialState.FAIL
     assert first.user_attrs["outcome"] == "interrupted"
 
-    fast = NOTEBOOK.format(args=TINY_ARGS, n=2, name="intr",
+    fast = NOTEBOOK.format(args=BARE_ARGS, n=2, name="intr",
                            workload='{"_target_": "tests.workloads_faulty.SlowStep", "sleep_ms": 300}')
     again = _python(tmp_path, fast)
     out, _ = again.communicate(timeout=600)

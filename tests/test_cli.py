@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import autotune
-from tests.conftest import ROOT, TINY_ARGS, ran_to_the_end, run_cli
+from tests.conftest import BARE_ARGS, ROOT, TINY_ARGS, ran_to_the_end, run_cli
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -130,7 +130,7 @@ def _all_gone(pids: list[int], within_s: float) -> bool:
 def test_resume_after_sigkill(tmp_path: Path) -> None:
     # No pruning: the re-run of the lost trial must run its whole window, whatever the load.
     args = ["workload._target_=tests.workloads_faulty.SlowStep", "+workload.sleep_ms=400",
-            "device=cpu", "study.name=killed", "study.n_trials=3", "study.prune=false", *TINY_ARGS,
+            "device=cpu", "study.name=killed", "study.n_trials=3", "study.prune=false", *BARE_ARGS,
             "window.measure_steps=8", "window.measure_seconds=30"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tmp_path / "driver.log"
@@ -152,7 +152,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert _all_gone(window_pids, within_s=10), "the window outlived its SIGKILLed driver"
 
     before = {t.number: t.state for t in _study(tmp_path, "killed").get_trials()}
-    proc = run_cli(args[:-3] + [*TINY_ARGS, "study.n_trials=2"], tmp_path)
+    proc = run_cli(args[:-3] + [*BARE_ARGS, "study.n_trials=2"], tmp_path)
     assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), proc.stderr[-3000:]
     study = _study(tmp_path, "killed")
     trials = study.get_trials()

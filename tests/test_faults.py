@@ -12,7 +12,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from tests.conftest import TINY_ARGS, leftover_trials, run_cli
+from tests.conftest import BARE_ARGS, leftover_trials, run_cli
 
 F = "workload._target_=tests.workloads_faulty."
 
@@ -23,7 +23,7 @@ def run_fault(tmp_path: Path, args: list[str], name: str = "fault") -> optuna.tr
     # safety net, and a child slow to start on a loaded machine is not taken for a hang.
     limits = [] if any(a.startswith("window.stall_s") for a in args) else [
         "window.stall_s=60", "window.timeout_s=120"]
-    proc = run_cli([*args, "device=cpu", f"study.name={name}", "study.n_trials=1", *TINY_ARGS,
+    proc = run_cli([*args, "device=cpu", f"study.name={name}", "study.n_trials=1", *BARE_ARGS,
                     *limits], tmp_path, timeout=300)
     # A study that exports nothing (its one trial failed) exits non-zero.
     exported = (tmp_path / "studies" / name / "best.yaml").exists()
@@ -96,7 +96,7 @@ def test_torn_journal_is_repaired_and_resumed(tmp_path: Path) -> None:
     journal = tmp_path / "j.log"
     args = ["workload=mlp", "device=cpu", "study.name=torn", f"study.storage=journal:{journal}",
             "study.prune=false", "study.agent=false",
-            *TINY_ARGS]
+            *BARE_ARGS]
     assert run_cli([*args, "study.n_trials=1"], tmp_path).returncode == 0
     good = journal.read_bytes()
     with journal.open("ab") as f:  # a writer killed mid-record
@@ -123,7 +123,7 @@ def test_interrupted_export_keeps_the_previous_file(tmp_path: Path) -> None:
 
 
 def test_refused_connection_loses_nothing(tmp_path: Path) -> None:
-    ok = run_cli(["workload=mlp", "device=cpu", "study.name=keep", "study.n_trials=1", *TINY_ARGS],
+    ok = run_cli(["workload=mlp", "device=cpu", "study.name=keep", "study.n_trials=1", *BARE_ARGS],
                  tmp_path)
     assert ok.returncode == 0
     before = (tmp_path / "studies" / "keep" / "best.yaml").read_text()

@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.search.ownership import owner_alive
-from tests.conftest import PG_PASSWORD, ROOT, TINY_ARGS, ran_to_the_end, run_cli
+from tests.conftest import BARE_ARGS, PG_PASSWORD, ROOT, ran_to_the_end, run_cli
 
 WORKER = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
 
@@ -77,7 +77,7 @@ def test_four_workers_share_one_postgres_study(pg_server, tmp_path: Path) -> Non
     configuration twice, each invocation exporting, the password never written."""
     url = pg_server("four")
     args = ["workload=mlp", "device=cpu", "workers=2", "study.name=shared", "study.n_trials=6",
-            "study.agent=false", f"study.storage={url}", *TINY_ARGS]
+            "study.agent=false", f"study.storage={url}", *BARE_ARGS]
     for i in range(2):
         (tmp_path / f"host{i}").mkdir()
     procs = [_spawn(args, tmp_path / f"host{i}", tmp_path / f"host{i}.log") for i in range(2)]
@@ -97,7 +97,7 @@ def test_a_killed_worker_does_not_stall_the_others(pg_server, tmp_path: Path) ->
     url = pg_server("killone")
     args = ["workload._target_=tests.workloads_faulty.SlowStep", "+workload.sleep_ms=150",
             "device=cpu", "study.name=k", "study.n_trials=4", "study.agent=false",
-            f"study.storage={url}", *TINY_ARGS]
+            f"study.storage={url}", *BARE_ARGS]
     victim = _spawn(args, tmp_path, tmp_path / "victim.log")
     deadline = time.time() + 180
     running = None
@@ -132,7 +132,7 @@ def test_a_killed_worker_does_not_stall_the_others(pg_server, tmp_path: Path) ->
 def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
     url = f"journal:{tmp_path}/journal.log"
     proc = run_cli(["workload=mlp", "device=cpu", "workers=2", "study.name=j", "study.n_trials=3",
-                    f"study.storage={url}", *TINY_ARGS], tmp_path, timeout=600)
+                    f"study.storage={url}", *BARE_ARGS], tmp_path, timeout=600)
     assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), \
         proc.stdout[-2000:] + proc.stderr[-2000:]
     from autotune.results.storage import open_storage

@@ -51,8 +51,8 @@ module, data = Classifier(), ImageData()
 # Tiny settings so that this example runs in about a minute on a CPU; for a real study drop
 # the window.* overrides and raise n_trials.
 tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-        "window.min_measure_steps=2", "window.profile=false", "study.confirm_precision=10",
-        "study.confirm_budget_s=0", "study.numerics_steps=0"]
+        "window.min_measure_steps=2", "window.min_measure_seconds=1", "window.profile=false",
+        "study.confirm_precision=10", "study.confirm_budget_s=0", "study.numerics_steps=0"]
 trainer_kwargs = {}
 try:
     tuned = at_lightning.tune(module, data, overrides=tiny, device="cpu", n_trials=2,

@@ -42,8 +42,8 @@ if __name__ == "__main__":
     # Tiny settings so that this example runs in about a minute on a CPU; for a real study
     # drop the window.* overrides and the n_trials.
     tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-            "window.min_measure_steps=2", "window.profile=false", "study.confirm_precision=10",
-            "study.confirm_budget_s=0", "study.numerics_steps=0"]
+            "window.min_measure_steps=2", "window.min_measure_seconds=1", "window.profile=false",
+            "study.confirm_precision=10", "study.confirm_budget_s=0", "study.numerics_steps=0"]
     try:
         best = autotune.tune(tiny, workload=MyWorkload(hidden=256), device="cpu",
                              name="my-model-docs", n_trials=2)
