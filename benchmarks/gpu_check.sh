@@ -136,25 +136,43 @@ jpeg_step() {
 
 # The files that hold gpu-marked tests (TEST_FILES to choose). On the H100 they took about 220 s
 # one after another (the Lightning study alone 88 s): where pytest-xdist is installed (the GPU
-# image has it) 4 processes run them a file each, sharing the GPU (no test times anything).
-# Without it, one pytest per file, so a run cut short keeps each finished file's failures.
+# image has it) TEST_WORKERS (4) processes run them a file each, sharing the GPU (no test times
+# anything). Without it, or with TEST_WORKERS=1, one pytest per file, so a run cut short keeps
+# each finished file's failures. PASSED_LOG=<an earlier tests.log>: the tests it shows passed
+# are deselected, so a rerun spends its time on the ones that failed or were cut.
 tests_step() {
     # A test stuck past this fails with its stack (pytest-timeout) before the step is cut.
     local files rc=0 test_timeout=$(( ${STEP_BUDGET:-150} > 30 ? ${STEP_BUDGET:-150} - 15 : 15 ))
+    local workers=${TEST_WORKERS:-4} skip=()
     # The longest files first, so that no worker starts one late: xdist hands them out in order.
     files=${TEST_FILES:-$(grep -l "mark.gpu" tests/test_adapters.py tests/test_knobs.py \
         tests/test_cuda_faults.py tests/test_*.py | awk '!seen[$0]++')}
-    if "$PY" -c "import xdist" 2>/dev/null; then
+    if [ -n "${PASSED_LOG:-}" ] && [ -f "$PASSED_LOG" ]; then
+        while read -r id; do skip+=(--deselect "$id"); done < <(passed_tests "$PASSED_LOG")
+        echo "deselected $(( ${#skip[@]} / 2 )) tests that passed in $PASSED_LOG"
+    fi
+    if [ "$workers" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
         # shellcheck disable=SC2086
         "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout="$test_timeout" \
-            --durations=10 -o addopts="" -n 4 --dist loadfile $files
+            --durations=10 -o addopts="" -n "$workers" --dist loadfile "${skip[@]}" $files
         return
     fi
     for f in $files; do
         "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout="$test_timeout" \
-            --durations=5 -o addopts="" "$f" || rc=1
+            --durations=5 -o addopts="" "${skip[@]}" "$f"
+        # 5: every test of the file was deselected (passed before)
+        case $? in 0|5) ;; *) rc=1 ;; esac
     done
     return $rc
+}
+
+# The node ids a pytest -v log shows PASSED, once each: xdist's "[gw1] [ 50%] PASSED
+# tests/x.py::test_y", the -rA summary's "PASSED tests/x.py::test_y", or one process's
+# "tests/x.py::test_y PASSED [ 50%]".
+passed_tests() {
+    sed -E 's/^\[ *[0-9]+s\] //' "$1" | sed -nE \
+        -e 's/.*PASSED (tests\/[^ ]+::[^ ]+).*/\1/p' -e 's/^(tests\/[^ ]+::[^ ]+) PASSED.*/\1/p' \
+        | sort -u
 }
 
 # The first ncu command of best.yaml's nsight section, as a user would paste it, with a short

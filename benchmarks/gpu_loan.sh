@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One loan's command (issue 30): the GPU check under its 6-minute timeout, then, on the same
+# warm machine, the steps it failed or cut, rerun with the time the command has left, then the
+# compile step. A second call would find the machine given back (it stays warm 30 s) and start
+# a fresh one, 1-3 of the loan's 15 minutes; one command of at most 10 minutes does not.
+#
+#   run: bash benchmarks/gpu_loan.sh     carry [".whl"], kind nvidia-h100-x1, timeout_s 600
+#   GPU_CHECK_DRY=1 OUT=/tmp/loan LIMIT_S=300 bash benchmarks/gpu_loan.sh   # on the CPU
+#
+# $OUT gets the check's own files (summary.txt, figures.md, install.log and a .tgz per step:
+# 7) and rerun.tgz, the rerun's summary, figures and archives: 8, the most that come back.
+# The tests step reruns one file at a time (no other test shares the GPU with it), the tests
+# that passed in the check deselected.
+set -u -o pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+: "${OUT:?set OUT to the folder whose files come back}"
+LIMIT_S=${LIMIT_S:-590}   # this command's own limit; the device allows 600 s
+CHECK_S=${CHECK_S:-360}
+WORK=${WORK:-/tmp/gpu_check}
+export WORK
+
+timeout -k 5 "$CHECK_S" bash "$SRC/benchmarks/gpu_check.sh"
+echo "check: exit $? after ${SECONDS}s (timeout ${CHECK_S}s)" >> "$OUT/summary.txt"
+
+# Failed or cut; and ncu where it had no study to read (it reruns after the study).
+rerun=$(sed -nE -e 's/^(study|tests|jpeg|ncu): (FAIL|TIMEOUT).*/\1/p' \
+    -e 's/^(ncu): SKIP.*the study step exported nothing.*/\1/p' "$OUT/summary.txt" | tr '\n' ' ')
+left=$((LIMIT_S - SECONDS - 10))  # 10 s to pack
+AGAIN=/tmp/gpu_rerun
+rm -rf "$AGAIN" && mkdir -p "$AGAIN"
+[ -f "$WORK/logs/tests.log" ] && cp "$WORK/logs/tests.log" "$WORK/logs/tests.check.log"
+# What was cut gets the time it lacked first; compile takes what is left (SKIP under 5 s).
+export BUDGET_study=200 BUDGET_tests=$((left - 10)) BUDGET_jpeg=90 BUDGET_ncu=120
+steps="$rerun ${EXTRA_STEPS-compile} figures"
+OUT=$AGAIN STEPS="$steps" TOTAL_S=$left TEST_WORKERS=1 \
+    PASSED_LOG=$WORK/logs/tests.check.log timeout -k 5 "$left" bash "$SRC/benchmarks/gpu_check.sh"
+echo "rerun: exit $? of steps '$steps', ${left}s given"  >> "$AGAIN/summary.txt"
+tar -czf "$OUT/rerun.tgz" -C "$(dirname "$AGAIN")" "$(basename "$AGAIN")"
+cat "$OUT/summary.txt" "$AGAIN/summary.txt"
