@@ -5,6 +5,7 @@
 #
 #   timeout 360 bash benchmarks/gpu_check.sh                        # on the GPU machine ($OUT set)
 #   STEPS="jpeg ncu" timeout 200 bash benchmarks/gpu_check.sh       # rerun the failed steps alone
+#   bash benchmarks/gpu_loan.sh       # a loan's one command: this check, then its cut steps again
 #   GPU_CHECK_DRY=1 OUT=/tmp/rehearsal bash benchmarks/gpu_check.sh  # the rehearsal, on the CPU
 #
 # Steps, most informative first, so a loan cut short keeps what tells most:
@@ -40,7 +41,7 @@ OUT=${OUT:-$SRC/gpu_check_out}
 DRY=${GPU_CHECK_DRY:-0}
 STEPS=${STEPS:-study tests jpeg ncu figures}
 PY=${PYTHON:-python3}
-TOTAL_S=${TOTAL_S:-350}
+TOTAL_S=${TOTAL_S:-352}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 # The copy keeps its studies between calls, so a rerun's ncu step finds the study's best.yaml;
 # a step that runs a study starts it afresh.
@@ -66,15 +67,14 @@ else
            study.timeout_s=110)
     JPEG=(study.n_trials=2 workload.n_images=512)
 fi
-# Measured on one H100 (2026-11-26, warm machine): study 144 s, then 129 s; tests about 220 s
-# one file after another, and 4 at once cut at 110 s with 11 of 13 passed (the Lightning study,
-# 88 s alone, shared the GPU); jpeg 47 s (1,024 images written and 3 trials; 512 and 2 now, cut
-# at 40 s, then 41 s); ncu 44 s with a 3-launch command, then cut at 45 s and (one launch) at
-# 40 s, its trial's window done. Uncut they need about 370 s: the tests step is cut first
-# (where a test stalls, pytest-timeout fails it with its stack before the cut). The budgets add
-# up to TOTAL_S.
-: "${BUDGET_study:=140}" "${BUDGET_tests:=110}" "${BUDGET_jpeg:=45}" "${BUDGET_ncu:=50}"
-: "${BUDGET_figures:=5}" "${BUDGET_compile:=150}"
+# Measured on one H100 (2026-11-26, warm machine; docs/benchmarks.md): the copy and install
+# 8 s; study 129-139 s in two loans, and 140 s cut while writing report.html in a third (its
+# summary printed: about 143 s); the tests 4 xdist workers cut at 110 s twice (11 of 13
+# passed; now 4 pytest processes over their own files, the Lightning study's windows taken
+# once: not yet timed there); jpeg 41-48 s; ncu 44 s. The budgets add up to TOTAL_S less the
+# copy; a step that is cut is rerun on the same machine by benchmarks/gpu_loan.sh.
+: "${BUDGET_study:=148}" "${BUDGET_tests:=95}" "${BUDGET_jpeg:=50}" "${BUDGET_ncu:=47}"
+: "${BUDGET_figures:=3}" "${BUDGET_compile:=150}"
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
@@ -96,7 +96,7 @@ run_step() {
     local budget=${!budget_var}
     [ "$name" != figures ] && left=$((left - BUDGET_figures))  # the figures always get theirs
     [ "$budget" -gt "$left" ] && budget=$left
-    if [ "$budget" -lt 5 ]; then
+    if [ "$budget" -lt 3 ]; then
         say "$name: SKIP: ${left}s left of TOTAL_S=$TOTAL_S"; return
     fi
     local t0=$SECONDS rc
@@ -134,34 +134,55 @@ jpeg_step() {
         study.numerics_steps=0 "${JPEG[@]}" "${WINDOW[@]}"
 }
 
-# The files that hold gpu-marked tests (TEST_FILES to choose). On the H100 they took about 220 s
-# one after another (the Lightning study alone 88 s): where pytest-xdist is installed (the GPU
-# image has it) TEST_WORKERS (4) processes run them a file each, sharing the GPU (no test times
-# anything). Without it, or with TEST_WORKERS=1, one pytest per file, so a run cut short keeps
-# each finished file's failures. PASSED_LOG=<an earlier tests.log>: the tests it shows passed
-# are deselected, so a rerun spends its time on the ones that failed or were cut.
+# The files that hold gpu-marked tests (TEST_FILES to choose), in TEST_WORKERS (4) groups, one
+# pytest process per group, side by side on the GPU (no test times anything). A process of
+# its own per group, not pytest-xdist: each collects only its own files (4 xdist workers each
+# imported all nine, Lightning and Transformers included: 36 s before the first test on the
+# H100, 2026-11-26). The files go longest first in a snake order (1 2 3 4 4 3 2 1 1 ...), so
+# the Lightning study (61 s alone there) shares its group with the shortest. TEST_WORKERS=1:
+# one pytest per file in turn, so a run cut short keeps each finished file's failures.
+# PASSED_LOG=<an earlier tests.log>: the tests it shows passed are deselected, so a rerun
+# spends its time on the ones that failed or were cut.
 tests_step() {
     # A test stuck past this fails with its stack (pytest-timeout) before the step is cut.
     local files rc=0 test_timeout=$(( ${STEP_BUDGET:-150} > 30 ? ${STEP_BUDGET:-150} - 15 : 15 ))
-    local workers=${TEST_WORKERS:-4} skip=()
-    # The longest files first, so that no worker starts one late: xdist hands them out in order.
-    files=${TEST_FILES:-$(grep -l "mark.gpu" tests/test_adapters.py tests/test_knobs.py \
-        tests/test_cuda_faults.py tests/test_*.py | awk '!seen[$0]++')}
+    local workers=${TEST_WORKERS:-4} skip=() order
+    order="tests/test_adapters.py tests/test_cuda_faults.py tests/test_knobs.py \
+        tests/test_sync_rule.py tests/test_batch.py tests/test_runtime.py tests/test_stages.py"
+    # shellcheck disable=SC2086
+    files=${TEST_FILES:-$(grep -l "mark.gpu" $order tests/test_*.py | awk '!seen[$0]++')}
     if [ -n "${PASSED_LOG:-}" ] && [ -f "$PASSED_LOG" ]; then
         while read -r id; do skip+=(--deselect "$id"); done < <(passed_tests "$PASSED_LOG")
         echo "deselected $(( ${#skip[@]} / 2 )) tests that passed in $PASSED_LOG"
     fi
-    if [ "$workers" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
-        # shellcheck disable=SC2086
-        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout="$test_timeout" \
-            --durations=10 -o addopts="" -n "$workers" --dist loadfile "${skip[@]}" $files
-        return
+    local pytest=("$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider
+                  --timeout="$test_timeout" --durations=5 -o addopts="" "${skip[@]}")
+    if [ "$workers" -le 1 ]; then
+        for f in $files; do
+            "${pytest[@]}" "$f"
+            case $? in 0|5) ;; *) rc=1 ;; esac  # 5: every test of the file was deselected
+        done
+        return $rc
     fi
+    local -a group
+    local i=0 g f
     for f in $files; do
-        "$PY" -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider --timeout="$test_timeout" \
-            --durations=5 -o addopts="" "${skip[@]}" "$f"
-        # 5: every test of the file was deselected (passed before)
-        case $? in 0|5) ;; *) rc=1 ;; esac
+        g=$(( i % (2 * workers) )); [ "$g" -ge "$workers" ] && g=$(( 2 * workers - 1 - g ))
+        group[g]="${group[g]:-} $f"; i=$((i + 1))
+    done
+    local pids=()
+    for g in "${!group[@]}"; do
+        rm -f "logs/tests.g$g.rc"
+        # shellcheck disable=SC2086
+        { "${pytest[@]}" ${group[g]} 2>&1; echo $? > "logs/tests.g$g.rc"; } \
+            | sed -u "s/^/[g$g] /" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for g in "${!group[@]}"; do  # 0 passed, 5 every test deselected (passed before)
+        case $(cat "logs/tests.g$g.rc" 2>/dev/null) in
+            0|5) ;; *) echo "group $g ($(echo ${group[g]})) failed"; rc=1 ;;
+        esac
     done
     return $rc
 }
@@ -171,7 +192,7 @@ tests_step() {
 # "tests/x.py::test_y PASSED [ 50%]".
 passed_tests() {
     sed -E 's/^\[ *[0-9]+s\] //' "$1" | sed -nE \
-        -e 's/.*PASSED (tests\/[^ ]+::[^ ]+).*/\1/p' -e 's/^(tests\/[^ ]+::[^ ]+) PASSED.*/\1/p' \
+        -e 's/.*PASSED (tests\/[^ ]+::[^ ]+).*/\1/p' -e 's/.*(tests\/[^ ]+::[^ ]+) PASSED.*/\1/p' \
         | sort -u
 }
 
@@ -231,7 +252,11 @@ if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import optuna, hydra, nvtx" 2>/d
 fi
 {
     echo "gpu_check $(date -u +%FT%TZ) dry=$DRY steps: $STEPS"
-    echo "commit: $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    # A device's copy of .git has lagged the tree it copied (2026-11-26: it named the commit
+    # before the one that ran), so the sources' own digest says which code ran; the same
+    # command in a checkout: find autotune -name '*.py' | sort | xargs cat | sha1sum
+    echo "sources: $(cd "$SRC" && find autotune -name '*.py' | sort | xargs cat | sha1sum \
+        | cut -c1-12) (git here says $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo -))"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
         || echo "nvidia-smi: not here"
     "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \

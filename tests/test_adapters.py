@@ -276,10 +276,10 @@ def test_lightning_study_on_cuda_exports_a_trainer_that_fits(tmp_path: Path) -> 
     exported precision/benchmark/loader arguments fit on the GPU."""
     args = [f"workload._target_={LIGHTNING}", "+workload.module=examples.lightning_tune.Classifier",
             "+workload.datamodule=examples.lightning_tune.RandomData", "study.name=lit-cuda",
-            "device=cuda", "study.n_trials=2", *BARE_ARGS]
-    # Its subject is the export, not the measurement: no confirmation or numerics windows
-    # (each a Lightning process with its own CUDA start; beside the GPU check's other test
-    # workers every window is contended and measured again, and the study outran its cut).
+            "device=cuda", "study.n_trials=2", "study.remeasure_contended=0", *BARE_ARGS]
+    # Its subject is the export, not the measurement: no confirmation or numerics windows,
+    # each window once (each a Lightning process with its own CUDA start; beside the GPU
+    # check's other test processes every window is contended, and measured again by default).
     proc = run_cli(args, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = tmp_path / "studies" / "lit-cuda"

@@ -195,6 +195,30 @@ def test_a_chunk_read_under_contention_never_prunes(tmp_path: Path) -> None:
     assert "under half the best" in (check(Watch(stage="measure", chunks=slow)) or "")
 
 
+def test_remeasure_contended_0_takes_a_busy_window_once_with_its_load_named(
+        tmp_path: Path) -> None:
+    """study.remeasure_contended=0 (a GPU shared on purpose): a trial's window taken beside a
+    hog is measured once, not again after a wait, and says it was contended."""
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
+    from autotune.search.study import Driver
+
+    window = {**TINY_WINDOW, "measure_steps": 400, "measure_seconds": 3.0}
+    cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",
+                 study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False,
+                                   remeasure_contended=0),
+                 window=WindowConfig(**window))
+    setup = build_setup(cfg, [f"window.{k}={v}" for k, v in window.items()])[0]
+    assert setup.remeasure_contended == 0
+    driver = Driver(setup)
+    driver.prepare()
+    with cpu_hog():
+        assert driver.run(1) == 1
+    contention = driver.study.trials[0].user_attrs["contention"]
+    assert contention["contended"], contention
+    assert "earlier" not in contention, contention
+
+
 def test_a_machine_that_stays_busy_is_not_waited_for_trial_after_trial() -> None:
     """Two trials whose windows stayed contended through their re-measurements: the load is
     not passing, so the next windows are taken once (their load named) until one is quiet."""

@@ -124,6 +124,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
         timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
         confirm_top=max(1, cfg.study.confirm_top), run_steps=cfg.study.run_steps,
+        remeasure_contended=max(0, cfg.study.remeasure_contended),
         confirm_precision=cfg.study.confirm_precision,
         confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
         global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),

@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from autotune.core.knobs import KNOBS
+from autotune.diagnose.thresholds import CONTENDED_RETRIES
 
 
 def _key(default: Any = MISSING, *, help: str, default_factory: Any = MISSING) -> Any:
@@ -85,6 +86,11 @@ class StudyConfig:
         "interval needs 3), then more until `confirm_precision` (a stop on precision is trusted "
         "from 3 rounds for quiet windows, 6 for noisy ones) or `confirm_budget_s`. 0 rounds = "
         "report the search figures."))
+    remeasure_contended: int = _key(CONTENDED_RETRIES, help=(
+        "A search window taken while other processes held the cores or the GPU is measured "
+        "again after a short wait, at most this many times (after two trials whose windows "
+        "stayed busy, once). 0: each window once, its load named beside it (a GPU shared on "
+        "purpose, where waiting does not clear the load)."))
     confirm_top: int = _key(3, help=(
         "Finalists: the fastest distinct configurations measured after the search, and any "
         "other whose search window read within 15% of the fastest (up to twice as many); the "

@@ -19,6 +19,7 @@ import optuna
 from autotune.core.env import Env
 from autotune.core.knobs import Space
 from autotune.core.tokens import TOKENS
+from autotune.diagnose.thresholds import CONTENDED_RETRIES
 from autotune.measure.protocol import WindowResult
 from autotune.results.compile_cost import cache_env, effective_rate
 from autotune.results.storage import is_sqlite
@@ -46,6 +47,7 @@ class StudySetup:
     worker_env: dict[str, str] = field(default_factory=dict)
     worker_index: int = 0
     image_inputs: bool = False
+    remeasure_contended: int = CONTENDED_RETRIES  # re-measure a contended window at most ...
     confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
     confirm_precision: float = 0.05  # stop confirming at a +-5% interval ...
     confirm_budget_s: float = 300.0  # ... or after this many seconds of rounds

@@ -178,7 +178,7 @@ class Driver:
                 lambda r, d: self.measure(r, d, on_progress=self.pruning_check(trial),
                                           stop_requested=tick), req,
                 self.trials_dir / str(trial.number), f"trial {trial.number}", tick,
-                retries=self.busy.retries())
+                retries=min(self.busy.retries(), self.setup.remeasure_contended))
             self.busy.saw(result)
         except Interrupted as exc:
             self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
