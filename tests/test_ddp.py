@@ -217,7 +217,8 @@ def test_a_rendezvous_endpoint_already_taken_fails_fast_by_name(tmp_path: Path) 
     assert not (tmp_path / "studies" / "r" / "trials").exists()
 
 
-def test_several_nodes_are_refused_with_what_works(tmp_path: Path) -> None:
+def test_several_nodes_without_an_endpoint_are_refused_with_what_works(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "launch.nnodes=2"], tmp_path, timeout=120)
     assert proc.returncode == 2
-    assert "launch.nnodes=2" in proc.stderr and "launch.nproc_per_node=N" in proc.stderr
+    assert "launch.nnodes=2" in proc.stderr and "launch.rdzv_endpoint=" in proc.stderr
+    assert "autotune follow" in proc.stderr

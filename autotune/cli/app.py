@@ -16,6 +16,7 @@ from autotune.core.distributed import endpoint_taken
 from autotune.core.env import DeviceError, Env, probe
 from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
 from autotune.core.workload import WorkloadError, build_workload, workload_name
+from autotune.measure.protocol import NODES_STOP_FILE, spans_nodes
 from autotune.results.compare import CompareError, load_other, start_knobs
 from autotune.results.storage import (
     ENV_VAR,
@@ -148,11 +149,15 @@ def ranked(env: Env, launch: Any, workers: int = 1) -> Env:
     if getattr(launch, "scaling", False) and nproc * nnodes == 1:
         raise UsageError("launch.scaling=true measures how several ranks scale over one: set "
                          "launch.nproc_per_node=N (N > 1), or leave launch.scaling unset.")
-    if nnodes > 1:
+    if nnodes > 1 and not launch.rdzv_endpoint:
         raise UsageError(
-            f"launch.nnodes={nnodes}: trials over several nodes are not supported yet; tune one "
-            "node's ranks with launch.nproc_per_node=N (the DDP knobs and each rank's loader "
-            "and threads), which is how each node of the run is launched.")
+            f"launch.nnodes={nnodes} needs launch.rdzv_endpoint=<this node's host>:<port>: the "
+            "driver's node hosts each trial's rendezvous there, and every other node runs "
+            "`autotune follow <study dir>` to join it (docs/cluster.md).")
+    if nnodes > 1 and workers > 1:
+        raise UsageError(
+            f"launch.nnodes={nnodes} with workers={workers}: a trial of several nodes holds "
+            "every node, so its trials run one at a time: leave workers at 1.")
     taken = launch.rdzv_endpoint and endpoint_taken(str(launch.rdzv_endpoint))
     if taken:
         raise UsageError(f"launch.rdzv_endpoint={launch.rdzv_endpoint}: {taken}: another process "
@@ -162,7 +167,7 @@ def ranked(env: Env, launch: Any, workers: int = 1) -> Env:
         raise UsageError(f"launch.nproc_per_node={nproc} on CUDA needs a GPU per rank; "
                          f"{env.gpu_count} visible here.")
     share = max(1, env.cpu_count // (nproc * max(1, workers)))
-    if nproc == 1:
+    if nproc * nnodes == 1:
         return env if workers <= 1 else dataclasses.replace(env, cpu_count=share)
     return dataclasses.replace(env, cpu_count=share, torch_threads=1, ranks=nproc * nnodes)
 
@@ -235,6 +240,9 @@ def run(cfg: Config, overrides: list[str]) -> int:
         return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
     except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
         return explain(exc, setup.out_dir, str(setup.storage))
+    finally:
+        if spans_nodes(setup.launch):  # the other nodes' followers exit (measure/nodes.py)
+            (setup.out_dir / NODES_STOP_FILE).write_text(f"study {setup.name} ended\n")
 
 
 def objective_words(run_steps: int | None) -> str:

@@ -200,11 +200,14 @@ class LaunchConfig:
     nproc_per_node: int = _key(1, help=(
         "Ranks per node each trial runs as (torchrun's --nproc-per-node); above 1 the DDP "
         "knobs are searched."))
-    nnodes: int = _key(1, help="Nodes each trial runs on (torchrun's --nnodes).")
+    nnodes: int = _key(1, help=(
+        "Nodes each trial runs on (torchrun's --nnodes). Above 1, this node hosts each "
+        "trial's rendezvous at `rdzv_endpoint` and every other node runs `autotune follow "
+        "<study dir>` (docs/cluster.md)."))
     rdzv_endpoint: str | None = _key(None, help=(
-        "Several nodes: every node's autotune runs the same study with the same endpoint "
-        "(host:port of a c10d rendezvous), as torchrun's --rdzv-endpoint; one node: a free "
-        "port."))
+        "host:port of each trial's c10d rendezvous (torchrun's --rdzv-endpoint). Several "
+        "nodes: required, this node's own host; one node: unset picks a free port per "
+        "trial."))
     scaling: bool = _key(False, help=(
         "After the search, measure the exported configuration as one rank alone too (rank 0's "
         "share of the cores, its GPU on CUDA), in interleaved rounds with the ranks: the "

@@ -79,6 +79,25 @@ def verify_main(argv: list[str]) -> int:
     return 0
 
 
+def follow_main(argv: list[str]) -> int:
+    """``autotune follow <study dir>``: on each node but the driver's, launch this node's ranks
+    for the study's trials of several nodes (launch.nnodes; autotune/measure/nodes.py)."""
+    import argparse
+
+    from autotune.measure.nodes import follow
+
+    ap = argparse.ArgumentParser(prog="autotune follow", description=follow_main.__doc__)
+    ap.add_argument("study_dir", help="the study's directory (study.out_dir/study.name), on a "
+                                      "filesystem every node mounts")
+    a = ap.parse_args(argv)
+    study_dir = Path(a.study_dir)
+    # It may start before the driver's node made the study's directory (both started at once
+    # by srun); a path this node does not share with the driver's is one nobody writes to, so
+    # the follower says which path it watches.
+    study_dir.mkdir(parents=True, exist_ok=True)
+    return follow(study_dir)
+
+
 def main() -> None:
     if sys.argv[1:2] in (["--version"], ["-V"]):
         print(f"autotune {__version__}")
@@ -86,6 +105,9 @@ def main() -> None:
     if sys.argv[1:2] == ["verify"]:
         logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
         sys.exit(verify_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["follow"]:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+        sys.exit(follow_main(sys.argv[2:]))
     # A user workload is imported by its dotted path from where the command is typed, as a
     # `python -m` run would; a console script alone would only see installed packages.
     if os.getcwd() not in sys.path:

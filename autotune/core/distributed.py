@@ -82,6 +82,9 @@ def endpoint_taken(endpoint: str) -> str | None:
         return None
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As the c10d store binds: the last window's closed connections (TIME_WAIT) do
+            # not hold the port, a listener does.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, int(port)))
     except OSError as exc:
         return f"{endpoint} cannot be listened on here ({exc.strerror or exc})"

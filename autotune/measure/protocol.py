@@ -29,6 +29,19 @@ def mentions_oom(text: str) -> bool:
 STACK_SIGNAL = signal.SIGUSR1
 
 
+#: Beside a window's request of several nodes: the run id of the window once it has ended on
+#: the driver's node (finished, pruned, stalled, killed), so the other nodes stop its ranks
+#: there rather than leave them in a collective until it times out (measure/nodes.py).
+ENDED_FILE = "ended"
+#: In the study's directory: written as the study ends, so the other nodes' followers exit.
+NODES_STOP_FILE = "nodes.stop"
+
+
+def spans_nodes(launch: dict[str, Any]) -> bool:
+    """A window whose ranks run on several nodes (launch.nnodes > 1)."""
+    return int(launch.get("nnodes", 1) or 1) > 1
+
+
 def stalled_ranks(trial_dir: Path) -> str:
     """"rank 0 in torch/autograd/graph.py:824 (_engine_run_backward); rank 1 in
     tests/workloads_faulty.py:88 (loss)": each rank's innermost frame from its stack file; a

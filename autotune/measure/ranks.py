@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
+import sys
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 from autotune.core.distributed import endpoint_taken
 from autotune.core.files import atomic_write
 from autotune.measure.contention import TRIAL_ROOT_ENV
-from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult
+from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult, spans_nodes
 
 
 def rank_path(path: Path | str, rank: int) -> Path:
@@ -38,25 +40,38 @@ def rank_path(path: Path | str, rank: int) -> Path:
     return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
-def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> int:
-    """Launch the ranks, wait for them, write the trial's merged result. Never raises for a
-    rank's failure: it becomes the trial's outcome, naming the rank."""
+def launch_config(req: TrialRequest, trial_dir: Path, host: bool | None = None) -> Any:
+    """The elastic launcher's configuration for this window's ranks on this node. ``host``:
+    whether this node's launcher hosts the c10d store (several nodes: the driver's node does,
+    at launch.rdzv_endpoint, and the others join it)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import LaunchConfig
 
     launch = req.launch
     nproc, nnodes = int(launch.get("nproc_per_node", 1)), int(launch.get("nnodes", 1))
     timeout = int(launch.get("rdzv_timeout_s", 30))
-    trial_dir = result_path.parent
-    config = LaunchConfig(
+    configs: dict[str, Any] = {"timeout": timeout, "join_timeout": timeout,
+                               "last_call_timeout": 1}
+    if host is not None:
+        configs["is_host"] = host
+    return LaunchConfig(
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
         run_id=str(launch.get("run_id") or f"autotune-{uuid.uuid4().hex[:12]}"),
         rdzv_backend="c10d", rdzv_endpoint=launch.get("rdzv_endpoint") or "localhost:0",
-        rdzv_configs={"timeout": timeout, "join_timeout": timeout, "last_call_timeout": 1},
-        max_restarts=0, monitor_interval=0.1, start_method="fork",
+        rdzv_configs=configs, max_restarts=0, monitor_interval=0.1, start_method="fork",
         logs_specs=DefaultLogsSpecs(log_dir=str(trial_dir / "ranks"), redirects=Std.ALL),
     )
+
+
+def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> int:
+    """Launch the ranks, wait for them, write the trial's merged result. Never raises for a
+    rank's failure: it becomes the trial's outcome, naming the rank."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    launch = req.launch
+    world = int(launch.get("nproc_per_node", 1)) * int(launch.get("nnodes", 1))
+    config = launch_config(req, result_path.parent, host=True if spans_nodes(launch) else None)
     os.environ[TRIAL_ROOT_ENV] = str(os.getpid())  # the ranks' load is the trial's own
     failure, first = "", None
     taken = launch.get("rdzv_endpoint") and endpoint_taken(str(launch["rdzv_endpoint"]))
@@ -68,8 +83,54 @@ def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> i
         first, failure = _first_failure(exc)
     except Exception as exc:  # noqa: BLE001 - a rendezvous that never formed, a port taken
         failure = f"the launcher failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
-    result = merge(req, result_path, nproc * nnodes, failure, first)
+        if spans_nodes(launch) and "Rendezvous" in type(exc).__name__:
+            failure = (f"the {launch.get('nnodes')} nodes' launchers did not all meet at "
+                       f"{launch.get('rdzv_endpoint')} within {launch.get('rdzv_timeout_s')} s: "
+                       "is `autotune follow <the study's directory>` running on every other "
+                       f"node? (docs/cluster.md; {type(exc).__name__})")
+    ranks_ran = not failure or first is not None  # not a launcher that never started them
+    if spans_nodes(launch) and ranks_ran:
+        _await_other_nodes(result_path, world)
+    result = merge(req, result_path, world, failure, first)
     atomic_write(result_path, result.to_json(), durable=False)
+    return 0
+
+
+#: Seconds the driver's node waits for the other nodes' ranks to write their results after
+#: its own ranks are done (a shared filesystem may show a file late; a rank that died writes
+#: none, and merge names it).
+OTHER_NODES_WAIT_S = 10.0
+
+
+def _await_other_nodes(result_path: Path, world: int) -> None:
+    deadline = time.monotonic() + OTHER_NODES_WAIT_S
+    while time.monotonic() < deadline:
+        if all(rank_path(result_path, r).exists() for r in range(world)):
+            return
+        time.sleep(0.05)
+
+
+def node_main(request_path: str) -> int:
+    """Another node's share of a window of several nodes (measure/nodes.py starts it there):
+    this node's ranks, joined to the driver's node's rendezvous under the window's run id.
+    Their results go beside the request, where the driver's node merges them; their failure
+    is theirs to write, so nothing here decides the trial's outcome."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    path = Path(request_path)
+    req = TrialRequest.read(path)
+    os.environ[TRIAL_ROOT_ENV] = str(os.getpid())
+    try:
+        elastic_launch(launch_config(req, path.parent, host=False), rank_main)(
+            str(path), str(path.with_name("result.json")))
+    except ChildFailedError as exc:
+        print(f"autotune: this node's {_first_failure(exc)[1]}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the rendezvous never formed: the driver's node says why
+        print(f"autotune: this node's launcher failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -148,6 +209,8 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
     every rank's samples over its own synchronized window, is the trial's; the others are
     listed. A failed rank's own result (its exception) is the trial's outcome, named."""
     results = {r: _read(rank_path(result_path, r)) for r in range(world)}
+    if failure and all(res is None for res in results.values()) and first is None:
+        return WindowResult(outcome="crash", error=failure)  # no rank started: the launcher's
     bad = [(r, res) for r, res in results.items()
            if res is not None and res.outcome not in ("ok", "compile_fallback")]
     if bad or failure or any(res is None for res in results.values()):
@@ -234,3 +297,7 @@ def _read(path: Path) -> WindowResult | None:
         return WindowResult.read(path)
     except (OSError, ValueError):
         return None
+
+
+if __name__ == "__main__":
+    sys.exit(node_main(sys.argv[1]))

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,10 +23,12 @@ import psutil
 
 from autotune.measure.launch import TrialProcess
 from autotune.measure.protocol import (
+    ENDED_FILE,
     STACK_SIGNAL,
     TrialRequest,
     WindowResult,
     mentions_oom,
+    spans_nodes,
     stalled_ranks,
 )
 
@@ -56,7 +60,7 @@ class Watch:
         return now - self.compiling_since if self.compiling_since is not None else 0.0
 
 
-def kill_tree(proc: TrialProcess) -> None:
+def kill_tree(proc: TrialProcess | subprocess.Popen[bytes]) -> None:
     """Kill the child's whole process group, and any descendant that left it (setsid)."""
     try:
         descendants = psutil.Process(proc.pid).children(recursive=True)
@@ -110,6 +114,9 @@ def run_window(
         p.unlink(missing_ok=True)
     child = replace(req, progress_path=str(progress_path),
                     trace_path=str(trial_dir / "trace.json") if req.trace else None)
+    if spans_nodes(req.launch):  # the other nodes join this window's rendezvous by its id
+        child.launch = {**req.launch, "run_id": f"autotune-{uuid.uuid4().hex[:12]}"}
+        (trial_dir / ENDED_FILE).unlink(missing_ok=True)
     request_path.write_text(child.to_json())
     timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
     compile_s = compile_allowance(req)
@@ -126,6 +133,8 @@ def run_window(
         # happened, which also reaps anything the child left behind (a grandchild, a
         # DataLoader worker). A trial must never outlive the watch over it.
         kill_tree(proc)
+        if spans_nodes(req.launch):  # and its ranks on the other nodes (measure/nodes.py)
+            (trial_dir / ENDED_FILE).write_text(child.launch["run_id"])
     wall = time.monotonic() - start
     return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
 

@@ -27,9 +27,14 @@ def launch_section(launch: dict[str, Any] | None, knobs: dict[str, Any],
     cores = int(device.get("cpu_count") or 1)  # one rank's share (cli/app.ranked)
     threads = int(knobs.get("cpu_threads") or 0) or max(1, cores - int(knobs.get("num_workers") or 0))
     env = {"OMP_NUM_THREADS": str(threads)}
+    nnodes = int(launch.get("nnodes", 1))
+    # One node: a rendezvous of its own (--standalone). Several: the same command on every
+    # node, meeting at one endpoint under one job id, as the study's trials met.
+    meet = ("--standalone" if nnodes == 1 else
+            f"--rdzv-backend=c10d --rdzv-endpoint={launch.get('rdzv_endpoint') or 'HOST:PORT'}"
+            " --rdzv-id=$JOB_ID")
     command = (" ".join(f"{k}={v}" for k, v in env.items())
-               + f" torchrun --standalone --nnodes={int(launch.get('nnodes', 1))} "
-               f"--nproc_per_node={nproc} {SCRIPT}")
+               + f" torchrun {meet} --nnodes={nnodes} --nproc_per_node={nproc} {SCRIPT}")
     return {"nproc_per_node": nproc, "nnodes": int(launch.get("nnodes", 1)),
             "backend": launch.get("backend"), "cores_per_rank": cores,
             "environment": env, "torchrun": command}
