@@ -6,6 +6,7 @@ DDPStrategy. A launched study runs every trial of an adapter workload as 2 gloo 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,16 @@ def test_a_launched_hf_study_runs_every_trial_as_ranks_and_exports_ddp_fields(
     assert args.ddp_static_graph == best["knobs"]["static_graph"]
     assert args.ddp_broadcast_buffers == best["knobs"]["broadcast_buffers"]
     assert args.dataloader_num_workers == best["knobs"]["num_workers"]  # per rank
+
+    # verify: the user's Trainer.train as the study's 2 ranks under torchrun, both sides, the
+    # framework's own DDP; rank 0 writes the ranks' summed rates
+    proc = run_cli(["verify", str(out), "--rounds", "2", "--steps", "6", "--warmup", "2"],
+                   tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Trainer.train, as 2 ranks under torchrun" in proc.stdout
+    verified = json.loads((out / "verify.json").read_text())
+    for side in ("baseline", "exported"):
+        assert all(r["ranks"] == 2 and r["over_ranks"] == "summed" for r in verified["figures"][side])
 
 
 def test_hf_length_grouping_under_ranks_is_refused_with_why(tmp_path: Path) -> None:

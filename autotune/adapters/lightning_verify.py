@@ -11,6 +11,7 @@ autotune/production/parity.py.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -71,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         kwargs.update(trainer_kwargs(best))
     clock = StepClock(args.warmup, torch.device(args.device))
     with tempfile.TemporaryDirectory() as out:
+        # Under torchrun (a study of ranks), every rank fits with the run's devices: the
+        # exported side's DDPStrategy, the baseline's Lightning default for them.
+        world = int(os.environ.get("WORLD_SIZE", "1"))
         kwargs.update(max_steps=args.warmup + args.steps, max_epochs=-1, default_root_dir=out,
-                      enable_checkpointing=False, accelerator=args.device, devices=1)
+                      enable_checkpointing=False, accelerator=args.device, devices=world)
+        if world == 1:
+            kwargs.pop("strategy", None)
         kwargs["callbacks"] = [*kwargs.get("callbacks", []), timer(clock)]
         trainer = pl.Trainer(**kwargs)
         if datamodule is not None:

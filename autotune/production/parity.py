@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -100,7 +101,28 @@ def load_workload(args: argparse.Namespace) -> Workload:
 
 
 def write(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """This side's figures. Under torchrun (a Trainer verified as the study's ranks) every
+    rank timed its own steps: the run's rates are the ranks' summed (they step in lockstep,
+    so over one span), and rank 0 writes them."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        figures = {**figures, **_summed_over_ranks(figures, world), "ranks": world}
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
     Path(args.out).write_text(json.dumps({"side": args.side, **figures}))
+
+
+def _summed_over_ranks(figures: dict[str, Any], world: int) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    keys = [k for k in ("samples_per_sec", "tokens_per_sec") if k in figures]
+    if not (dist.is_available() and dist.is_initialized()):  # the framework tore it down
+        return {**{k: figures[k] * world for k in keys},
+                "over_ranks": f"rank 0's rates x {world} ranks"}
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces device tensors
+    rates = torch.tensor([float(figures[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(rates)
+    return {**dict(zip(keys, rates.tolist(), strict=True)), "over_ranks": "summed"}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

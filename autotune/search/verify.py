@@ -41,6 +41,9 @@ log = logging.getLogger("autotune")
 #: Realized below this share of the study's speedup: verify names what the production path adds.
 SHORTFALL = 0.8
 SIDES = ("baseline", "exported")
+#: The adapters' verifiers: the user's own Trainer, which runs its own DDP under torchrun.
+TRAINERS = {"autotune.adapters.hf_verify": "Trainer.train",
+            "autotune.adapters.lightning_verify": "Trainer.fit"}
 
 
 class VerifyError(RuntimeError):
@@ -87,7 +90,10 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     AUTOTUNE_METER_OUT where its ``Meter`` writes its samples/sec on exit. ``nproc_per_node``
     > 1: the script runs as that many ranks under torch's own launcher (``torchrun
     --standalone``), with best.yaml's ``launch.environment`` (OMP_NUM_THREADS), rank 0's meter
-    reporting the whole run's samples/sec."""
+    reporting the whole run's samples/sec. Without a script, a study of ranks (best.yaml's
+    ``launch``) verifies the Hugging Face or Lightning Trainer as that many ranks under
+    torchrun, the framework's own DDP with the exported arguments; a plain workload's loop
+    runs as one process."""
     path = Path(best_yaml)
     path = path / "best.yaml" if path.is_dir() else path
     doc = yaml.safe_load(path.read_text())
@@ -108,12 +114,18 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
         spec_file = folder / "spec.json"
         spec_file.write_text(json.dumps(request["workload"]))
         verifier = build_workload(request["workload"]).verifier
-        command = [sys.executable, "-m", verifier, "--spec", str(spec_file), "--steps",
+        command = ["-m", verifier, "--spec", str(spec_file), "--steps",
                    str(steps), "--warmup", str(warmup), "--device", request["device"],
                    *(["--cpu-sized"] if request.get("cpu_sized") else [])]
-        how = {"autotune.adapters.hf_verify": "Trainer.train",
-               "autotune.adapters.lightning_verify": "Trainer.fit"}.get(
-            verifier, "your loop through autotune.Runtime")
+        how = TRAINERS.get(verifier, "your loop through autotune.Runtime")
+        ranks = max(nproc_per_node, int((doc.get("launch") or {}).get("nproc_per_node") or 1))
+        if verifier in TRAINERS and ranks > 1:
+            # The framework's own DDP under torchrun, as the study's ranks were launched:
+            # each rank builds the user's Trainer, which finds its rank in the environment.
+            command = ["-m", "torch.distributed.run", "--standalone",
+                       f"--nproc_per_node={ranks}", *command]
+            how += f", as {ranks} ranks under torchrun"
+        command = [sys.executable, *command]
     key, unit = _rate_key(doc)
     rng = random.Random(0)
     figures: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
@@ -166,13 +178,12 @@ def _run_side(command: list[str], side: str, config: Path, out: Path,
     result.unlink(missing_ok=True)
     if script:  # the user's script as it is: Runtime and Meter read these two variables
         full = [sys.executable, *command]
-        ranks = ((yaml.safe_load(config.read_text()) or {}).get("launch") or {}) \
-            if "torch.distributed.run" in command else {}
         env = child_environ({BEST_ENV: str(config.resolve()), OUT_ENV: str(result.resolve()),
-                             **(ranks.get("environment") or {})})
+                             **_rank_environment(command, config)})
     else:
         full = [*command, "--side", side, "--config", str(config), "--out", str(result)]
-        env = {k: v for k, v in child_environ().items() if k not in (BEST_ENV, OUT_ENV)}
+        env = {k: v for k, v in child_environ(_rank_environment(command, config)).items()
+               if k not in (BEST_ENV, OUT_ENV)}
     with out.with_suffix(".log").open("w") as logf:
         proc = subprocess.run(full, stdout=logf, stderr=subprocess.STDOUT, env=env,
                               cwd=os.getcwd())
@@ -190,6 +201,15 @@ def _run_side(command: list[str], side: str, config: Path, out: Path,
                           "measured (a script's Meter counts samples only, so a tokens/s study "
                           "is verified through its adapter, without --script).")
     return figures
+
+
+def _rank_environment(command: list[str], config: Path) -> dict[str, str]:
+    """Under torchrun, each rank's environment as the study measured it (best.yaml's
+    ``launch.environment``: OMP_NUM_THREADS), on both sides."""
+    if "torch.distributed.run" not in command:
+        return {}
+    launch = (yaml.safe_load(config.read_text()) or {}).get("launch") or {}
+    return {k: str(v) for k, v in (launch.get("environment") or {}).items()}
 
 
 def _window(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
