@@ -88,6 +88,38 @@ def test_two_launchers_on_this_machine_form_one_two_node_trial(tmp_path: Path) -
     assert _rank_processes(tmp_path) == []
 
 
+@pytest.mark.parametrize("fault,outcome,words", [
+    ("raise", "crash", "rank 1: ValueError: rank 1's injected fault"),
+    ("hang", "stalled", "stalled"),
+])
+def test_a_failing_rank_on_either_node_fails_the_trial_and_leaves_no_rank(
+        tmp_path: Path, fault: str, outcome: str, words: str) -> None:
+    """Rank 1 raises (its own result, on whichever node it ran, names it) or hangs (the
+    driver's node stalls the trial within its few-second limit): the trial fails with its
+    reason, the follower stops its node's ranks as the window ends there, and no rank is
+    left on either "node"."""
+    import optuna
+
+    study_dir = tmp_path / "studies" / "f"
+    follower = _follower(study_dir)
+    try:
+        proc = run_cli(["workload._target_=tests.workloads_faulty.RankFault",
+                        f"+workload.fault={fault}", "study.name=f", "study.n_trials=1",
+                        "window.stall_s=5", f"launch.rdzv_endpoint=localhost:{_free_port()}",
+                        *NODES, *BARE_ARGS], tmp_path, timeout=240)
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        out, _ = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    (trial,) = optuna.load_study(study_name="f",
+                                 storage=f"sqlite:///{study_dir}/study.db").get_trials()
+    assert trial.user_attrs["outcome"] == outcome, trial.user_attrs["reason"]
+    assert words in trial.user_attrs["reason"], trial.user_attrs["reason"]
+    assert follower.returncode == 0 and "the study has ended" in out, out
+    time.sleep(0.5)
+    assert _rank_processes(tmp_path) == []
+
+
 def test_a_node_that_never_joins_fails_the_trial_saying_which_command_joins_it(
         tmp_path: Path) -> None:
     """No follower on the other node: the trial fails at the rendezvous timeout (seconds, not
