@@ -193,6 +193,16 @@ def test_a_chunk_read_under_contention_never_prunes(tmp_path: Path) -> None:
     slow = [best / 100]
     assert check(Watch(stage="measure", chunks=slow, contended=True)) is None
     assert "under half the best" in (check(Watch(stage="measure", chunks=slow)) or "")
+    # the same trial's window measured again reads its chunks from step 0 once more: each step
+    # is told to Optuna once (it would keep the first value and warn on every repeat)
+    import warnings
+
+    again = driver.pruning_check(trial)
+    assert again is not None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert "under half the best" in (again(Watch(stage="measure", chunks=slow)) or "")
+    assert not [w for w in caught if "already reported" in str(w.message)], caught
 
 
 def test_remeasure_contended_0_takes_a_busy_window_once_with_its_load_named(

@@ -73,6 +73,7 @@ class Driver:
         self.on_start = on_start  # (number, knobs) as a trial starts: live progress
         self.trials_dir = setup.out_dir / "trials"
         self.busy = BusyMachine()
+        self._told: dict[int, set[int]] = {}  # trial number -> steps reported (pruning_check)
 
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -222,7 +223,11 @@ class Driver:
         pruner on intermediate values)."""
         if not self.setup.prune:
             return None
-        reported = [0]
+        reported = [0]  # this window's chunks read so far
+        # Steps already told to Optuna for this trial: a window measured again (contended)
+        # reads its chunks from step 0 once more, and Optuna keeps a step's first value and
+        # warns on each repeat, so they are not told twice.
+        told = self._told.setdefault(trial.number, set())
         seen_ceilings: dict[str, float] = {}
 
         def check(watch: Watch) -> str | None:
@@ -244,7 +249,9 @@ class Driver:
                 if why:
                     return why
             while reported[0] < len(watch.chunks):
-                trial.report(watch.chunks[reported[0]], reported[0])
+                if reported[0] not in told:
+                    trial.report(watch.chunks[reported[0]], reported[0])
+                    told.add(reported[0])
                 reported[0] += 1
                 if trial.should_prune():
                     # The pruner read the study itself: another worker may have finished the
