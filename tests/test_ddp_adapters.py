@@ -180,3 +180,24 @@ def test_hf_length_grouping_under_ranks_is_refused_with_why(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "group samples by length" in proc.stderr and "DistributedSampler" in proc.stderr
     assert not (tmp_path / "studies" / "g" / "trials").exists()
+
+
+def test_a_launched_lightning_study_is_verified_as_its_ranks(tmp_path: Path) -> None:
+    """A Lightning study of 2 ranks, then `autotune verify` without a script: each side is
+    the user's own Trainer.fit as 2 ranks under torchrun (the exported DDPStrategy on one
+    side, Lightning's default DDP on the other), and rank 0 writes the ranks' summed rates."""
+    proc = run_cli(["workload._target_=autotune.adapters.lightning.LightningWorkload",
+                    "+workload.module=examples.lightning_tune.Classifier",
+                    "+workload.datamodule=examples.lightning_tune.RandomData", "study.name=lr",
+                    "study.n_trials=1", "study.confirm_runs=0", *LAUNCH, *TINY_ARGS], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "studies" / "lr"
+    proc = run_cli(["verify", str(out), "--rounds", "2", "--steps", "6", "--warmup", "2"],
+                   tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Trainer.fit, as 2 ranks under torchrun" in proc.stdout
+    verified = json.loads((out / "verify.json").read_text())
+    for side in ("baseline", "exported"):
+        assert all(r["ranks"] == 2 and r["over_ranks"] == "summed" for r in verified["figures"][side])
+    log = (out / "verify" / "0-exported.log").read_text()
+    assert "MEMBER: 1/2" in log and "MEMBER: 2/2" in log  # Lightning's own word for its ranks
