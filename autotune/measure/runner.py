@@ -120,12 +120,14 @@ def run_window(
     request_path.write_text(child.to_json())
     timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
     compile_s = compile_allowance(req)
+    join_s = float(req.launch.get("rdzv_timeout_s", 30)) if spans_nodes(req.launch) else 0.0
 
     start = time.monotonic()
     proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
     try:
         ended_by, watch = _watch(proc, progress_path, on_progress, stop_requested,
-                                 timeout_s + compile_s, stall_s, compile_s, poll_s)
+                                 timeout_s + compile_s + join_s, stall_s, compile_s, poll_s,
+                                 join_s)
         if ended_by and req.launch and ended_by.startswith(("stalled", "timeout")):
             ended_by += _where_ranks_wait(proc, trial_dir)
     finally:
@@ -168,12 +170,15 @@ def _watch(proc: TrialProcess, progress_path: Path,
            on_progress: Callable[[Watch], str | None] | None,
            stop_requested: Callable[[], str | None],
            timeout_s: float, stall_s: float, compile_s: float,
-           poll_s: float) -> tuple[str | None, Watch]:
+           poll_s: float, join_s: float = 0.0) -> tuple[str | None, Watch]:
     """Poll the child until it exits or must be ended; return why it was ended (None: it
     exited by itself) and what was last seen of it. Raises Interrupted on a stop request.
 
     Silence is a hang after ``stall_s``, except while the child builds and runs its first
-    step (stages "start" and "compile"), where a compiling trial gets ``compile_s`` more."""
+    step (stages "start" and "compile"), where a compiling trial gets ``compile_s`` more, and
+    a window of several nodes ``join_s`` more at its start: the other nodes' launchers start
+    their ranks only once its request is there (measure/nodes.py), so rank 0 may wait for
+    them in DDP's construction for up to their rendezvous timeout."""
     start = time.monotonic()
     watch, last_change, seen = Watch(), start, None
     while proc.poll() is None:
@@ -197,7 +202,8 @@ def _watch(proc: TrialProcess, progress_path: Path,
                     return f"pruned: {reason}", watch
         if now - start > timeout_s:
             return f"timeout: no result after {timeout_s:.0f}s (at {watch.stage} step {watch.step})", watch
-        limit = stall_s + (compile_s if watch.stage in ("start", "compile") else 0.0)
+        limit = (stall_s + (compile_s if watch.stage in ("start", "compile") else 0.0)
+                 + (join_s if watch.stage == "start" else 0.0))
         if now - last_change > limit:
             return f"stalled: no progress for {limit:.0f}s (at {watch.stage} step {watch.step})", watch
     return None, watch
