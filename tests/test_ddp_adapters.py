@@ -154,7 +154,7 @@ def test_a_launched_hf_study_runs_every_trial_as_ranks_and_exports_ddp_fields(
 
     # verify: the user's Trainer.train as the study's 2 ranks under torchrun, both sides, the
     # framework's own DDP; rank 0 writes the ranks' summed rates
-    proc = run_cli(["verify", str(out), "--rounds", "2", "--steps", "6", "--warmup", "2"],
+    proc = run_cli(["verify", str(out), "--rounds", "1", "--steps", "6", "--warmup", "2"],
                    tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Trainer.train, as 2 ranks under torchrun" in proc.stdout
@@ -192,7 +192,7 @@ def test_a_launched_lightning_study_is_verified_as_its_ranks(tmp_path: Path) -> 
                     "study.n_trials=1", "study.confirm_runs=0", *LAUNCH, *TINY_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = tmp_path / "studies" / "lr"
-    proc = run_cli(["verify", str(out), "--rounds", "2", "--steps", "6", "--warmup", "2"],
+    proc = run_cli(["verify", str(out), "--rounds", "1", "--steps", "6", "--warmup", "2"],
                    tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Trainer.fit, as 2 ranks under torchrun" in proc.stdout
