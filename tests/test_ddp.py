@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import optuna
-import pytest
 import yaml
 from optuna.trial import TrialState
 
@@ -78,65 +77,62 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "rank 0 of 2" in run.stdout and "samples/s (all ranks)" in run.stdout
 
-    # autotune verify runs the same script as 2 ranks on both sides, interleaved.
-    check = run_cli(["verify", "studies/ddp", "--rounds", "3", "--nproc-per-node", "2",
+    # autotune verify runs the same script as 2 ranks on both sides, interleaved (2 rounds:
+    # each side is a torchrun of 2 fresh ranks, about 10 s here, and the figures are not
+    # asserted).
+    check = run_cli(["verify", "studies/ddp", "--rounds", "2", "--nproc-per-node", "2",
                      "--script", f"{ROOT}/examples/ddp_train.py", "studies/ddp/best.yaml",
                      "--steps", "75"], tmp_path, timeout=400)  # the Meter's 20 + 50 steps
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
     assert "as 2 ranks under torchrun" in check.stdout
     verified = json.loads((tmp_path / "studies" / "ddp" / "verify.json").read_text())
-    assert all(len(verified["figures"][side]) == 3 for side in ("baseline", "exported"))
+    assert all(len(verified["figures"][side]) == 2 for side in ("baseline", "exported"))
 
 
-@pytest.mark.parametrize("fault,outcome,words", [
-    ("raise", "crash", "rank 1: ValueError: rank 1's injected fault"),
-    ("hang", "stalled", "rank 1 in"),
-    ("kill", "crash", "rank 1 "),  # "died from SIGKILL", or "ended without writing its result"
-])
-def test_a_failing_rank_fails_its_trial_by_name_and_leaves_no_process(
-        tmp_path: Path, fault: str, outcome: str, words: str) -> None:
-    """Rank 1 raises, hangs in its loss, or is killed with SIGKILL after a few steps: the
-    trial fails with a reason naming rank 1 (a hang within the few-second stall limit, with
-    each rank's frame: rank 1 in the workload's loss, rank 0 waiting in backward), the study
-    records it and ends, and no rank or loader process is left."""
+#: What each fault's trial records: its outcomes, and a pattern its reason matches.
+FAULTS = {
+    "raise": ({"crash"}, r"^crash: rank 1: ValueError: rank 1's injected fault"),
+    "hang": ({"stalled"}, r"rank 1 in .*workloads_faulty\.py.*; rank 0 in "),  # stuck one first
+    # named as the one that died, not as a peer that lost its connection: by the launcher, by
+    # its missing result, or (its loader worker holding its exit pipe open past the 5 s stall
+    # limit) as the rank that had ended when the others were asked for their stacks
+    "kill": ({"crash", "stalled"},
+             r"^crash: rank 1 (died from SIGKILL|ended without)|rank 1 had ended"),
+    "launcher": ({"crash"}, r"SIGKILL from outside autotune, not by the OOM killer"),
+}
+
+
+def test_failing_ranks_and_a_killed_launcher_fail_their_trials_and_the_study_exports(
+        tmp_path: Path) -> None:
+    """One study, a healthy baseline, then a trial per fault: rank 1 raises, hangs in its
+    loss, is killed with SIGKILL, or kills the launcher (the trial process running the elastic
+    agent) with SIGKILL. Each fails its trial with a reason naming it (a hang within the
+    few-second stall limit, with each rank's frame), the killed launcher is not taken for the
+    OOM killer (it would mark the configuration infeasible), the study goes on and exports,
+    and no rank, launcher or loader process is left."""
+    import re
+
     since = time.time() - 1
+    count = tmp_path / "windows"
+    count.mkdir()
     proc = run_cli(["workload._target_=tests.workloads_faulty.RankFault",
-                    f"+workload.fault={fault}", "study.name=f", "study.n_trials=1",
-                    "window.stall_s=5", *LAUNCH, *TINY_ARGS], tmp_path, timeout=240)
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # nothing to export
+                    f"+workload.faults=[none,{','.join(FAULTS)}]", f"+workload.count_dir={count}",
+                    "study.name=f", "study.n_trials=6", "study.confirm_runs=0",
+                    "study.remeasure_contended=0", "window.stall_s=5", *LAUNCH, *TINY_ARGS],
+                   tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "studies" / "f" / "best.yaml").exists()
     study = optuna.load_study(study_name="f", storage=f"sqlite:///{tmp_path}/studies/f/study.db")
-    (trial,) = study.get_trials()
-    assert trial.state == TrialState.FAIL
-    assert trial.user_attrs["outcome"] == outcome
-    assert words in trial.user_attrs["reason"], trial.user_attrs["reason"]
-    if fault == "kill":  # named as the one that died, not as a peer that lost its connection
-        assert trial.user_attrs["reason"].startswith(("crash: rank 1 died from SIGKILL",
-                                                      "crash: rank 1 ended without")), \
-            trial.user_attrs["reason"]
-    if fault == "hang":
-        reason = trial.user_attrs["reason"]
-        assert reason.index("rank 1 in") < reason.index("rank 0 in")  # the stuck rank first
-        assert "workloads_faulty.py" in reason
+    trials = study.get_trials()
+    assert trials[0].state == TrialState.COMPLETE  # the baseline: fault "none"
+    failed = [(t.user_attrs.get("outcome"), t.user_attrs.get("reason", "")) for t in trials[1:]
+              if t.user_attrs.get("outcome") != "ok"]
+    for fault, (outcomes, pattern) in FAULTS.items():
+        hits = [(o, r) for o, r in failed if re.search(pattern, r)]
+        assert len(hits) == 1, f"{fault}: {hits or failed}"
+        assert hits[0][0] in outcomes, (fault, hits)
     time.sleep(0.5)
     assert leftover_trials(since, tmp_path) == []
-
-
-def test_two_launched_studies_at_once_do_not_meet(tmp_path: Path) -> None:
-    """Two studies, each trial 2 ranks with its own rendezvous (a free port, its own run id),
-    started together in one directory tree: both complete, neither waits on the other."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", "from autotune.cli.main import main; main()", "workload=mlp",
-             f"study.name={name}", "study.n_trials=1", "study.confirm_runs=0", *LAUNCH,
-             *TINY_ARGS], cwd=tmp_path / name, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True))
-    for p in procs:
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, out[-3000:]
-        assert "1 trials (1 complete" in out
 
 
 def test_ranks_split_the_cores_and_the_space_is_searched_per_rank() -> None:
@@ -175,29 +171,62 @@ def test_ddp_arguments_are_named_for_the_torch_that_runs_them() -> None:
 
 def test_the_communication_verdict_needs_the_measured_share() -> None:
     """Communication-bound only where the step without the all-reduce is measurably faster by
-    COMM_EXPOSED_SHARE of the step; then the seeds' fixes are proposed."""
+    COMM_EXPOSED_SHARE of the step, at the lower bound of the paired steps' difference; then
+    the seeds' fixes are proposed."""
     knobs = {"batch_size": 32, "bucket_cap_mb": 25, "gradient_as_bucket_view": False,
              "static_graph": False, "num_workers": 0, "amp": "off"}
     base = {"samples_per_sec": 1000.0, "step_ms": {"median": 10.0}, "peak_memory_gb": 0.1,
             "timers": {"data_wait": 0.02, "compute": 0.9}}
     hidden = diagnose({**base, "comm": {"exposed_share": 0.05, "exposed_ms": 0.5}}, knobs, "cpu", 10)
     assert hidden["bottleneck"] != "communication"
-    exposed = diagnose({**base, "comm": {"exposed_share": 0.41, "exposed_ms": 4.1}}, knobs, "cpu", 10)
+    exposed = diagnose({**base, "comm": {"exposed_share": 0.41, "exposed_ms": 4.1,
+                                         "exposed_share_low": 0.33}}, knobs, "cpu", 10)
     assert exposed["bottleneck"] == "communication"
-    assert "41% of the step" in exposed["summary"]
+    assert "41% of the step (4.1 ms, at least 33%)" in exposed["summary"]
+    # a median above the threshold whose lower bound is not: noise, not a verdict
+    noisy = diagnose({**base, "comm": {"exposed_share": 0.3, "exposed_ms": 3.0,
+                                       "exposed_share_low": 0.1}}, knobs, "cpu", 10)
+    assert noisy["bottleneck"] != "communication"
     assert [f["knob"] for f in exposed["fixes"]][:3] == [
         "gradient_as_bucket_view", "bucket_cap_mb", "static_graph"]
 
 
-def test_a_compute_heavy_model_with_few_parameters_is_not_communication_bound(
+def test_the_exposed_times_lower_bound_is_the_sign_tests_order_statistic() -> None:
+    """10 pairs: the 3rd smallest difference (the median lies below it with probability
+    56/1024); 20 pairs: the 7th; too few pairs for a bound: the smallest."""
+    from autotune.measure.comm import COMM_LOWER_ALPHA, _lower_index
+
+    assert _lower_index(10, COMM_LOWER_ALPHA) == 2
+    assert _lower_index(20, COMM_LOWER_ALPHA) == 6
+    assert _lower_index(4, COMM_LOWER_ALPHA) == 0
+
+
+def test_two_studies_at_once_and_a_compute_heavy_model_is_not_communication_bound(
         tmp_path: Path) -> None:
-    """Convolutions over large images with a few thousand parameters: the all-reduce is tiny
-    beside the step, measured so, and the verdict is not communication."""
-    proc = run_cli(["workload._target_=tests.workloads_user.ConvHeavy", "study.name=conv",
-                    "study.n_trials=1", "study.confirm_runs=0", *LAUNCH, *TINY_ARGS], tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (row,) = _trials(tmp_path, "conv")
-    assert float(row["comm.exposed_share"]) < 0.25
+    """Two studies started together in one directory tree, each trial 2 ranks with its own
+    rendezvous (a free port, its own run id): both complete, neither waits on the other. One
+    is convolutions over large images with a few thousand parameters: the all-reduce is tiny
+    beside the step, measured so (even beside the other study), and the verdict is not
+    communication."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    studies = {"conv": ["workload._target_=tests.workloads_user.ConvHeavy"], "mlp": ["workload=mlp"]}
+    procs = {}
+    for name, workload in studies.items():
+        (tmp_path / name).mkdir()
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-c", "from autotune.cli.main import main; main()", *workload,
+             f"study.name={name}", "study.n_trials=1", "study.confirm_runs=0",
+             "study.remeasure_contended=0", *LAUNCH, *TINY_ARGS], cwd=tmp_path / name, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for p in procs.values():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+        assert "1 trials (1 complete" in out
+    (row,) = _trials(tmp_path / "conv", "conv")
+    # The verdict reads the lower bound of the paired differences' median: the median itself
+    # read 25.6% once on this VM (DDP timed 4 ms of all-reduce in a 176 ms step).
+    assert float(row["comm.exposed_share_low"]) < 0.25
+    assert float(row["comm.exposed_share_low"]) <= float(row["comm.exposed_share"])
     assert row["bottleneck"] != "communication"
 
 

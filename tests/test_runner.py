@@ -76,6 +76,44 @@ def test_segfault_in_the_step_is_a_crash(cpu_env: Env, tmp_path: Path) -> None:
     assert res.outcome == "crash" and res.signal == "SIGSEGV"
 
 
+def test_a_sigkill_the_oom_killer_did_not_send_is_a_crash_not_an_oom(cpu_env: Env,
+                                                                      tmp_path: Path) -> None:
+    """SIGKILL used to be read as the OOM killer's, which marks the configuration too big for
+    memory; the kernel's own count says whether it was."""
+    from autotune.measure.runner import oom_kills
+
+    if oom_kills() is None:
+        pytest.skip("this kernel has no oom_kill count in /proc/vmstat")
+    res = run_window(request(cpu_env, FAULTY + "KilledFromOutside"), tmp_path)
+    assert res.signal == "SIGKILL"
+    assert res.outcome == "crash", res.error
+    assert "not by the OOM killer" in res.error
+
+
+def test_the_probe_in_the_fork_server_describes_the_device_as_a_fresh_interpreter_does() -> None:
+    """The driver probes the device in a child of the trials' fork server (torch imported
+    there already); the fresh interpreter's probe is the reference, and a device that is not
+    there is the same one-paragraph error."""
+    from autotune.core.env import DeviceError, probe
+    from autotune.measure.launch import probe_env
+
+    fresh, forked = probe("cpu"), Env.from_dict(probe_env("cpu"))
+    assert forked == fresh
+    if not torch_cuda_available():
+        with pytest.raises(DeviceError) as in_server:
+            probe_env("cuda")
+        with pytest.raises(DeviceError) as in_fresh:
+            probe("cuda")
+        assert str(in_server.value) == str(in_fresh.value)
+        assert "device=cuda" in str(in_server.value)
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def test_segfaulting_dataloader_worker(cpu_env: Env, tmp_path: Path) -> None:
     since = time.time() - 1
     res = run_window(request(cpu_env, FAULTY + "SegfaultingWorker", knobs={"num_workers": 1, "prefetch_factor": 2}), tmp_path)

@@ -105,6 +105,15 @@ class SegfaultingStep(MLPWorkload):
         raise AssertionError("unreachable")
 
 
+class KilledFromOutside(MLPWorkload):
+    """The training process receives a SIGKILL the OOM killer did not send (here its own; in
+    life a user's ``kill -9``, a scheduler's preemption)."""
+
+    def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
+        os.kill(os.getpid(), 9)
+        raise AssertionError("unreachable")
+
+
 class SpawnsGrandchild(MLPWorkload):
     """Leaves a sleeping grandchild behind and then hangs; its pid goes to `pid_file`."""
 
@@ -275,19 +284,40 @@ class SlowToCompile(MLPWorkload):
 
 class RankFault(MLPWorkload):
     """Rank 1 of a launched trial fails after a few steps, one way per ``fault``: ``raise``
-    an exception, ``hang`` in its loss, or ``kill`` itself with SIGKILL. Rank 0 trains on."""
+    an exception, ``hang`` in its loss, ``kill`` itself with SIGKILL, or kill its
+    ``launcher`` (the trial process running the elastic agent, its parent) with SIGKILL.
+    Rank 0 trains on.
 
-    def __init__(self, fault: str = "raise", **kwargs: Any):
+    With ``faults`` (a list) and ``count_dir``, one study tries them all: rank 1 of the n-th
+    window the study launches takes ``faults[n]`` (``none``: healthy; past the list's end:
+    healthy), counting windows by the files it leaves in ``count_dir``. The baseline is then
+    healthy, so the study survives its faults and exports."""
+
+    def __init__(self, fault: str = "raise", faults: list[str] | None = None,
+                 count_dir: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.fault = fault
+        self.fault, self.faults, self.count_dir = fault, faults, count_dir
+
+    def _this_windows_fault(self) -> str:
+        if self.faults is None or self.count_dir is None:
+            return self.fault
+        n = len(os.listdir(self.count_dir))  # one window at a time: no race
+        open(os.path.join(self.count_dir, str(n)), "w").close()
+        return self.faults[n] if n < len(self.faults) else "none"
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         self._calls = getattr(self, "_calls", 0) + 1
-        if os.environ.get("RANK") == "1" and self._calls > 3:
-            if self.fault == "raise":
-                raise ValueError("rank 1's injected fault")
-            if self.fault == "hang":
-                time.sleep(3600)
-            if self.fault == "kill":
-                os.kill(os.getpid(), 9)
+        if os.environ.get("RANK") == "1":
+            if self._calls == 1:
+                self._fault = self._this_windows_fault()
+            if self._calls > 3:
+                if self._fault == "raise":
+                    raise ValueError("rank 1's injected fault")
+                if self._fault == "hang":
+                    time.sleep(3600)
+                if self._fault == "kill":
+                    os.kill(os.getpid(), 9)
+                if self._fault == "launcher":
+                    os.kill(os.getppid(), 9)
+                    time.sleep(3600)  # orphaned: the runner must reap this rank too
         return super().loss(outputs, targets)

@@ -15,7 +15,7 @@ def communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tup
     """Seed 002: "NCCL calls between backward and optimizer -> DDP gradient sync not
     overlapped -> check bucket size, use gradient_as_bucket_view=True"; "throughput does not
     scale with GPUs -> large NCCL time -> overlap compute/communication, increase batch"."""
-    share = float(ev["comm_exposed_share"])
+    share, low = float(ev["comm_exposed_share"]), float(ev["comm_exposed_share_low"])
     if True in _domain_values(f, "accumulation_no_sync"):  # the study accumulates gradients
         f.add("accumulation_no_sync", True, "one all-reduce per optimizer step instead of one "
               "per micro-batch")
@@ -33,10 +33,11 @@ def communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tup
               "parameter")
     if "bf16" in _domain_values(f, "comm_hook"):  # listed by the user: it changes numerics
         f.add("comm_hook", "bf16", "half the bytes all-reduced (the sum in bf16)")
-    return ("communication", f"comm_exposed_share {share:.2f} >= {COMM_EXPOSED_SHARE}",
+    bound = f", at least {pct(low)}" if low < share else ""
+    return ("communication", f"comm_exposed_share_low {low:.2f} >= {COMM_EXPOSED_SHARE}",
             f"Communication-bound: {pct(share)} of the step ({ev.get('comm_exposed_ms') or 0:.1f} "
-            "ms) waits on the gradient all-reduce, not hidden behind backward (the same step "
-            f"without it is that much faster); try {first_fixes(f)}.")
+            f"ms{bound}) waits on the gradient all-reduce, not hidden behind backward (the same "
+            f"step without it is that much faster); try {first_fixes(f)}.")
 
 
 def _domain_values(f: Fixes, knob: str) -> list[Any]:

@@ -89,7 +89,9 @@ NOISY_WINDOWS_CV = 0.10
 
 #: Communication-bound (a trial of several ranks): the gradient all-reduce adds at least this
 #: share of the window's median step, measured as the same step on one cached batch with and
-#: without DDP's all-reduce (measure/comm.py). Fixed before any DDP figure was seen: a quarter
+#: without DDP's all-reduce, in adjacent pairs (measure/comm.py), and read at the lower bound
+#: of the pairs' median (COMM_LOWER_ALPHA there), not the median itself: a noisy median
+#: called a compute-heavy model communication-bound. Fixed before any DDP figure was seen: a quarter
 #: of the step is where the seeds' fixes (bucket size, gradient views, a bigger per-rank
 #: batch) can pay for a trial, and below it the all-reduce is mostly hidden behind backward.
 COMM_EXPOSED_SHARE = 0.25

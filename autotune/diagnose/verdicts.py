@@ -215,7 +215,10 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
     if comm:
         ev["comm_exposed_share"] = comm.get("exposed_share")
         ev["comm_exposed_ms"] = comm.get("exposed_ms")
-    if comm and float(comm.get("exposed_share") or 0.0) >= COMM_EXPOSED_SHARE:
+        # The verdict reads the share's lower bound (measure/comm.py), the median where a
+        # result has none (older studies, hand-made evidence).
+        ev["comm_exposed_share_low"] = comm.get("exposed_share_low", comm.get("exposed_share"))
+    if comm and float(ev["comm_exposed_share_low"] or 0.0) >= COMM_EXPOSED_SHARE:
         bottleneck, rule, summary = communication(ev, knobs, f)
     elif cuda:
         bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)

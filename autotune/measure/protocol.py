@@ -46,16 +46,32 @@ def stalled_ranks(trial_dir: Path) -> str:
     """"rank 0 in torch/autograd/graph.py:824 (_engine_run_backward); rank 1 in
     tests/workloads_faulty.py:88 (loss)": each rank's innermost frame from its stack file; a
     rank stuck outside torch (the user's code, a read) is named first."""
-    where = {}
+    where, gone = {}, []
     for path in sorted(trial_dir.glob("stack.rank*.txt")):
-        frames = [ln.strip() for ln in path.read_text(errors="replace").splitlines()
-                  if ln.strip().startswith("File ")]
+        lines = path.read_text(errors="replace").splitlines()
+        frames = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
+        rank = int(path.stem.split("rank")[-1])
         if frames:
-            where[int(path.stem.split("rank")[-1])] = _frame_words(frames[0])
-    if not where:
+            where[rank] = _frame_words(frames[0])
+        elif lines and lines[0].startswith("pid ") and not _running(int(lines[0].split()[1])):
+            gone.append(rank)
+    if not where and not gone:
         return ""
+    # A rank that ended (killed) before its launcher noticed: the launcher learns of a death
+    # when the rank's exit pipe closes, and the rank's DataLoader workers, which inherit it,
+    # hold it open until they see their parent gone (seconds), longer than a short stall limit.
     stuck = sorted(where, key=lambda r: (where[r].startswith("torch/") or "/torch/" in where[r], r))
-    return "; ".join(f"rank {r} in {where[r]}" for r in stuck)
+    return "; ".join([f"rank {r} had ended (no process left to answer)" for r in gone]
+                     + [f"rank {r} in {where[r]}" for r in stuck])
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _frame_words(line: str) -> str:

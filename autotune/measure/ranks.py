@@ -195,6 +195,8 @@ def _stacks_on_request(trial_dir: Path, rank: int) -> None:
     tell which one is stuck, and where (protocol.stalled_ranks reads them for the runner)."""
     global _stack_file
     _stack_file = open(trial_dir / f"stack.rank{rank}.txt", "w")  # noqa: SIM115 - kept open
+    _stack_file.write(f"pid {os.getpid()}\n")  # a rank that never answers: was it alive?
+    _stack_file.flush()
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=False)
 
 
@@ -231,8 +233,9 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
     _sum_tokens(out, list(done.values()))
     shares = [float(res.comm.get("exposed_share", 0.0)) for res in done.values() if res.comm]
     if shares:
-        out.comm = {**out.comm, "slowest_rank": slowest,
-                    "exposed_share": max(shares), "rank_shares": shares}
+        lows = [float(res.comm.get("exposed_share_low", 0.0)) for res in done.values() if res.comm]
+        out.comm = {**out.comm, "slowest_rank": slowest, "exposed_share": max(shares),
+                    "exposed_share_low": max(lows), "rank_shares": shares}
         traced = {"rank0": done[0].trace.get("comm"), "slowest": done[slowest].trace.get("comm")}
         if any(traced.values()):
             # Each rank profiled its own steps (the trial's result keeps the slowest's trace

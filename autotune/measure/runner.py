@@ -122,7 +122,7 @@ def run_window(
     compile_s = compile_allowance(req)
     join_s = float(req.launch.get("rdzv_timeout_s", 30)) if spans_nodes(req.launch) else 0.0
 
-    start = time.monotonic()
+    start, oom_before = time.monotonic(), oom_kills()
     proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
     try:
         ended_by, watch = _watch(proc, progress_path, on_progress, stop_requested,
@@ -138,7 +138,39 @@ def run_window(
         if spans_nodes(req.launch):  # and its ranks on the other nodes (measure/nodes.py)
             (trial_dir / ENDED_FILE).write_text(child.launch["run_id"])
     wall = time.monotonic() - start
-    return _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+    res = _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
+    if res.signal == "SIGKILL" and ended_by is None:
+        _who_killed(res, oom_before, oom_kills())
+    return res
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of processes its OOM killer has killed (``oom_kill`` in /proc/vmstat,
+    Linux 4.13 and later; host-wide, also inside a container); None where it cannot be read."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _who_killed(res: WindowResult, before: int | None, after: int | None) -> None:
+    """A trial process killed by a SIGKILL autotune did not send: the OOM killer's count says
+    whether it was the OOM killer (an infeasible configuration) or someone else (a crash with
+    its reason: a user's ``kill -9``, a scheduler, a rank killing its launcher), which must not
+    mark the configuration as too big for memory."""
+    if before is None or after is None:
+        return  # unknown: the OOM killer is the usual sender
+    if after > before:
+        res.outcome = "oom"
+        res.error = f"killed by the host's OOM killer (/proc/vmstat oom_kill +{after - before})"
+    elif not mentions_oom(res.stderr_tail):
+        res.outcome = "crash"
+        res.error = ("killed by SIGKILL from outside autotune, not by the OOM killer "
+                     "(/proc/vmstat oom_kill unchanged during the window)")
 
 
 def _where_ranks_wait(proc: TrialProcess, trial_dir: Path) -> str:

@@ -45,6 +45,12 @@ def _hidden(ms: float | None, share: float | None) -> str:
         "" if share is None else f" ({100 * share:.0f}%)")
 
 
+def _share(share: float | None, low: float | None) -> str:
+    """"41% (33%)": the all-reduce's share of the step and its lower bound."""
+    text = _f(100 * float(share or 0), ".0f", "%")
+    return text if low is None else f"{text} ({100 * float(low):.0f}%)"
+
+
 def _figure(x: Any) -> str:
     if not isinstance(x, float):
         return str(x)
@@ -145,14 +151,14 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
         out.append(("Gradient all-reduce per trial (the same step on one batch with and without "
                     "it, the slowest rank's; its share of the window's step; where it ran: the "
                     "profile's all-reduce per step and DDP's own timing, with the share backward "
-                    "hid)",
+                    "hid; the share's lower bound, which the verdict reads, in brackets)",
                     ["trial", "ranks", "step with", "step without", "all-reduce adds",
                      "share of the step", "slowest rank", "ranks' gap", "profiled (hidden)",
                      "DDP's (hidden)"],
                     [[str(r["trial"]), str(r["ranks"]), _f(r.get("synced_step_ms"), ".2f", " ms"),
                       _f(r.get("unsynced_step_ms"), ".2f", " ms"),
                       _f(r.get("exposed_ms"), ".2f", " ms"),
-                      _f(100 * float(r.get("exposed_share") or 0), ".0f", "%"),
+                      _share(r.get("exposed_share"), r.get("exposed_share_low")),
                       "-" if r.get("slowest") is None else str(r["slowest"]),
                       _f(r.get("rank_gap_ms"), ".2f", " ms"),
                       _hidden(r.get("trace_allreduce_ms"), r.get("trace_overlap_share")),
