@@ -16,6 +16,7 @@ from autotune.core.distributed import endpoint_taken
 from autotune.core.env import DeviceError, Env, probe
 from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
 from autotune.core.workload import WorkloadError, build_workload, workload_name
+from autotune.measure.launch import probe_env, start_server_soon
 from autotune.measure.protocol import NODES_STOP_FILE, spans_nodes
 from autotune.results.compare import CompareError, load_other, start_knobs
 from autotune.results.storage import (
@@ -59,6 +60,18 @@ def resolve_workers(value: Any, env: Env) -> int:
     return n
 
 
+def _probe(requested: str) -> Env:
+    """The device, probed in a child of the trials' fork server (torch already imported
+    there); where that child cannot run or dies, in a fresh interpreter, which reports why."""
+    try:
+        return Env.from_dict(probe_env(requested))
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the fresh interpreter's probe says what is wrong
+        log.debug("probing in the fork server failed (%s): probing in a fresh interpreter", exc)
+        return probe(requested)
+
+
 def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int]:
     """The study's setup, its worker count and its trial count (CPU-sized when unset)."""
     spec = dict(cfg.workload)
@@ -73,7 +86,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
                          f"workloads cannot run as ranks yet: {workload.not_launchable}. Tune "
                          "it as one process (launch.nproc_per_node=1), or as a plain PyTorch "
                          "workload (workload._target_=your Workload) under ranks.")
-    probed = probe(cfg.device)
+    probed = _probe(cfg.device)
     workers = resolve_workers(cfg.workers, probed)
     env = ranked(probed, cfg.launch, workers)
     user_sizes = user_keys - {"_target_"}
@@ -231,6 +244,7 @@ def prepare(cfg: Config, overrides: list[str]) -> tuple[StudySetup, Any, int, in
 
 
 def run(cfg: Config, overrides: list[str]) -> int:
+    start_server_soon()  # its imports overlap this process's setup (measure/launch.py)
     try:
         setup, storage, workers, n_trials = prepare(cfg, overrides)
     except USER_ERRORS as exc:

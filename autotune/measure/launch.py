@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-PRELOAD = ["autotune.measure.entry", "autotune.measure.window", "torchvision"]
+PRELOAD = ["autotune.measure.entry", "autotune.measure.window", "torchvision",
+           "autotune.measure.server_exit"]  # last: its exit handler runs first
 PROCESS_NAME = b"autotune-trial"  # what ps/psutil show for a trial (Linux comm, <= 15 bytes)
 #: The cores a trial may run on ("0,1"), for the trials of one of several workers on a node.
 CPUS_ENV = "AUTOTUNE_CPUS"
@@ -170,3 +171,55 @@ class TrialProcess:
     @property
     def returncode(self) -> int | None:
         return self._proc.exitcode
+
+
+def start_server_soon() -> threading.Thread:
+    """Start the fork server in the background: its imports (torch, torchvision: seconds)
+    overlap the driver's configuration, storage and workload setup instead of following them.
+    ``start_server`` and ``probe_env`` wait for it (multiprocessing's fork server starts once,
+    under its own lock)."""
+    thread = threading.Thread(target=start_server, name="autotune-forkserver", daemon=True)
+    thread.start()
+    return thread
+
+
+def probe_env(requested: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """The device probe (core/env._probe_here) in a child of the fork server: torch is imported
+    there already, so it takes milliseconds where core.env.probe's fresh interpreter spent
+    seconds importing torch again, before the fork server's own start (benchmarks/
+    cli_overhead.py). As there, the probe's CUDA context dies with its process, never the
+    driver's.
+    Raises core.env.DeviceError as core.env.probe does, RuntimeError where the probe's
+    process died without saying why."""
+    from autotune.core.env import DeviceError
+
+    ctx = context()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_probe_entry, args=(requested, writer), daemon=True)
+    with _main_left_alone():
+        proc.start()
+    writer.close()
+    try:
+        if not reader.poll(timeout_s):
+            raise DeviceError(f"probing device={requested} took more than {timeout_s:.0f} s")
+        kind, value = reader.recv()
+    except EOFError:  # it died without a word: the caller probes in a fresh interpreter
+        raise RuntimeError(f"the probe's process died (exit {proc.exitcode})") from None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+    if kind == "error":
+        raise DeviceError(value)
+    return dict(value)
+
+
+def _probe_entry(requested: str, writer: Any) -> None:
+    from autotune.core.env import DeviceError, _probe_here
+
+    try:
+        writer.send(("ok", _probe_here(requested)))
+    except DeviceError as exc:
+        writer.send(("error", str(exc)))
+    finally:
+        writer.close()
