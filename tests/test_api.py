@@ -62,6 +62,9 @@ def test_tune_runs_the_study_from_python_with_a_workload_of_the_callers_own(tmp_
     line = next(ln for ln in out.splitlines() if ln.startswith("BEST"))
     assert line.endswith("True"), line
     assert "[3/3" in out  # the progress lines show in the caller's output
+    # the script has no `if __name__ == "__main__"` guard: no process autotune starts may run
+    # it again (the fork server's first child did, and died starting a study of its own)
+    assert "bootstrapping phase" not in out, out[-3000:]
     study = optuna.load_study(study_name="nb", storage=f"sqlite:///{tmp_path}/studies/nb/study.db")
     assert len(study.trials) == 3
     assert "shipping" in study.user_attrs["workload_target"]  # by value, not by import path

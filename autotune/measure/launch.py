@@ -27,6 +27,7 @@ PROCESS_NAME = b"autotune-trial"  # what ps/psutil show for a trial (Linux comm,
 CPUS_ENV = "AUTOTUNE_CPUS"
 
 _context: ForkServerContext | None = None
+_MAIN_LOCK = threading.RLock()
 
 
 def context() -> ForkServerContext:
@@ -42,7 +43,8 @@ def start_server() -> None:
     """Start the fork server now (it imports torch: seconds), so that cost is the study's
     start-up and not the first trial's wall time, which pruning statistics compare with."""
     probe = context().Process(target=_noop, daemon=True)  # returns once the server forked it
-    probe.start()
+    with _main_left_alone():  # or the child runs an unguarded script's study again
+        probe.start()
     probe.join()
 
 
@@ -136,18 +138,19 @@ def _main_left_alone() -> Iterator[None]:
     its top level, without an ``if __name__ == "__main__"`` guard as notebook code is written,
     would run its whole study again inside every trial. So the main module's file and spec
     are hidden for the moment the child's preparation data is taken."""
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    saved: dict[str, Any] = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
-                             if k in main.__dict__}
-    main.__spec__ = None  # read unguarded by multiprocessing.spawn.get_preparation_data
-    try:
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
+    with _MAIN_LOCK:  # the fork server may be starting in a thread (start_server_soon)
+        main = sys.modules.get("__main__")
+        if main is None:
+            yield
+            return
+        saved: dict[str, Any] = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
+                                 if k in main.__dict__}
+        main.__spec__ = None  # read unguarded by multiprocessing.spawn.get_preparation_data
+        try:
+            yield
+        finally:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
 
 
 class TrialProcess:
