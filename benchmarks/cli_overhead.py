@@ -77,7 +77,7 @@ def section(rows: dict[str, list[dict[str, float]]], command: str) -> str:
         lines.append(f"| {code} | " + " | ".join(cells)
                      + f" | {med['trial 0 ends'] - med['trial 0 starts']:.1f} "
                      f"| {med['output ends'] - med['report']:.1f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"  # a blank line before the next heading
 
 
 def main() -> None:

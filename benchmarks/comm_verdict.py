@@ -76,7 +76,7 @@ def section(rows: dict[str, list[dict[str, str]]], command: str, stress: bool) -
                 f"{_f(100 * float(r['comm.exposed_share']), '.1f')}% | "
                 f"{_f(100 * float(r['comm.exposed_share_low']), '.1f')}% | "
                 f"{_f(r['comm.rank_gap_ms'], '.1f')} ms | {_f(r['comm.ddp_comm_ms'], '.1f')} ms |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"  # a blank line before the next heading
 
 
 def main() -> None:
