@@ -24,6 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.history import prepend_section  # noqa: E402
+
 ARGS = ["workload=mlp", "study.name=o", "study.n_trials=1", "study.confirm_runs=0",
         "device=cpu", "launch.nproc_per_node=2", "study.numerics_steps=0",
         "window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
@@ -77,7 +81,7 @@ def section(rows: dict[str, list[dict[str, float]]], command: str) -> str:
         lines.append(f"| {code} | " + " | ".join(cells)
                      + f" | {med['trial 0 ends'] - med['trial 0 starts']:.1f} "
                      f"| {med['output ends'] - med['report']:.1f} |")
-    return "\n".join(lines) + "\n\n"  # a blank line before the next heading
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -95,9 +99,7 @@ def main() -> None:
     text = section(rows, "PYTHONPATH=. python benchmarks/cli_overhead.py " + " ".join(sys.argv[1:]))
     print(text)
     if not a.no_write:
-        bench = ROOT / "docs" / "benchmarks.md"
-        head, sep, rest = bench.read_text().partition("\n## ")
-        bench.write_text(head + "\n" + text + sep.lstrip("\n") + rest if sep else head + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.history import prepend_section  # noqa: E402
+
 WORKLOADS = {
     "ConvHeavy (5 k parameters)": ["workload._target_=tests.workloads_user.ConvHeavy"],
     "wide MLP (3 x 1024)": ["workload=mlp", "workload.hidden=1024", "workload.depth=3"],
@@ -76,7 +80,7 @@ def section(rows: dict[str, list[dict[str, str]]], command: str, stress: bool) -
                 f"{_f(100 * float(r['comm.exposed_share']), '.1f')}% | "
                 f"{_f(100 * float(r['comm.exposed_share_low']), '.1f')}% | "
                 f"{_f(r['comm.rank_gap_ms'], '.1f')} ms | {_f(r['comm.ddp_comm_ms'], '.1f')} ms |")
-    return "\n".join(lines) + "\n\n"  # a blank line before the next heading
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -95,9 +99,7 @@ def main() -> None:
                    + " ".join(sys.argv[1:]), a.stress)
     print(text)
     if not a.no_write:
-        bench = ROOT / "docs" / "benchmarks.md"
-        head, sep, rest = bench.read_text().partition("\n## ")
-        bench.write_text(head + "\n" + text + sep.lstrip("\n") + rest if sep else head + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.history import prepend_section  # noqa: E402
 
 WORKLOAD = ["workload=mlp", "workload.hidden=1024", "workload.depth=3", "device=cpu",
             "launch.nproc_per_node=2", "launch.scaling=true"]
@@ -119,9 +122,7 @@ def main() -> None:
                    + " ".join(sys.argv[1:]))
     print(text)
     if not a.no_write:
-        bench = ROOT / "docs" / "benchmarks.md"
-        head, sep, rest = bench.read_text().partition("\n## ")
-        bench.write_text(head + "\n" + text + sep.lstrip("\n") + rest if sep else head + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":

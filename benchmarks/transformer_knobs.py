@@ -34,6 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.history import prepend_section  # noqa: E402
 from examples.hf_lm import users_trainer  # noqa: E402
 
 #: The user's own setup, pinned where a study measures one knob against it.
@@ -149,9 +150,7 @@ def main() -> None:
     text = section(results, "python benchmarks/transformer_knobs.py " + " ".join(sys.argv[1:]))
     print(text)
     if not a.no_write:
-        bench = ROOT / "docs" / "benchmarks.md"
-        head, sep, rest = bench.read_text().partition("\n## ")
-        bench.write_text(head + "\n" + text + sep.lstrip("\n") + rest if sep else head + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":
