@@ -77,16 +77,16 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "rank 0 of 2" in run.stdout and "samples/s (all ranks)" in run.stdout
 
-    # autotune verify runs the same script as 2 ranks on both sides, interleaved (2 rounds:
-    # each side is a torchrun of 2 fresh ranks, about 10 s here, and the figures are not
-    # asserted).
-    check = run_cli(["verify", "studies/ddp", "--rounds", "2", "--nproc-per-node", "2",
+    # autotune verify runs the same script as 2 ranks on both sides (one round: each side is
+    # a torchrun of 2 fresh ranks, about 10 s here; the figures are not asserted, and
+    # docs/benchmarks.md has the measured ones).
+    check = run_cli(["verify", "studies/ddp", "--rounds", "1", "--nproc-per-node", "2",
                      "--script", f"{ROOT}/examples/ddp_train.py", "studies/ddp/best.yaml",
                      "--steps", "75"], tmp_path, timeout=400)  # the Meter's 20 + 50 steps
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
     assert "as 2 ranks under torchrun" in check.stdout
     verified = json.loads((tmp_path / "studies" / "ddp" / "verify.json").read_text())
-    assert all(len(verified["figures"][side]) == 2 for side in ("baseline", "exported"))
+    assert all(len(verified["figures"][side]) == 1 for side in ("baseline", "exported"))
 
 
 #: What each fault's trial records: its outcomes, and a pattern its reason matches.
@@ -244,10 +244,3 @@ def test_a_rendezvous_endpoint_already_taken_fails_fast_by_name(tmp_path: Path) 
     assert proc.returncode == 2  # a usage error, before any trial (not a stall at its limit)
     assert f"launch.rdzv_endpoint=127.0.0.1:{port}" in proc.stderr and "free port" in proc.stderr
     assert not (tmp_path / "studies" / "r" / "trials").exists()
-
-
-def test_several_nodes_without_an_endpoint_are_refused_with_what_works(tmp_path: Path) -> None:
-    proc = run_cli(["workload=mlp", "device=cpu", "launch.nnodes=2"], tmp_path, timeout=120)
-    assert proc.returncode == 2
-    assert "launch.nnodes=2" in proc.stderr and "launch.rdzv_endpoint=" in proc.stderr
-    assert "autotune follow" in proc.stderr
