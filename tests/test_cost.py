@@ -26,6 +26,12 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     wall = yaml.safe_load((tmp_path / "studies" / "w" / "best.yaml").read_text())["study"]["wall"]
     assert f"wall time: {wall['words']}" in out
     assert "measured" in wall["words"] and "expected after the first window" in wall["words"]
+    # Each phase beside its own estimate, so a miss says where it came from; the confirmation
+    # states its rounds' cost from the finalists' own windows before it starts.
+    assert list(wall["phases"]) == ["search", "confirmation", "numerics check"], wall
+    assert all(wall["phases"][p]["measured_s"] > 0 for p in wall["phases"]), wall
+    assert "search " in wall["words"] and "confirmation " in wall["words"]
+    assert "a round ~" in out and "the 3 rounds" in out
     ratio = wall["measured_s"] / wall["expected_s"]
     if abs(ratio - 1) > 0.25:
         rows = (tmp_path / "studies" / "w" / "trials.csv").read_text()

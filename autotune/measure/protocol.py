@@ -24,6 +24,14 @@ def mentions_oom(text: str) -> bool:
     return any(m in text for m in OOM_MARKERS)
 
 
+#: A window that is only a figure (a confirmation round's, a scaling round's) skips the
+#: profiler capture, the loader profile and, under several ranks, the all-reduce's counterfactual
+#: (measure/comm.py: 20 barrier-started steps, which took 42 s of a 63 s window of the README's
+#: CPU study as 2 ranks, batch 128, 2026-11-27). search/cost.py estimates such a window as a
+#: trial's time less its ``extras_s``.
+FIGURE_ONLY = {"profile": False, "loader_profile": False, "comm": False}
+
+
 #: The signal on which a rank of a launched trial writes its Python stack to
 #: stack.rank<N>.txt (measure/ranks.py): the runner's question to a stalled trial.
 STACK_SIGNAL = signal.SIGUSR1
@@ -147,7 +155,8 @@ class WindowResult(_Record):
     compile_cache: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0
     # Seconds spent on what a confirmation window skips: ceilings, profiler capture, loader
-    # profile (search/cost.py estimates a confirmation window from a trial's time without them).
+    # profile, the all-reduce's counterfactual (search/cost.py and confirm.expected_round_s
+    # estimate a confirmation window from a trial's time without them).
     extras_s: float = 0.0
     final_loss: float | None = None
     # Share of the measured step spent in each phase (see window.py for how each is timed).

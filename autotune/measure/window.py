@@ -105,7 +105,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
 
     progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
     extras_start = time.perf_counter()
-    if ranks > 1:
+    if ranks > 1 and win.get("comm", True):  # a confirmation or scaling window skips it
         progress.beat("comm", result.steps, force=True)
         result.comm = comm.exposed(run, batches, clock, result.step_ms["median"])
     if wanted.get("compute") and ranks == 1:  # its timed loop would not match across ranks

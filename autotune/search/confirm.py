@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.measure.protocol import TrialRequest, WindowResult
+from autotune.measure.protocol import FIGURE_ONLY, TrialRequest, WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, t975
 from autotune.results.record import set_study_attrs, trial_attrs
@@ -69,8 +69,8 @@ TIE_BUDGET_SHARE = 0.5
 
 
 def _request(setup: StudySetup, knobs: dict[str, Any]) -> TrialRequest:
-    # No profiler capture or loader profile: a confirmation window is only a figure.
-    window = {**setup.window, "profile": False, "loader_profile": False}
+    # A confirmation window is only a figure: no profile, loader profile or all-reduce probe.
+    window = {**setup.window, **FIGURE_ONLY}
     return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                         window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                         env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
@@ -121,6 +121,8 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
              "%d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
              ", ".join(map(str, active)), base.number, runs, 100 * setup.confirm_precision,
              floor, f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
+    round_s = expected_round_s(trials.values())
+    log.info("  %s", round_words(round_s, runs, setup.confirm_budget_s))
     while True:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)
@@ -142,12 +144,35 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
     record["trusted_rounds"] = floor
+    record["expected_round_s"] = round(round_s, 1)
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
     if tie:
         record["tie_settling"] = tie
     set_study_attrs(study, {"confirmation": record})
     _log(record, study)
     return record
+
+
+def expected_round_s(trials: Collection[FrozenTrial]) -> float:
+    """A round's time from its configurations' own search windows: each trial's wall time less
+    what a confirmation window skips (``extras_s``). The finalists are often the bigger
+    batches, whose warm-up and measured steps take longer than the baseline's: the README's
+    CPU study as 2 ranks paid 26 s for the baseline's window and 63 s for its batch-128
+    finalist's (2026-11-27)."""
+    return sum(max(0.0, float(trial_attrs(t).get("wall_s") or 0.0)
+                   - float(trial_attrs(t).get("extras_s") or 0.0)) for t in trials)
+
+
+def round_words(round_s: float, runs: int, budget_s: float) -> str:
+    """What the rounds will cost, said before they start; the fewest rounds run whatever the
+    budget, so a budget they overrun is said here rather than found at the end."""
+    words = (f"a round ~{round_s:.0f}s (their search windows, less what a round skips: "
+             "ceilings, profiles, the all-reduce probe)")
+    if runs * round_s > budget_s:
+        return (f"{words}: the {runs} rounds an interval needs take ~{runs * round_s:.0f}s, "
+                f"over study.confirm_budget_s={budget_s:g}; they run all the same (fewer "
+                "finalists, study.confirm_top, or a shorter window.measure_seconds would fit)")
+    return f"{words}, so ~{runs * round_s:.0f}s for the {runs} rounds it needs"
 
 
 def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,

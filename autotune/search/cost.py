@@ -17,7 +17,10 @@ it. The numerics check runs the baseline and the winner. A
 compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time
-beside the estimate; best.yaml keeps both (``study.wall``).
+beside the estimate, phase by phase (search, confirmation, numerics check, scaling), so a miss
+says where it came from; best.yaml keeps both (``study.wall``). The confirmation states its own
+rounds' cost again when it starts, from the finalists' own windows (confirm.expected_round_s):
+the first window is the baseline's, and the finalists are often bigger batches with longer steps.
 """
 
 from __future__ import annotations
@@ -75,8 +78,13 @@ class Estimate:
 
     @property
     def total_s(self) -> float:
-        return (self.setup_s + self.trials * self.trial_s + self.confirm_s + self.numerics_s
-                + self.scaling_s)
+        return sum(self.phases().values())
+
+    def phases(self) -> dict[str, float]:
+        """Each phase's share of the estimate, under the names ``CostClock.phase`` marks."""
+        return {"search": self.setup_s + self.trials * self.trial_s,
+                "confirmation": self.confirm_s, "numerics check": self.numerics_s,
+                "scaling": self.scaling_s}
 
     def words(self) -> str:
         parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
@@ -136,6 +144,16 @@ class CostClock:
         self.first_start: float | None = None
         self.trial_start: float | None = None
         self.first_estimate: Estimate | None = None
+        self.marks: list[tuple[str, float]] = [("search", self.t0)]
+
+    def phase(self, name: str) -> None:
+        """The study moves on to ``name`` (one of Estimate.phases): the summary sets each
+        phase's measured time beside its estimate, so a miss says where it came from."""
+        self.marks.append((name, time.monotonic()))
+
+    def phase_seconds(self) -> dict[str, float]:
+        ends = [t for _, t in self.marks[1:]] + [time.monotonic()]
+        return {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
 
     def started(self) -> None:
         self.trial_start = time.monotonic()
@@ -163,8 +181,15 @@ class CostClock:
         if self.first_estimate is not None:
             exp = self.first_estimate.total_s
             out.update(self.first_estimate.as_dict())
+            expected = self.first_estimate.phases()
+            phases = self.phase_seconds()
+            out["phases"] = {name: {"measured_s": round(sec, 1),
+                                    "expected_s": round(expected.get(name, 0.0), 1)}
+                             for name, sec in phases.items()}
+            each = ", ".join(f"{name} {clock_text(sec)} (~{clock_text(expected.get(name, 0.0))})"
+                             for name, sec in phases.items())
             out["words"] = (f"{clock_text(measured)} measured, ~{clock_text(exp)} expected after the "
-                            f"first window ({100 * (measured / exp - 1):+.0f}%)")
+                            f"first window ({100 * (measured / exp - 1):+.0f}%): {each}")
         else:
             # several worker processes (each times its own trials), or no trial ran
             out["words"] = f"{clock_text(measured)} measured"

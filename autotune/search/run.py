@@ -108,6 +108,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
         code = _run_processes(setup, n_trials, workers)
     study = optuna.load_study(study_name=setup.name, storage=storage)
     if code == 0 and confirm_runs:
+        clock.phase("confirmation")
         with StopFlag() as stop:
             try:
                 confirm(setup, study, confirm_runs, setup.confirm_top, stop)
@@ -115,6 +116,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143
     if code == 0 and setup.numerics_steps:
+        clock.phase("numerics check")
         with StopFlag() as stop:
             try:
                 check_numerics(setup, study, stop)
@@ -122,6 +124,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
                 log.warning("numerics check interrupted; best.yaml left unchecked")
                 code = 130 if stop.reason == "SIGINT" else 143
     if code == 0 and setup.scaling:
+        clock.phase("scaling")
         with StopFlag() as stop:
             try:
                 measure_scaling(setup, study, stop)

@@ -22,7 +22,7 @@ import optuna
 
 from autotune.core.distributed import rank_cores
 from autotune.measure.launch import CPUS_ENV
-from autotune.measure.protocol import TrialRequest
+from autotune.measure.protocol import FIGURE_ONLY, TrialRequest
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 from autotune.results.record import set_study_attrs, trial_attrs
@@ -55,7 +55,7 @@ def measure_scaling(setup: StudySetup, study: optuna.Study, stop: StopFlag | Non
     if ranks <= 1 or trial is None:
         return None
     knobs = trial_attrs(trial)["knobs"]
-    window = {**setup.window, "profile": False, "loader_profile": False}
+    window = {**setup.window, **FIGURE_ONLY}
     together = TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                             window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                             env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
