@@ -62,7 +62,7 @@ def main(out: str) -> None:
         }
         if name in ("plain", "no_sync"):  # the window's counterfactual on this step
             batches = iter(micro * 100)
-            timed = comm.exposed(run, batches, Clock(run.device), 10.0, steps=2)
+            timed = comm.exposed(run, batches, Clock(run.device), 10.0, 60.0, pairs=4)
             report[name]["counterfactual"] = {k: timed[k] for k in (
                 "micro_steps_per_unit", "synced_step_ms", "unsynced_step_ms")}
     if rank == 0:

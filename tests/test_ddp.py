@@ -19,6 +19,7 @@ from autotune.core.distributed import ddp_kwargs, rank_cores
 from autotune.core.env import probe
 from autotune.core.knobs import build_space
 from autotune.diagnose.verdicts import diagnose
+from autotune.measure.comm import COMM_MIN_PAIRS, COMM_PAIRS
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import ROOT, TINY_ARGS, leftover_trials, run_cli
 
@@ -206,6 +207,7 @@ def test_the_exposed_times_lower_bound_is_the_sign_tests_order_statistic() -> No
     assert _lower_index(10, COMM_LOWER_ALPHA) == 2
     assert _lower_index(20, COMM_LOWER_ALPHA) == 6
     assert _lower_index(4, COMM_LOWER_ALPHA) == 0
+    assert _lower_index(6, COMM_LOWER_ALPHA) == 0  # COMM_MIN_PAIRS: P = 1/64 below the smallest
 
 
 def test_two_studies_at_once_and_a_compute_heavy_model_is_not_communication_bound(
@@ -217,13 +219,17 @@ def test_two_studies_at_once_and_a_compute_heavy_model_is_not_communication_boun
     communication."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     studies = {"conv": ["workload._target_=tests.workloads_user.ConvHeavy"], "mlp": ["workload=mlp"]}
+    # The conv study's window measures 0.5 s: its counterfactual's pairs (12 steps of about
+    # 176 ms) stop at the fewest, COMM_MIN_PAIRS, having taken longer than that.
+    shorter = {"conv": ["window.min_measure_seconds=0.5", "window.measure_seconds=0.5"]}
     procs = {}
     for name, workload in studies.items():
         (tmp_path / name).mkdir()
         procs[name] = subprocess.Popen(
             [sys.executable, "-c", "from autotune.cli.main import main; main()", *workload,
              f"study.name={name}", "study.n_trials=1", "study.confirm_runs=0",
-             "study.remeasure_contended=0", *LAUNCH, *TINY_ARGS], cwd=tmp_path / name, env=env,
+             "study.remeasure_contended=0", *LAUNCH, *TINY_ARGS, *shorter.get(name, [])],
+            cwd=tmp_path / name, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for p in procs.values():
         out, _ = p.communicate(timeout=300)
@@ -235,6 +241,9 @@ def test_two_studies_at_once_and_a_compute_heavy_model_is_not_communication_boun
     assert float(row["comm.exposed_share_low"]) < 0.25
     assert float(row["comm.exposed_share_low"]) <= float(row["comm.exposed_share"])
     assert row["bottleneck"] != "communication"
+    assert int(row["comm.pairs"]) == COMM_MIN_PAIRS
+    (fast,) = _trials(tmp_path / "mlp", "mlp")
+    assert COMM_MIN_PAIRS <= int(fast["comm.pairs"]) <= COMM_PAIRS
 
 
 def test_a_rendezvous_endpoint_already_taken_fails_fast_by_name(tmp_path: Path) -> None:

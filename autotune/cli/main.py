@@ -7,12 +7,10 @@ exit with code 2. No study data is touched before the config is known to be good
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -22,6 +20,7 @@ from autotune import __version__
 from autotune.cli.compose import CONF_DIR, compose_config, force_workload_args
 from autotune.cli.config import Config, register_configs
 from autotune.cli.crash import UsageError, explain, fail
+from autotune.core.quick_exit import quick_exit
 
 log = logging.getLogger("autotune")
 
@@ -121,21 +120,6 @@ def main() -> None:
     try:
         _app()
     except SystemExit as exc:
-        _quick_exit(exc.code)
-    _quick_exit(0)
+        quick_exit(exc.code)
+    quick_exit(0)
 
-
-def _quick_exit(code: int | str | None) -> NoReturn:
-    """Exit without the interpreter's teardown. After a study the heap holds some 360,000
-    objects (torch, optuna, plotly), and Python's final garbage collection over them
-    (finalize_modules, seen with gdb) took 2.5-3.1 s of a 16 s one-trial study on this
-    project's 2-vCPU VM: seconds every command, test and nightly run paid for nothing. The
-    atexit handlers (logging, multiprocessing's children, temporary files) still run, and
-    stdio is flushed; everything a study writes is closed by then."""
-    if isinstance(code, str):  # sys.exit("message") prints it, as the interpreter would
-        print(code, file=sys.stderr)
-        code = 1
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)

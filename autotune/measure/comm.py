@@ -18,12 +18,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-#: Pairs of timed steps per rank are 2 x COMM_STEPS: each pair one step with the all-reduce and
-#: one without, adjacent in time (their order alternating), each started at a barrier. Pairs,
-#: not blocks: on a 2-vCPU VM the same step reads 105-212 ms, and a slow second touched one
-#: block of five steps and not the other (a compute-heavy model read 25.6% exposed with
-#: alternating blocks, 2026-11-26; its DDP timed 4 ms of all-reduce in a 176 ms step).
-COMM_STEPS = 5
+#: Pairs of timed steps per rank: each pair one step with the all-reduce and one without,
+#: adjacent in time (their order alternating), each started at a barrier. Pairs, not blocks: on
+#: a 2-vCPU VM the same step reads 105-212 ms, and a slow second touched one block of five steps
+#: and not the other (a compute-heavy model read 25.6% exposed with alternating blocks,
+#: 2026-11-26; its DDP timed 4 ms of all-reduce in a 176 ms step).
+COMM_PAIRS = 10
+#: Where steps are long, the pairs stop after this many once they have taken the window's own
+#: measuring time (window.measure_seconds): 10 pairs of a 4.7 s step (the README's CPU study
+#: as 2 ranks, batch 128) took 93 s of a 133 s trial, and in all the counterfactual was about
+#: 60% of that study's search (2026-11-26/27). Six pairs still give a bound: their smallest
+#: difference, which the median lies below with probability 1/64.
+COMM_MIN_PAIRS = 6
 #: The exposed time's lower bound is the order statistic of the paired differences below
 #: which their median lies with at most this probability (the sign test's binomial): for 10
 #: pairs the 3rd smallest, 5.5%.
@@ -61,8 +67,8 @@ def _gather(values: list[float]) -> list[list[float]]:
     return rows.tolist()
 
 
-def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
-            steps: int = COMM_STEPS) -> dict[str, Any]:
+def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s: float,
+            pairs: int = COMM_PAIRS) -> dict[str, Any]:
     """The step with and without the gradient all-reduce, on one cached device batch, and the
     share of the window's median step (``window_step_ms``, loader waits included: the run's
     step) that the all-reduce adds, with a lower bound.
@@ -105,8 +111,12 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
     synced: list[float] = []
     unsynced: list[float] = []
     ddp = DdpLog(run.ddp)
+    start = time.perf_counter()
     try:
-        for pair in range(2 * steps):
+        for pair in range(pairs):
+            # One decision for all ranks: every step of a pair starts at a barrier.
+            if pair >= COMM_MIN_PAIRS and agree([int(time.perf_counter() - start > budget_s)])[0]:
+                break
             first = pair % 2 == 0  # the synced step first in every other pair
             a = timed(first)
             b = timed(not first)
@@ -129,7 +139,7 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float,
             "exposed_share": min(1.0, median_ms / step),
             "exposed_ms_low": low_ms, "exposed_share_low": min(1.0, low_ms / step),
             "pairs": len(added),
-            "rank_gap_ms": max(0.0, without_ms - fastest_ms), "steps": steps,
+            "rank_gap_ms": max(0.0, without_ms - fastest_ms),
             "micro_steps_per_unit": cycle,
             "backend": dist.get_backend(), "world_size": dist.get_world_size(),
             # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for

@@ -107,7 +107,8 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     extras_start = time.perf_counter()
     if ranks > 1 and win.get("comm", True):  # a confirmation or scaling window skips it
         progress.beat("comm", result.steps, force=True)
-        result.comm = comm.exposed(run, batches, clock, result.step_ms["median"])
+        result.comm = comm.exposed(run, batches, clock, result.step_ms["median"],
+                                    float(win["measure_seconds"]))
     if wanted.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)

@@ -283,6 +283,7 @@ def _comm_columns(comm: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str
     return {"comm.exposed_share": rounded(comm.get("exposed_share")),
             "comm.exposed_ms": rounded(comm.get("exposed_ms")),
             "comm.exposed_share_low": rounded(comm.get("exposed_share_low")),
+            "comm.pairs": comm.get("pairs", ""),  # the bound's evidence (measure/comm.py)
             "comm.synced_step_ms": rounded(comm.get("synced_step_ms")),
             "comm.unsynced_step_ms": rounded(comm.get("unsynced_step_ms")),
             "comm.rank_gap_ms": rounded(comm.get("rank_gap_ms")),

@@ -60,7 +60,9 @@ class TrialAttrs(TypedDict, total=False):
     timers: dict[str, float | None]
     chunks: list[float]
     wall_s: float
-    extras_s: float  # ceilings, profile, loader profile: what a confirmation window skips
+    extras_s: float  # ceilings, profiles, all-reduce probe: what a confirmation window skips
+    warmup_s: float  # the window's warm-up steps (search/cost.py: a numerics run's start-up)
+    measure_s: float  # its measured steps
     trace: dict[str, Any]
     stderr_tail: str
     contention: dict[str, Any]  # measure/contention.between: the load while it measured

@@ -13,7 +13,7 @@ The confirmation is at least ``study.confirm_runs`` rounds of the finalists and 
 those rounds to be trusted (confirm.trusted_rounds), never more than its budget allows. It is
 the part least known in advance: rounds go on until they are precise (the README's CPU study's
 took 191-377 s of a 300 s budget, a tie's extra rounds included), so its bound is said beside
-it. The numerics check runs the baseline and the winner. A
+it. The numerics check runs the reference twice and the winner, each a start-up and its steps. A
 compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time
@@ -34,6 +34,22 @@ from autotune.search.progress import clock_text
 from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
+#: Runs of a numerics check: the reference twice (its run-to-run deviation bounds the
+#: tolerance, search/numerics.py) and the winner.
+NUMERICS_RUNS = 3
+
+
+def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
+    """One numerics run: the window's start-up (the window less its warm-up and measurement)
+    and ``steps`` steps at the window's median step. The README's CPU study as 2 ranks spent
+    43 s a run where twice the window less extras said 9 s (2026-11-27)."""
+    if not steps:
+        return 0.0
+    start_s = max(0.0, window_s - float(first.get("warmup_s") or 0.0)
+                  - float(first.get("measure_s") or 0.0))
+    step_s = float((first.get("step_ms") or {}).get("median") or 0.0) / 1e3
+    return start_s + steps * step_s
+
 
 def compile_searched(setup: StudySetup) -> bool:
     """Whether some trial may compile though the first one did not."""
@@ -51,7 +67,8 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
                      f"{max(1, min(setup.confirm_top + 1, n_trials))} windows, at most "
                      f"{setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
-        parts.append(f"a numerics check ({setup.numerics_steps} steps of the baseline and the winner)")
+        parts.append(f"a numerics check ({setup.numerics_steps} steps of your configuration, "
+                     "twice, and of the winner)")
     if setup.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")
@@ -123,7 +140,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     # At least confirm_runs rounds; past them, rounds stop before one would end past the budget.
     confirm_s = max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
-    numerics_s = 2 * window_s if setup.numerics_steps else 0.0
+    numerics_s = NUMERICS_RUNS * numerics_run_s(first, window_s, setup.numerics_steps)
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
     # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
     scaling_s = 2 * SCALING_ROUNDS * window_s if setup.scaling else 0.0

@@ -21,6 +21,7 @@ import optuna
 
 from autotune.core.distributed import rank_cores
 from autotune.core.env import child_environ
+from autotune.core.quick_exit import quick_exit
 from autotune.measure.launch import CPUS_ENV
 from autotune.measure.runner import Interrupted
 from autotune.results.compare import REGRESSION_EXIT, compare_studies, verdict
@@ -196,4 +197,4 @@ def _run_processes(setup: StudySetup, n_trials: int, workers: int) -> int:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="[w%(process)d] %(message)s")
     ws: StudySetup = pickle.loads(Path(sys.argv[1]).read_bytes())
-    sys.exit(run_worker(ws, open_storage(ws.storage), int(sys.argv[2])))
+    quick_exit(run_worker(ws, open_storage(ws.storage), int(sys.argv[2])))

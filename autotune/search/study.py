@@ -360,6 +360,8 @@ class Driver:
             "chunks": r.chunks,
             "wall_s": r.wall_s,
             "extras_s": r.extras_s,
+            "warmup_s": r.warmup_s,
+            "measure_s": r.measure_s,
             "contention": r.contention,
             "input_shapes": r.input_shapes,
             "comm": r.comm,
