@@ -32,6 +32,11 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     assert all(wall["phases"][p]["measured_s"] > 0 for p in wall["phases"]), wall
     assert "search " in wall["words"] and "confirmation " in wall["words"]
     assert "a round ~" in out and "the 3 rounds" in out
+    # As the search ends, the phases after it are estimated again from the finalists' own
+    # windows, and the summary sets that beside the first window's estimate.
+    assert "expected from here, from the finalists' own windows: confirmation ~" in out
+    assert "revised_s" in wall["phases"]["confirmation"], wall
+    assert "from the finalists" in wall["words"]
     ratio = wall["measured_s"] / wall["expected_s"]
     if abs(ratio - 1) > 0.25:
         rows = (tmp_path / "studies" / "w" / "trials.csv").read_text()

@@ -25,11 +25,18 @@ the first window is the baseline's, and the finalists are often bigger batches w
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.search.confirm import TIE_BUDGET_SHARE, trusted_rounds
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.results.record import trial_attrs
+from autotune.results.trials import baseline_trial, finalists, window_noise
+from autotune.search.confirm import TIE_BUDGET_SHARE, expected_round_s, trusted_rounds
+from autotune.search.numerics import reference_knobs
 from autotune.search.progress import clock_text
 from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
@@ -133,12 +140,11 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     # The finalists and the baseline are distinct configurations among the trials.
     windows = max(1, min(setup.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
-    rounds = max(confirm_runs, trusted_rounds(noise, setup.confirm_precision)) if confirm_runs else 0
+    rounds = _rounds(setup, confirm_runs, noise)
     # A confirmation window runs no ceilings, profile or loader profile.
     window_s = max(trial_s - float(first.get("extras_s") or 0.0), 0.0)
     per_round = windows * window_s
-    # At least confirm_runs rounds; past them, rounds stop before one would end past the budget.
-    confirm_s = max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
+    confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
     numerics_s = NUMERICS_RUNS * numerics_run_s(first, window_s, setup.numerics_steps)
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
@@ -147,6 +153,63 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled, scaling_s)
+
+
+def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
+    return max(confirm_runs, trusted_rounds(noise, setup.confirm_precision)) if confirm_runs else 0
+
+
+def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float) -> float:
+    """At least confirm_runs rounds; past them, rounds stop before one would end past the
+    budget."""
+    return max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
+
+
+def _window_s(t: FrozenTrial) -> float:
+    """A trial's window as a confirmation, numerics or scaling run has it: less its extras."""
+    a = trial_attrs(t)
+    return max(0.0, float(a.get("wall_s") or 0.0) - float(a.get("extras_s") or 0.0))
+
+
+def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
+    """The phases after the search, estimated again from the finalists' own windows once they
+    are known. The first window is the baseline's, and the finalists are often bigger batches
+    with longer steps: in the README's CPU study as 2 ranks (2026-11-27) the numerics check
+    was estimated at 33 s from the baseline's batch 32 and took 162 s at the finalists' 128."""
+    finals = finalists(study, max(1, setup.confirm_top))
+    base = baseline_trial(study)
+    if not finals or base is None:
+        return {}
+    trials = list({t.number: t for t in [*finals, base]}.values())
+    out: dict[str, float] = {}
+    if confirm_runs:
+        noises = [window_noise(t) for t in trials]
+        noise = max(noises) if min(noises) > 0 else 0.0  # confirm.max_noise before any round
+        out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
+                                         expected_round_s(trials))
+    if setup.numerics_steps:
+        out["numerics check"] = _numerics_s(setup, finals)
+    if setup.scaling:
+        out["scaling"] = 2 * SCALING_ROUNDS * max(_window_s(t) for t in finals)
+    return out
+
+
+def _numerics_s(setup: StudySetup, finals: list[FrozenTrial]) -> float:
+    """As check_numerics runs them: each finalist whose knobs differ from its reference once,
+    each distinct reference twice, every run at that finalist's own steps (the confirmation
+    may drop some: counted all the same)."""
+    total, refs = 0.0, set()
+    for t in finals:
+        attrs: dict[str, Any] = dict(trial_attrs(t))
+        knobs = dict(attrs.get("knobs") or {})
+        ref = reference_knobs(setup, knobs)
+        if knobs == ref:
+            continue
+        run_s = numerics_run_s(attrs, _window_s(t), setup.numerics_steps)
+        key = json.dumps(ref, sort_keys=True)
+        total += run_s * (1 if key in refs else 3)
+        refs.add(key)
+    return total
 
 
 class CostClock:
@@ -162,6 +225,20 @@ class CostClock:
         self.trial_start: float | None = None
         self.first_estimate: Estimate | None = None
         self.marks: list[tuple[str, float]] = [("search", self.t0)]
+        self.revised: dict[str, float] = {}
+
+    def revise(self, study: optuna.Study) -> str | None:
+        """As the search ends: the phases after it, from the finalists' own windows, in words
+        for the log (None when there is nothing to revise)."""
+        if self.first_estimate is None:
+            return None
+        self.revised = revised(self.setup, study, self.confirm_runs)
+        if not self.revised:
+            return None
+        rest = sum(self.revised.values())
+        parts = " + ".join(f"{name} ~{sec:.0f} s" for name, sec in self.revised.items())
+        return (f"expected from here, from the finalists' own windows: {parts}; the study ends "
+                f"at ~{clock_text(self.elapsed() + rest)}")
 
     def phase(self, name: str) -> None:
         """The study moves on to ``name`` (one of Estimate.phases): the summary sets each
@@ -171,6 +248,12 @@ class CostClock:
     def phase_seconds(self) -> dict[str, float]:
         ends = [t for _, t in self.marks[1:]] + [time.monotonic()]
         return {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
+
+    def _expected_words(self, name: str, first: dict[str, float]) -> str:
+        words = f"~{clock_text(first.get(name, 0.0))}"
+        if name in self.revised:
+            words += f", ~{clock_text(self.revised[name])} from the finalists"
+        return words
 
     def started(self) -> None:
         self.trial_start = time.monotonic()
@@ -201,9 +284,11 @@ class CostClock:
             expected = self.first_estimate.phases()
             phases = self.phase_seconds()
             out["phases"] = {name: {"measured_s": round(sec, 1),
-                                    "expected_s": round(expected.get(name, 0.0), 1)}
+                                    "expected_s": round(expected.get(name, 0.0), 1),
+                                    **({"revised_s": round(self.revised[name], 1)}
+                                       if name in self.revised else {})}
                              for name, sec in phases.items()}
-            each = ", ".join(f"{name} {clock_text(sec)} (~{clock_text(expected.get(name, 0.0))})"
+            each = ", ".join(f"{name} {clock_text(sec)} ({self._expected_words(name, expected)})"
                              for name, sec in phases.items())
             out["words"] = (f"{clock_text(measured)} measured, ~{clock_text(exp)} expected after the "
                             f"first window ({100 * (measured / exp - 1):+.0f}%): {each}")

@@ -108,6 +108,8 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
     else:  # each worker times its own trials: only the whole is measured here
         code = _run_processes(setup, n_trials, workers)
     study = optuna.load_study(study_name=setup.name, storage=storage)
+    if code == 0 and (revision := clock.revise(study)):
+        log.info("%s", revision)
     if code == 0 and confirm_runs:
         clock.phase("confirmation")
         with StopFlag() as stop:
