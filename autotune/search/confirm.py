@@ -153,14 +153,19 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     return record
 
 
+def figure_window_s(t: FrozenTrial) -> float:
+    """A trial's search window as a figure-only window (FIGURE_ONLY: a confirmation, numerics
+    or scaling run) has it: its wall time less its ``extras_s``."""
+    a = trial_attrs(t)
+    return max(0.0, float(a.get("wall_s") or 0.0) - float(a.get("extras_s") or 0.0))
+
+
 def expected_round_s(trials: Collection[FrozenTrial]) -> float:
-    """A round's time from its configurations' own search windows: each trial's wall time less
-    what a confirmation window skips (``extras_s``). The finalists are often the bigger
-    batches, whose warm-up and measured steps take longer than the baseline's: the README's
-    CPU study as 2 ranks paid 26 s for the baseline's window and 63 s for its batch-128
-    finalist's (2026-11-27)."""
-    return sum(max(0.0, float(trial_attrs(t).get("wall_s") or 0.0)
-                   - float(trial_attrs(t).get("extras_s") or 0.0)) for t in trials)
+    """A round's time from its configurations' own search windows. The finalists are often the
+    bigger batches, whose warm-up and measured steps take longer than the baseline's: the
+    README's CPU study as 2 ranks paid 26 s for the baseline's window and 63 s for its
+    batch-128 finalist's (2026-11-27)."""
+    return sum(figure_window_s(t) for t in trials)
 
 
 def round_words(round_s: float, runs: int, budget_s: float) -> str:

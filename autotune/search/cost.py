@@ -18,9 +18,10 @@ compiled trial's compile time is counted where the first window paid it; where c
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time
 beside the estimate, phase by phase (search, confirmation, numerics check, scaling), so a miss
-says where it came from; best.yaml keeps both (``study.wall``). The confirmation states its own
-rounds' cost again when it starts, from the finalists' own windows (confirm.expected_round_s):
-the first window is the baseline's, and the finalists are often bigger batches with longer steps.
+says where it came from; best.yaml keeps both (``study.wall``). The first window is the
+baseline's, and the finalists are often bigger batches with longer steps, so as the search ends
+the phases after it are estimated again from the finalists' own windows (``revised``), and the
+confirmation states a round's cost as it starts (confirm.expected_round_s).
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.results.record import trial_attrs
 from autotune.results.trials import baseline_trial, finalists, window_noise
-from autotune.search.confirm import TIE_BUDGET_SHARE, expected_round_s, trusted_rounds
+from autotune.search.confirm import (
+    TIE_BUDGET_SHARE,
+    expected_round_s,
+    figure_window_s,
+    trusted_rounds,
+)
 from autotune.search.numerics import reference_knobs
 from autotune.search.progress import clock_text
 from autotune.search.scaling import SCALING_ROUNDS
@@ -141,7 +147,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     windows = max(1, min(setup.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
     rounds = _rounds(setup, confirm_runs, noise)
-    # A confirmation window runs no ceilings, profile or loader profile.
+    # A confirmation window runs no ceilings, profiles or all-reduce probe (FIGURE_ONLY).
     window_s = max(trial_s - float(first.get("extras_s") or 0.0), 0.0)
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
@@ -165,12 +171,6 @@ def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: flo
     return max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
 
 
-def _window_s(t: FrozenTrial) -> float:
-    """A trial's window as a confirmation, numerics or scaling run has it: less its extras."""
-    a = trial_attrs(t)
-    return max(0.0, float(a.get("wall_s") or 0.0) - float(a.get("extras_s") or 0.0))
-
-
 def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
     """The phases after the search, estimated again from the finalists' own windows once they
     are known. The first window is the baseline's, and the finalists are often bigger batches
@@ -190,7 +190,7 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     if setup.numerics_steps:
         out["numerics check"] = _numerics_s(setup, finals)
     if setup.scaling:
-        out["scaling"] = 2 * SCALING_ROUNDS * max(_window_s(t) for t in finals)
+        out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out
 
 
@@ -205,7 +205,7 @@ def _numerics_s(setup: StudySetup, finals: list[FrozenTrial]) -> float:
         ref = reference_knobs(setup, knobs)
         if knobs == ref:
             continue
-        run_s = numerics_run_s(attrs, _window_s(t), setup.numerics_steps)
+        run_s = numerics_run_s(attrs, figure_window_s(t), setup.numerics_steps)
         key = json.dumps(ref, sort_keys=True)
         total += run_s * (1 if key in refs else 3)
         refs.add(key)
