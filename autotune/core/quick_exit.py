@@ -2,8 +2,9 @@
 
 After a study the heap holds some 360,000 objects (torch, optuna, plotly), and Python's final
 garbage collection over them (``finalize_modules``, seen with gdb) took 2.5-3.1 s of a 16 s
-one-trial study on this project's 2-vCPU VM: seconds every command, test, nightly run and
-``workers=N`` worker process paid for nothing. The atexit handlers (logging, multiprocessing's
+one-trial study on this project's 2-vCPU VM: seconds every command, test and nightly run paid
+for nothing. A ``workers=N`` worker process holds the same kind of heap and ends this way too
+(its own teardown not timed). The atexit handlers (logging, multiprocessing's
 children, temporary files) still run, and stdio is flushed; everything a study writes (its
 storage committed, its exports closed) is closed by then.
 """

@@ -55,7 +55,8 @@ NUMERICS_RUNS = 3
 def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
     """One numerics run: the window's start-up (the window less its warm-up and measurement)
     and ``steps`` steps at the window's median step. The README's CPU study as 2 ranks spent
-    43 s a run where twice the window less extras said 9 s (2026-11-27)."""
+    43-44 s a run where the window less its extras, the estimate before, said 9 s
+    (2026-11-27)."""
     if not steps:
         return 0.0
     start_s = max(0.0, window_s - float(first.get("warmup_s") or 0.0)
@@ -175,7 +176,7 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     """The phases after the search, estimated again from the finalists' own windows once they
     are known. The first window is the baseline's, and the finalists are often bigger batches
     with longer steps: in the README's CPU study as 2 ranks (2026-11-27) the numerics check
-    was estimated at 33 s from the baseline's batch 32 and took 162 s at the finalists' 128."""
+    was estimated at 34 s from the baseline's batch 32 and took 162 s at the finalists' 128."""
     finals = finalists(study, max(1, setup.confirm_top))
     base = baseline_trial(study)
     if not finals or base is None:
