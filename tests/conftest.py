@@ -119,11 +119,18 @@ def leftover_trials(since: float, under: Path) -> list[str]:
     return out
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment for a child process, the checkout first on its path. What PYTHONPATH
+    held is kept: a GPU machine's autotune dependencies are found there (/tmp/site: ../shared/gpu),
+    and a child that lost them failed its import (2026-11-27, torch 2.11's image)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
     """The real console entry point in a real subprocess, as a user types it."""
-    full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                **(env or {})}
+    full_env = child_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,

@@ -5,7 +5,6 @@ is named; Ctrl-C stops the study with StudyInterrupted and the same call resumes
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 import autotune
 from autotune.core.shipping import CannotTravel
-from tests.conftest import BARE_ARGS, ROOT, TINY_ARGS
+from tests.conftest import BARE_ARGS, TINY_ARGS, child_env
 
 #: What a notebook cell would run: a Workload class of its own (in __main__), then tune.
 NOTEBOOK = textwrap.dedent('''
@@ -48,7 +47,7 @@ NOTEBOOK = textwrap.dedent('''
 def _python(tmp_path: Path, code: str) -> subprocess.Popen[str]:
     script = tmp_path / "cell.py"
     script.write_text(code)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_PROGRESS": "lines"}
+    env = child_env(AUTOTUNE_PROGRESS="lines")
     return subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

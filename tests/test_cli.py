@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import autotune
-from tests.conftest import BARE_ARGS, ROOT, TINY_ARGS, ran_to_the_end, run_cli
+from tests.conftest import BARE_ARGS, TINY_ARGS, child_env, ran_to_the_end, run_cli
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -132,7 +132,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     args = ["workload._target_=tests.workloads_faulty.SlowStep", "+workload.sleep_ms=400",
             "device=cpu", "study.name=killed", "study.n_trials=3", "study.prune=false", *BARE_ARGS,
             "window.measure_steps=8", "window.measure_seconds=30"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     log = tmp_path / "driver.log"
     with log.open("w") as out:
         driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
@@ -175,7 +175,7 @@ def test_ctrl_c_and_sigterm_end_the_trial_cleanly(tmp_path: Path, sig: signal.Si
     args = ["workload._target_=tests.workloads_faulty.SlowStep", "+workload.sleep_ms=400",
             "device=cpu", "study.name=intr", "study.n_trials=2", *TINY_ARGS,
             "window.measure_steps=30", "window.measure_seconds=60"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     driver = subprocess.Popen([sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     progress = tmp_path / "studies" / "intr" / "trials" / "0" / "progress.json"

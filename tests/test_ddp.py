@@ -21,7 +21,7 @@ from autotune.core.knobs import build_space
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.comm import COMM_MIN_PAIRS, COMM_PAIRS
 from autotune.workloads.mlp import MLPWorkload
-from tests.conftest import ROOT, TINY_ARGS, leftover_trials, run_cli
+from tests.conftest import ROOT, TINY_ARGS, child_env, leftover_trials, run_cli
 
 LAUNCH = ["device=cpu", "launch.nproc_per_node=2", "study.numerics_steps=0"]
 
@@ -78,8 +78,7 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
 
     command = launch["torchrun"].replace(
         "your_train.py", f"{ROOT}/examples/ddp_train.py studies/ddp/best.yaml --steps 12")
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = child_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     run = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
                          timeout=180, env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -217,7 +216,7 @@ def test_two_studies_at_once_and_a_compute_heavy_model_is_not_communication_boun
     is convolutions over large images with a few thousand parameters: the all-reduce is tiny
     beside the step, measured so (even beside the other study), and the verdict is not
     communication."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     studies = {"conv": ["workload._target_=tests.workloads_user.ConvHeavy"], "mlp": ["workload=mlp"]}
     # The conv study's window measures 0.5 s: its counterfactual's pairs (12 steps of about
     # 176 ms) stop at the fewest, COMM_MIN_PAIRS, having taken longer than that.

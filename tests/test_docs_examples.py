@@ -4,7 +4,6 @@ Each runs a real tiny study on the CPU in an empty directory."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, child_env
 
 TUTORIALS = {
     "hf_trainer.py": ("hf-trainer-docs", "guide/huggingface.md"),
@@ -26,7 +25,7 @@ def test_tutorial_runs_as_written(script: str, tmp_path: Path) -> None:
     study, page = TUTORIALS[script]
     # The page shows the file itself, not a copy.
     assert f'--8<-- "docs/tutorials/{script}"' in (ROOT / "docs" / page).read_text()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_PROGRESS": "lines"}
+    env = child_env(AUTOTUNE_PROGRESS="lines")
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "tutorials" / script)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

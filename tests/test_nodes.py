@@ -6,7 +6,6 @@ real process groups, nothing mocked. Issue 29, item 7."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import BARE_ARGS, ROOT, run_cli
+from tests.conftest import BARE_ARGS, child_env, run_cli
 
 NODES = ["device=cpu", "launch.nnodes=2", "launch.nproc_per_node=1",
          "study.remeasure_contended=0"]  # the other "node" shares this machine's cores
@@ -32,7 +31,7 @@ def _free_port() -> int:
 def _follower(study_dir: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", "from autotune.cli.main import main; main()", "follow",
-         str(study_dir)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+         str(study_dir)], env=child_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

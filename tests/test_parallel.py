@@ -16,13 +16,13 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.search.ownership import owner_alive
-from tests.conftest import BARE_ARGS, PG_PASSWORD, ROOT, ran_to_the_end, run_cli
+from tests.conftest import BARE_ARGS, PG_PASSWORD, child_env, ran_to_the_end, run_cli
 
 WORKER = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
 
 
 def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.Popen([*WORKER, *args], cwd=cwd, env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT)
 

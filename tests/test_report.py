@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import ROOT, TINY_ARGS, run_cli
+from tests.conftest import TINY_ARGS, child_env, run_cli
 
 N_TRIALS = 4
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -77,7 +77,7 @@ def test_report_md_tables_and_no_password(study_dir: tuple[Path, str], tmp_path:
 
 def test_report_command_on_a_stored_study(study_dir: tuple[Path, str], tmp_path: Path) -> None:
     out_dir, _ = study_dir
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     cmd = [sys.executable, "-m", "autotune.results.report_html", "--storage",
            f"sqlite:///{out_dir}/study.db"]
     proc = subprocess.run([*cmd, "--study", "rep", "--out", str(tmp_path)], capture_output=True,

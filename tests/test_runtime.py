@@ -17,7 +17,7 @@ from torch import nn
 import autotune
 from autotune.core.training import Training
 from autotune.workloads.mlp import MLPWorkload
-from tests.conftest import ROOT, TINY_ARGS, run_cli
+from tests.conftest import ROOT, TINY_ARGS, child_env, run_cli
 
 # Knobs a real study is pinned to: every one differs from the mlp workload's defaults where
 # the CPU allows it, so "applied as measured" cannot pass by accident.
@@ -235,7 +235,7 @@ def test_hydra_app_applies_the_study_with_plus_autotune_best(study_dir: Path,
     proc = subprocess.run([sys.executable, "train.py", *(a.strip("'") for a in args),
                            f"hydra.run.dir={tmp_path / 'out'}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+                          env=child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = next(s for s in proc.stdout.splitlines() if s.startswith("APP "))
     _, lr, rest = out.split(" ", 2)

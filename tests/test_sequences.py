@@ -22,7 +22,11 @@ from transformers import (  # noqa: E402
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
 from autotune.adapters import hf  # noqa: E402
-from autotune.adapters.hf_workload import training_arguments_kwargs  # noqa: E402
+from autotune.adapters.hf_workload import (  # noqa: E402
+    _CHECKPOINTING_FIELDS,
+    training_arguments_kwargs,
+    version_field,
+)
 from autotune.core.env import probe  # noqa: E402
 from autotune.core.knobs import KnobError, build_space  # noqa: E402
 from autotune.core.sequences import unwrapped  # noqa: E402
@@ -82,13 +86,21 @@ def test_domains_on_this_cpu_name_what_is_out_and_why() -> None:
         build_space(env, MLPWorkload(), {"padding_free": [False, True]})
 
 
+def _checkpointing(model: Any) -> bool:
+    """Whether the model recomputes its activations, under the installed transformers' name
+    (5.23 says is_activation_checkpointing; 5.17, a GPU machine's, is_gradient_checkpointing)."""
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(model.is_gradient_checkpointing)
+
+
 def test_each_knob_reaches_the_real_model_and_loader() -> None:
     wl, _ = _workload()
     run = Training(wl, _knobs(wl, attention="eager", activation_checkpointing=True,
                               length_grouping=True, padding_free=True), "cpu")
     model = run.model
     assert model.config._attn_implementation == "eager"
-    assert model.is_activation_checkpointing
+    assert _checkpointing(model)
     assert model.config.use_cache is False  # packed batches are only kept apart without a cache
     assert isinstance(unwrapped(run.loader.collate_fn), DataCollatorWithFlattening)
     assert isinstance(run.loader.sampler, LengthGroupedSampler)
@@ -99,7 +111,7 @@ def test_each_knob_reaches_the_real_model_and_loader() -> None:
 
     plain = Training(wl, _knobs(wl), "cpu")
     assert plain.model.config._attn_implementation == "sdpa"
-    assert not plain.model.is_activation_checkpointing
+    assert not _checkpointing(plain.model)
     assert not isinstance(unwrapped(plain.loader.collate_fn), DataCollatorWithFlattening)
 
 
@@ -140,12 +152,13 @@ def test_the_hf_export_sets_the_trainer_fields_and_apply_sets_the_rest() -> None
     best = {"knobs": knobs, "device": {"type": "cpu"}}
     kwargs = training_arguments_kwargs(best)
     args = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="none", **kwargs)
-    assert args.activation_checkpointing is True
-    assert args.activation_checkpointing_kwargs == {"use_reentrant": False}
+    field = version_field(_CHECKPOINTING_FIELDS)  # transformers 5.23's name or 5.17's
+    assert getattr(args, field) is True
+    assert getattr(args, f"{field}_kwargs") == {"use_reentrant": False}
     assert str(getattr(args.train_sampling_strategy, "value", args.train_sampling_strategy)) \
         == "group_by_length"
     hf.apply(trainer, best)
-    assert trainer.args.activation_checkpointing is True
+    assert getattr(trainer.args, field) is True
     assert trainer.model.config._attn_implementation == "sdpa"
     assert trainer.model.config.use_cache is False
     assert isinstance(unwrapped(trainer.data_collator), DataCollatorWithFlattening)
