@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -160,8 +161,12 @@ def pg_server() -> Any:
     PostgreSQL binaries the tests skip, unless AUTOTUNE_REQUIRE_PG=1 (CI), where they fail."""
     from tests.pgserver import PgServer, pg_bindir
 
+    msg = None
     if pg_bindir() is None:
         msg = "PostgreSQL not installed (apt-get install postgresql)"
+    elif importlib.util.find_spec("psycopg") is None:  # not on a GPU machine's image
+        msg = "psycopg not installed (pip install 'autotune[postgres]')"
+    if msg:
         if os.environ.get("AUTOTUNE_REQUIRE_PG"):
             pytest.fail(msg)
         pytest.skip(msg)

@@ -47,7 +47,9 @@ def test_the_gpu_check_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
     assert status == {"tests": "PASS", "jpeg": "PASS", "ncu": "SKIP", "figures": "PASS"}, summary
     # The ncu step says why it could not run: a CPU study has no Nsight commands.
     assert "ncu: SKIP" in summary and "profile CUDA devices only" in summary
-    files = sorted(p.name for p in out.iterdir())
+    # install.log: where optuna, hydra and nvtx were missing and installed from .whl/, as on a
+    # GPU machine (benchmarks/gpu_image.sh rehearses with its software).
+    files = sorted(p.name for p in out.iterdir() if p.name != "install.log")
     assert files == ["figures.md", "jpeg.tgz", "ncu.tgz", "study.tgz", "summary.txt", "tests.tgz"]
     assert len(files) <= 8
     with tarfile.open(out / "study.tgz") as tar:
