@@ -171,8 +171,8 @@ class Runtime:
             raise ValueError("rt.ddp(): no process group of several ranks is initialized: "
                              "launch with torchrun and call torch.distributed."
                              "init_process_group() first (best.yaml's launch.torchrun)")
-        atexit.unregister(_free_process_groups)
-        atexit.register(_free_process_groups)
+        atexit.unregister(_let_gloo_threads_finish)
+        atexit.register(_let_gloo_threads_finish)
         return distributed.wrap(model, self.knobs, self.device)
 
     # --- the loader --------------------------------------------------------------------------
@@ -379,14 +379,14 @@ def _resolve_device(device: str | torch.device, best: BestConfig) -> str:
     return "cpu"
 
 
-def _free_process_groups() -> None:
+def _let_gloo_threads_finish() -> None:
     """At exit, before the interpreter's teardown: give gloo's worker threads the GIL. Such a
     thread drops its last reference to a finished collective (a barrier's) after the rank has
     moved on, and that needs the GIL; when the main thread is already tearing the interpreter
     down, the thread aborts the rank ("terminate called without an active exception",
-    SIGABRT): torch 2.14.1's gloo, a plain DDP script (no autotune) in 2 to 5 of 30 torchruns
-    on this project's 2-core VM, examples/ddp_train.py in 5 of 25 and autotune verify of it
-    in 4 of 12, 2026-11-27; torch 2.11 in none of 30. The process group itself outlives this
+    SIGABRT): torch 2.14.1's gloo, a plain DDP script (no autotune) in 2 of 20, 2 of 30 and 1
+    of 30 torchruns on this project's 2-core VM, examples/ddp_train.py in 5 of 25 and autotune
+    verify of it in 4 of 12, 2026-11-27; torch 2.11 in none of 30. The process group itself outlives this
     (its worker threads were still alive after a collection here), so what helps is the pause:
     with it, 0 of 30 torchruns of examples/ddp_train.py and 0 of 12 verify runs aborted."""
     time.sleep(0.05)
