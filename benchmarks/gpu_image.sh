@@ -5,14 +5,15 @@
 # PYTHONPATH as gpu_check.sh installs them there. Runs the loan's own command as a rehearsal
 # (GPU_CHECK_DRY=1, steps on the CPU), then the tests under that software.
 #
-#   bash benchmarks/gpu_image.sh                    # rehearsal + the fast tier (~3 min once built)
+#   bash benchmarks/gpu_image.sh                    # rehearsal + the fast tier (idle: 130 s + 69 s)
 #   bash benchmarks/gpu_image.sh tests/test_ddp.py  # rehearsal + the tests named (pytest args)
 #   SKIP_REHEARSAL=1 bash benchmarks/gpu_image.sh -m "not slow" -x
 #
 # What it found on 2026-11-27 (this project's 2-core VM, 63fe0d0): the rehearsal passed; the
-# fast tier failed 4 tests and every test that starts a child process lost the dependencies on
-# PYTHONPATH. Each was the tests' own assumption of torch 2.14 or transformers 5.23 (fixed in
-# 0b6a161); autotune/ itself needed no change. The docs tests are left out: the GPU image has
+# fast tier failed 4 tests, the whole suite 4 more, and every test that starts a child process
+# lost the dependencies on PYTHONPATH: the tests' own assumptions (torch 2.14's or transformers
+# 5.23's names, psycopg, a replaced PYTHONPATH), fixed in 0b6a161 and f22deea; autotune/ itself
+# needed no change for them. The docs tests are left out: the GPU image has
 # neither mkdocs nor nbformat, and the docs do not run there.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
