@@ -21,6 +21,10 @@ from pathlib import Path
 import optuna
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.child_env import child_env  # noqa: E402
+
 WORKLOAD = "tests.workloads_diag.SleepyLoaderWorkload"
 WINDOW = ["window.warmup_steps=2", "window.measure_steps=12", "window.measure_seconds=3",
           "window.min_measure_steps=4", "window.profile=true", "window.profile_steps=2"]
@@ -32,7 +36,7 @@ def run_study(agent: bool, seed: int, trials: int, workdir: Path) -> list[tuple[
     args = [f"workload._target_={WORKLOAD}", "device=cpu", f"study.name={name}",
             f"study.n_trials={trials}", f"study.agent={str(agent).lower()}", f"seed={seed}",
             *WINDOW]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     subprocess.run([sys.executable, "-c", "from autotune.cli.main import main; main()", *args],
                    cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL)
     study = optuna.load_study(study_name=name,

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.child_env import child_env  # noqa: E402
 from benchmarks.history import prepend_section  # noqa: E402
 
 ARGS = ["workload=mlp", "study.name=o", "study.n_trials=1", "study.confirm_runs=0",
@@ -43,7 +44,7 @@ def one(root: Path) -> dict[str, float]:
         proc = subprocess.Popen(
             [sys.executable, "-u", "-c", "from autotune.cli.main import main; main()", *ARGS],
             cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"})
+            env=child_env(root, COLUMNS="200"))
         seen: dict[str, float] = {}
         assert proc.stdout is not None
         for line in proc.stdout:

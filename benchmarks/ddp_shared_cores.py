@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.results.intervals import paired_speedup  # noqa: E402
+from benchmarks.child_env import child_env  # noqa: E402
 
 WORKLOAD = "workload._target_=examples.ddp_train.SlowReadsWorkload"
 
@@ -48,7 +49,7 @@ def study(out: Path, name: str, latency_ms: float, trials: int, extra: list[str]
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+    return child_env(**extra)
 
 
 def sides(single: dict, ddp: dict, out: Path) -> dict[str, tuple[Path, dict[str, str]]]:

@@ -31,12 +31,13 @@ from autotune.measure.runner import run_window  # noqa: E402
 from autotune.results.storage import open_storage  # noqa: E402
 from autotune.search.ownership import reap_lost_trials  # noqa: E402
 from autotune.workloads.mlp import MLPWorkload  # noqa: E402
+from benchmarks.child_env import child_env  # noqa: E402
 from tests.pgserver import PgServer  # noqa: E402
 
 TINY = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
         "window.min_measure_steps=2", "window.profile=false"]
 CLI = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = child_env()
 
 
 def overshoot(runs: int, tmp: Path) -> tuple[list[float], list[float]]:

@@ -1,0 +1,16 @@
+"""The environment a benchmark starts autotune in: the checkout under test first on the path,
+what PYTHONPATH already held kept after it. A benchmark that replaced PYTHONPATH lost the
+dependencies a GPU machine keeps there (/tmp/site: ../shared/gpu/README.md), as the tests'
+children did under torch 2.11's image (tests/conftest.child_env, 2026-11-27)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_env(root: Path = ROOT, **extra: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
