@@ -19,6 +19,7 @@ import torch
 
 from autotune.adapters.hf import apply
 from autotune.adapters.hf_workload import HFTrainerWorkload, HFWorkload
+from autotune.core.quick_exit import quick_exit
 from autotune.production.best import load_best
 from autotune.production.parity import StepClock, load_workload, side_args, write
 
@@ -106,3 +107,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    quick_exit(0)  # a side's process ends so: parity.py's docstring

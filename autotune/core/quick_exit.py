@@ -7,6 +7,9 @@ for nothing. A ``workers=N`` worker process holds the same kind of heap and ends
 (its own teardown not timed). The atexit handlers (logging, multiprocessing's
 children, temporary files) still run, and stdio is flushed; everything a study writes (its
 storage committed, its exports closed) is closed by then.
+
+``autotune verify``'s sides end this way for another reason: a gloo rank's teardown can race
+gloo's own threads and abort the rank after a complete run (production/parity.py).
 """
 
 from __future__ import annotations
