@@ -6,6 +6,7 @@ fewer knobs, and the exported trial's own trace is the one kept as best_trace.js
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -305,11 +306,13 @@ def test_a_tie_broken_against_the_leader_is_settled_by_more_rounds_first(
     assert record["tie_settling"]["outcome"].startswith("unsettled")
 
 
-def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path) -> None:
+def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path,
+                                                               caplog: Any) -> None:
     """The rounds a precision stop needs come from the noise the windows measured apart from
     the rounds: finalists and a baseline whose search windows varied by 0.5% (an H100's, issue
     30) stop after 3 rounds, known to +-5%; the same rounds behind 8% windows (a shared 2-core
-    VM's) need PRECISE_ROUNDS; a window whose spread is unknown vouches for nothing."""
+    VM's) need PRECISE_ROUNDS, and the cost said before the rounds counts that many; a window
+    whose spread is unknown vouches for nothing."""
     from autotune.search import confirm as confirm_mod
 
     assert trusted_rounds(0.005, 0.05) == MIN_ROUNDS
@@ -326,9 +329,12 @@ def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path)
             figure = {"base": 100.0, "b128": 210.0, "b64": 150.0, "five": 140.0}[name]
             return WindowResult(outcome="ok", samples_per_sec=figure * (1.002 if i % 2 else 0.998),
                                 steps=10, wall_s=1.0)
-        record = confirm_mod.confirm(setup, study, 3, 3, run=run)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="autotune"):
+            record = confirm_mod.confirm(setup, study, 3, 3, run=run)
         assert record is not None and record["stopped"] == "precision", record
         assert record["rounds"] == rounds and record["trusted_rounds"] == rounds
+        assert f"for the {rounds} rounds it needs" in caplog.text, caplog.text
 
 
 # The confirmation of the README's study on one H100 (2026-11-26, benchmarks/gpu_check.sh):
