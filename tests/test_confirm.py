@@ -18,7 +18,7 @@ import yaml
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 from autotune.results.trust import could_not_measure
 from autotune.search.choose import Candidate, pick, still_racing, tie_words
-from autotune.search.confirm import PRECISE_ROUNDS, candidates_of, trusted_rounds
+from autotune.search.confirm import PRECISE_ROUNDS, candidates_of, round_words, trusted_rounds
 from tests.conftest import TINY_ARGS, run_cli
 
 #: TINY_ARGS without its quick confirmation and without profiling: each test sets its own.
@@ -336,6 +336,16 @@ def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path,
         assert record["rounds"] == rounds and record["trusted_rounds"] == rounds
         assert f"for the {rounds} rounds it needs" in caplog.text, caplog.text
 
+
+
+def test_the_rounds_cost_says_which_rounds_the_budget_can_cut() -> None:
+    """study.confirm_runs run whatever the budget; the rounds a precise interval needs past
+    them stop at the budget, and the cost said before the rounds says which it is."""
+    assert "they run all the same" in round_words(50, 3, 6, budget_s=100)  # 3 x 50 > 100
+    cut = round_words(20, 3, 6, budget_s=100)  # 3 x 20 fits, 6 x 20 does not
+    assert "the 6 rounds a precise interval needs take ~120s" in cut, cut
+    assert "stop at the budget, after 3 at least" in cut, cut
+    assert round_words(10, 3, 6, budget_s=100).endswith("~60s for the 6 rounds it needs at least")
 
 # The confirmation of the README's study on one H100 (2026-11-26, benchmarks/gpu_check.sh):
 # the baseline, its loader in the training process, read 564, 464 and 667 samples/s.

@@ -122,7 +122,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
              ", ".join(map(str, active)), base.number, runs, 100 * setup.confirm_precision,
              floor, f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
     round_s = expected_round_s(trials.values())
-    log.info("  %s", round_words(round_s, max(runs, floor), setup.confirm_budget_s))
+    log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s))
     while True:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)
@@ -168,19 +168,25 @@ def expected_round_s(trials: Collection[FrozenTrial]) -> float:
     return sum(figure_window_s(t) for t in trials)
 
 
-def round_words(round_s: float, runs: int, budget_s: float) -> str:
-    """What the rounds will cost, said before they start; the fewest rounds run whatever the
-    budget, so a budget they overrun is said here rather than found at the end. ``runs``: the
-    fewest a precision stop can come after, study.confirm_runs or the windows' trusted rounds
-    if more (the README's CPU study said "~50s for the 3 rounds it needs" beside "trusted from
-    round 6", and ran 10 rounds in 153 s, 2026-11-27)."""
+def round_words(round_s: float, runs: int, floor: int, budget_s: float) -> str:
+    """What the rounds will cost, said before they start. study.confirm_runs (``runs``) run
+    whatever the budget, so a budget they overrun is said here rather than found at the end;
+    a precision stop also waits for the windows' trusted rounds (``floor``), which the budget
+    can cut. The README's CPU study said "~50s for the 3 rounds it needs" beside "trusted from
+    round 6" when only the first were counted, and ran 10 rounds in 153 s (2026-11-27)."""
     words = (f"a round ~{round_s:.0f}s (their search windows, less what a round skips: "
              "ceilings, profiles, the all-reduce probe)")
     if runs * round_s > budget_s:
         return (f"{words}: the {runs} rounds an interval needs take ~{runs * round_s:.0f}s, "
                 f"over study.confirm_budget_s={budget_s:g}; they run all the same (fewer "
                 "finalists, study.confirm_top, or a shorter window.measure_seconds would fit)")
-    return f"{words}, so ~{runs * round_s:.0f}s for the {runs} rounds it needs at least"
+    least = max(runs, floor)
+    if least * round_s > budget_s:
+        return (f"{words}: the {least} rounds a precise interval needs take "
+                f"~{least * round_s:.0f}s, over study.confirm_budget_s={budget_s:g}; the "
+                f"rounds stop at the budget, after {runs} at least, and the interval says how "
+                "precise it got")
+    return f"{words}, so ~{least * round_s:.0f}s for the {least} rounds it needs at least"
 
 
 def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,
