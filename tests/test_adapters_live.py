@@ -42,13 +42,14 @@ def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer_and_verify
     # batch 16 pinned: the exported side of verify trains another batch than the user's 8.
     users = _small_trainer(tmp_path)
     try:
-        best = hf.tune(users, [*TINY_ARGS], device="cpu", n_trials=2, name="hft",
-                       out_dir=tmp_path / "studies", knobs={"batch_size": 16}).best
+        tuned = hf.tune(users, [*TINY_ARGS], device="cpu", n_trials=2, name="hft",
+                        out_dir=tmp_path / "studies", knobs={"batch_size": 16})
     except autotune.CouldNotMeasure as exc:  # a busy machine: the study says so, and its
-        best = exc.best                      # export keeps what its intervals support
+        tuned = exc.tuned                    # export keeps what its intervals support
+    best = tuned.best
     knobs = best.knobs
     assert knobs["batch_size"] == 16
-    args = hf.tuned_arguments(users.args, best)  # what tune() returns as training_args
+    args = tuned.training_args
     assert isinstance(args, transformers.TrainingArguments)
     assert args.per_device_train_batch_size == knobs["batch_size"]
     assert args.dataloader_num_workers == knobs["num_workers"]
@@ -98,11 +99,15 @@ def test_an_hf_object_that_cannot_travel_is_named(tmp_path: Path) -> None:
 
 def test_lightning_tune_returns_arguments_and_applies_them_to_real_objects(tmp_path: Path
                                                                           ) -> None:
-    tuned = at_lightning.tune(Classifier(), ImageData(read_ms=0.0),
-                              trainer_kwargs={"precision": "32-true"}, overrides=TINY_ARGS,
-                              device="cpu", n_trials=2, name="plt", out_dir=tmp_path / "studies",
-                              knobs={"optimizer_impl": "fused", "host_allocator": "default",
-                                     "cpu_threads": torch.get_num_threads()})
+    try:
+        tuned = at_lightning.tune(Classifier(), ImageData(read_ms=0.0),
+                                  trainer_kwargs={"precision": "32-true"}, overrides=TINY_ARGS,
+                                  device="cpu", n_trials=2, name="plt",
+                                  out_dir=tmp_path / "studies",
+                                  knobs={"optimizer_impl": "fused", "host_allocator": "default",
+                                         "cpu_threads": torch.get_num_threads()})
+    except autotune.CouldNotMeasure as exc:  # a busy machine (CI beside other work, 2026-11-27):
+        tuned = exc.tuned                    # the result for what its intervals support
     knobs = tuned.best.knobs
     assert tuned.trainer_kwargs["precision"] == AMP_PRECISION[knobs["amp"]]
     assert tuned.dataloader_kwargs["batch_size"] == knobs["batch_size"]

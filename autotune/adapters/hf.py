@@ -70,12 +70,20 @@ def tune(trainer: Any, overrides: Sequence[str] = (), **kwargs: Any) -> HFTuned:
     """Tune ``trainer``'s training speed (before ``trainer.train()``): a study whose baseline
     is the Trainer as it is, run on its own model, data and arguments. ``overrides`` and
     ``kwargs`` are autotune.tune's (``device="cpu"``, ``n_trials=8``, ``name=...``). Raises
-    ``autotune.core.shipping.CannotTravel`` naming an object that cannot reach the trials."""
+    ``autotune.core.shipping.CannotTravel`` naming an object that cannot reach the trials, and
+    autotune.tune's exceptions; one that still exported a configuration (``CouldNotMeasure`` on
+    a busy machine, ``RegressionFound``) carries this result for it as ``tuned``."""
     # Imported here, not above: a trial process imports this module to build the workload
     # (workload._target_=autotune.adapters.hf.HFWorkload) and must not load the driver.
+    from autotune.cli.api import StudyError
     from autotune.cli.api import tune as tune_study
 
-    best = tune_study(list(overrides), workload=trainer_parts(trainer), **kwargs)
+    try:
+        best = tune_study(list(overrides), workload=trainer_parts(trainer), **kwargs)
+    except StudyError as exc:
+        if exc.best is not None:
+            exc.tuned = HFTuned(exc.best, tuned_arguments(trainer.args, exc.best))
+        raise
     return HFTuned(best, tuned_arguments(trainer.args, best))
 
 

@@ -89,7 +89,9 @@ def tune(module: nn.Module, datamodule: Any = None, *, train_dataloaders: Any = 
     ``overrides`` and ``kwargs`` are autotune.tune's. The returned ``module`` and
     ``datamodule`` are yours, prepared (``apply``: this process's settings are made now, before
     ``fit`` forks the loader's workers). Raises ``autotune.core.shipping.CannotTravel`` naming
-    an object that cannot reach the trials."""
+    an object that cannot reach the trials, and autotune.tune's exceptions; one that still
+    exported a configuration (``CouldNotMeasure`` on a busy machine, ``RegressionFound``)
+    carries this result for it as ``tuned``."""
     parts = {"module": module, "datamodule": datamodule, "train_dataloaders": train_dataloaders,
              "trainer_kwargs": dict(trainer_kwargs or {}),
              "module_name": f"{type(module).__module__}.{type(module).__qualname__}"}
@@ -100,9 +102,20 @@ def tune(module: nn.Module, datamodule: Any = None, *, train_dataloaders: Any = 
     # Imported here, not above: a trial process imports this module to build the workload
     # (workload._target_=autotune.adapters.lightning.LightningWorkload) and must not load the
     # driver.
+    from autotune.cli.api import StudyError
     from autotune.cli.api import tune as tune_study
 
-    best = tune_study(list(overrides), workload=ship, **kwargs)
+    try:
+        best = tune_study(list(overrides), workload=ship, **kwargs)
+    except StudyError as exc:
+        if exc.best is not None:
+            exc.tuned = _tuned(exc.best, module, datamodule, train_dataloaders)
+        raise
+    return _tuned(best, module, datamodule, train_dataloaders)
+
+
+def _tuned(best: BestConfig, module: nn.Module, datamodule: Any,
+           train_dataloaders: Any) -> LightningTuned:
     doc = best_document(best)
     tuned = LightningTuned(best, lightning_trainer_kwargs(doc), dataloader_kwargs(doc))
     tuned.module, tuned.datamodule = tuned.apply(module, datamodule)

@@ -44,13 +44,16 @@ log = logging.getLogger("autotune")
 
 class StudyError(RuntimeError):
     """A study that ended without the result it was run for. ``code`` is the command line's
-    exit code for the same end; ``best`` the exported configuration, where there is one."""
+    exit code for the same end; ``best`` the exported configuration, where there is one;
+    ``tuned`` what an adapter's ``tune`` returns for it (hf.tune's HFTuned, lightning.tune's
+    LightningTuned), so a busy machine's caller still gets objects to train with."""
 
     code = 1
 
     def __init__(self, message: str, best: BestConfig | None = None):
         super().__init__(message)
         self.best = best
+        self.tuned: Any = None
 
 
 class ConfigError(StudyError, ValueError):
