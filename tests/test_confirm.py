@@ -50,10 +50,13 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
     # trustworthy (four lucky ones once agreed to +-3% by chance on 6-11% noisy windows).
     floor = trusted_rounds(conf["trusted_noise"], 10)
     assert conf["trusted_rounds"] == floor and MIN_ROUNDS <= floor <= PRECISE_ROUNDS
-    assert conf["rounds"] == floor and conf["stopped"] == "precision"
-    # Racing starts after those rounds: until then every round has every finalist;
-    # after, each round has the baseline and each finalist not yet dropped, once.
-    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"][:floor])
+    # The floor is read again after each round from the noise so far: on a busy machine it
+    # stood higher before the last round (6 rounds where the final 183% noise trusts 3, a
+    # .ci/run beside other work, 2026-11-27); the stop is never before the final one.
+    assert conf["stopped"] == "precision" and floor <= conf["rounds"] <= PRECISE_ROUNDS
+    # Racing starts after the floor (never below MIN_ROUNDS): until then every round has
+    # every finalist; after, each round has the baseline and each finalist not yet dropped.
+    assert all(sorted(order) == sorted({*finals, 0}) for order in conf["order"][:MIN_ROUNDS])
     kept = {*finals, 0} - set(conf["dropped"])
     assert all(len(order) == len(set(order)) and kept <= set(order) <= {*finals, 0}
                for order in conf["order"])
