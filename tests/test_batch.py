@@ -15,7 +15,7 @@ from autotune.core import batch as tree
 from autotune.core.env import Env
 from autotune.core.knobs import KnobError, build_space
 from autotune.core.training import Training
-from tests.conftest import TINY_ARGS, run_cli
+from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
 from tests.workloads_batch import DictBatchLM, NestedWorkload, VariableShapeLM
 
 
@@ -93,7 +93,9 @@ def test_dict_batch_workload_runs_a_study_and_exports(tmp_path: Path) -> None:
     proc = run_cli(["workload._target_=tests.workloads_batch.DictBatchLM", "device=cpu",
                     "study.n_trials=3", "study.name=dict", "study.confirm_top=1", *TINY_ARGS],
                    tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # A busy machine's exit 4 still exports (your configuration): the subject here is the
+    # batch structure, not the measurement (a .ci/run beside other work, 2026-11-27).
+    assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), proc.stderr[-3000:]
     best = yaml.safe_load((tmp_path / "studies" / "dict" / "best.yaml").read_text())
     assert best["metrics"]["samples_per_sec"] > 0 and best["workload"] == "dict-lm", best
     assert "crash" not in proc.stdout, proc.stdout[-3000:]
