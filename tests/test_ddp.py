@@ -128,7 +128,8 @@ def test_failing_ranks_and_a_killed_launcher_fail_their_trials_and_the_study_exp
     proc = run_cli(["workload._target_=tests.workloads_faulty.RankFault",
                     f"+workload.faults=[none,{','.join(FAULTS)}]", f"+workload.count_dir={count}",
                     "study.name=f", "study.n_trials=6", "study.confirm_runs=0",
-                    "study.remeasure_contended=0", "window.stall_s=5", *LAUNCH, *TINY_ARGS],
+                    "study.remeasure_contended=0", "study.prune=false", "window.stall_s=5",
+                    *LAUNCH, *TINY_ARGS],
                    tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp_path / "studies" / "f" / "best.yaml").exists()

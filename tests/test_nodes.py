@@ -72,6 +72,7 @@ def test_two_launchers_form_each_two_node_trial_and_a_failing_rank_on_either_fai
         proc = run_cli(["workload._target_=tests.workloads_faulty.RankFault",
                         "+workload.faults=[none,raise,hang]", f"+workload.count_dir={count}",
                         "study.name=n2", "study.n_trials=4", "window.stall_s=5",
+                        "study.prune=false",  # trial 3 can run at a tenth of trial 0's rate
                         f"launch.rdzv_endpoint={endpoint}", *NODES, *BARE_ARGS], tmp_path,
                        timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -83,18 +84,19 @@ def test_two_launchers_form_each_two_node_trial_and_a_failing_rank_on_either_fai
     windows = [p.parent for p in study_dir.rglob("request.json")]
     assert len(windows) >= 4
     assert out.count("autotune follow: trials/") >= len(windows), out
-    healthy = 0
+    healthy, seen = 0, []
     for window in windows:
         assert list(window.glob("node.*.log")), "the follower launched no ranks for this window"
         if not (window / "result.json").exists():  # stalled: the runner ended it
             continue
         result = json.loads((window / "result.json").read_text())
+        seen.append(f"{window.name}: {result['outcome']} {result.get('error', '')[:200]}")
         if result["outcome"] == "ok":
             healthy += 1
             assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result["ranks"]
             assert (window / "result.rank0.json").exists()
             assert (window / "result.rank1.json").exists()
-    assert healthy >= 2
+    assert healthy >= 2, seen
     trials = optuna.load_study(study_name="n2",
                                storage=f"sqlite:///{study_dir}/study.db").get_trials()
     reasons = {t.user_attrs.get("outcome"): t.user_attrs.get("reason", "") for t in trials}
