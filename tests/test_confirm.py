@@ -17,8 +17,8 @@ import yaml
 
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 from autotune.results.trust import could_not_measure
-from autotune.search.choose import Candidate, pick, still_racing, tie_words
-from autotune.search.confirm import PRECISE_ROUNDS, candidates_of, round_words, trusted_rounds
+from autotune.search.choose import Candidate, candidates_of, pick, still_racing, tie_words
+from autotune.search.confirm import PRECISE_ROUNDS, round_words, trusted_rounds
 from tests.conftest import TINY_ARGS, run_cli
 
 #: TINY_ARGS without its quick confirmation and without profiling: each test sets its own.

@@ -15,13 +15,14 @@ more than the user said mattered (an idle run's tie of four went from 1.80x to 1
 way). Where the tie-break would export another finalist than the leader while their paired
 rounds show it neither slower nor within the precision of the leader, the two get more rounds
 first (``unsettled``; search/confirm.py). A speedup is exported only when its whole interval
-lies above 1.0.
+lies above 1.0 (``decide``, which fills the confirmation's record; the numerics check calls it
+again when it refuses the winner).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,3 +156,57 @@ def window_noise(runs: Mapping[Any, Sequence[float | None]]) -> float:
 
 def cv(values: Sequence[float]) -> float:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else 0.0
+
+
+def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -> dict[str, Any]:
+    """Fill in the choice among ``settled`` (the candidates still in question): the winner,
+    its figures and interval. Also how the numerics check re-picks when it refuses the
+    winner (search/numerics.py)."""
+    for key in ("best_trial", "leader", "established", "precise", "tie", "best_runs",
+                "best_samples_per_sec", "speedup", "speedup_ci", "speedup_text"):
+        record.pop(key, None)
+    if not settled:
+        return record
+    winner, tied = pick(settled, precision)
+    base = int(record["baseline_trial"])
+    runs = record["runs"]
+    b_runs = [v for v in runs[str(base)] if v]
+    w_runs = [v for v in runs[str(winner.number)] if v]
+    iv = winner.interval
+    established = iv.above(1.0) if iv.known else None
+    # A speedup whose interval includes 1.0 is not a speedup: the user's own configuration
+    # stays (results/trust.py says so when the machine was to blame); with fewer than 3 rounds
+    # (study.confirm_runs) there is no interval and the winner stands on its point figure,
+    # marked so.
+    chosen = winner.number if established is not False else base
+    c_runs = w_runs if chosen == winner.number else b_runs
+    record.update({
+        "best_trial": chosen,
+        "leader": winner.number,
+        "established": established,
+        "precise": precise(settled, precision),
+        "tie": tie_words(winner, tied),
+        "best_runs": [round(v, 3) for v in c_runs],
+        "baseline_runs": [round(v, 3) for v in b_runs],
+        "best_samples_per_sec": round(statistics.median(c_runs), 3) if c_runs else None,
+        "baseline_samples_per_sec": round(statistics.median(b_runs), 3) if b_runs else None,
+        "speedup": round(iv.point, 3) if chosen == winner.number else 1.0,
+        "speedup_ci": [round(iv.low, 3), round(iv.high, 3)] if iv.known else None,
+        "speedup_text": iv.text(),
+    })
+    return record
+
+
+def candidates_of(record: dict[str, Any], exclude: Collection[int] = ()) -> list[Candidate]:
+    """The record's candidates (their intervals and tie-break figures), less ``exclude``."""
+    out = []
+    for n, d in (record.get("intervals") or {}).items():
+        if int(n) in exclude:
+            continue
+        iv = Interval(float(d["speedup"]), float(d["ci_low"] if d["ci_low"] is not None else 0.0),
+                      float(d["ci_high"]) if d["ci_high"] is not None else float("inf"),
+                      int(d["rounds"]))
+        out.append(Candidate(int(n), iv, int(d.get("changed") or 0),
+                             float(d.get("peak_memory_gb") or 0.0),
+                             tuple((record.get("runs") or {}).get(str(n)) or ())))
+    return out

@@ -47,8 +47,7 @@ from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.trials import chosen_trial, finalists
-from autotune.search.choose import still_racing
-from autotune.search.confirm import candidates_of, decide
+from autotune.search.choose import candidates_of, decide, still_racing
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
@@ -237,7 +236,7 @@ def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag |
 
 def _repick_confirmation(study: optuna.Study, results: dict[str, Any]) -> None:
     """If the confirmation's winner was refused, the choice is made again among the finalists
-    left (their rounds and intervals stand: search/confirm.py decide); with none left, best.yaml
+    left (their rounds and intervals stand: search/choose.py decide); with none left, best.yaml
     falls back to the search figures."""
     conf = dict(study_attrs(study).get("confirmation") or {})
     if "best_trial" not in conf or (results.get(str(conf["best_trial"])) or {}).get("passed") is not False:
