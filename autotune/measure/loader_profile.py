@@ -22,8 +22,11 @@ the call graph; self-calls ignored, cumtime already handles recursion). Unclassi
 add only their *self* time (tottime) outside classified frames: the user's code (not stdlib,
 site-packages, autotune, built-ins) one frame per function from 1% up, the library's one
 "other (library)" frame. So frames are disjoint; their shares of the wall time add up to
-``coverage`` <= 1 (the rest: profiler bookkeeping, this module's loop). ``wait_share`` is
-1 - CPU/wall: I/O, sleeps, and time the OS ran other processes (a loaded machine waits).
+``coverage`` <= 1 (the rest: profiler bookkeeping, this module's loop). ``wait_share`` is the
+loader's own waiting: the wall time neither on a CPU nor runnable and waiting for one (I/O,
+sleeps, locks). The time it waited for a CPU while other processes held the cores is
+``cpu_wait_share``, apart: counted as waiting, a compute-bound loader beside another job read
+about 50% waiting, as if it waited on its files.
 
 Cost: cProfile slows Python-heavy code (many small calls) far more than C-heavy code (a
 decode, a memcpy), so shares lean towards Python work and ``total_s`` is not the loader's
@@ -44,6 +47,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from autotune.measure.readings import thread_cpu_wait_s
 
 Key = tuple[str, int, str]  # (file, first line, function name), as pstats keys functions
 MAX_FRAMES = 12
@@ -77,7 +82,7 @@ def profile_loader(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None, 
                         drop_last=len(dataset) >= batch_size, num_workers=0,
                         collate_fn=collate_fn, generator=torch.Generator().manual_seed(seed))
     profiler = cProfile.Profile()
-    wall0, cpu0 = time.perf_counter(), time.process_time()
+    wall0, cpu0, queued0 = time.perf_counter(), time.process_time(), thread_cpu_wait_s()
     fetched = 0
     profiler.enable()
     try:
@@ -88,19 +93,28 @@ def profile_loader(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None, 
     finally:
         profiler.disable()
     total_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+    queued_s = thread_cpu_wait_s() - queued0
     stats: dict[Key, Any] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     return {"total_s": round(total_s, 6), "cpu_s": round(cpu_s, 6), "batches": fetched,
             "batch_size": int(batch_size),
-            "wait_share": round(min(1.0, max(0.0, 1.0 - cpu_s / total_s)), 3),
+            "wait_share": _share(total_s - cpu_s - queued_s, total_s),
+            "cpu_wait_share": _share(queued_s, total_s),
             **_fold(stats, total_s, _code_key(type(dataset).__getitem__), _code_key(collate_fn),
                     {k: v for fn, v in (named or {}).items() if (k := _code_key(fn))})}
 
 
+def _share(part_s: float, total_s: float) -> float:
+    return round(min(1.0, max(0.0, part_s / total_s)), 3) if total_s > 0 else 0.0
+
+
 def summary_line(profile: dict[str, Any]) -> str:
     """One line for trials.csv and the console: the top 3 frames and the waiting share, e.g.
-    "61% JPEG decode (PIL open+load), 18% RandomResizedCrop, 9% collate (...); 4% waiting"."""
+    "61% JPEG decode (PIL open+load), 18% RandomResizedCrop, 9% collate (...); 4% waiting",
+    and the wait for a CPU where other processes took a tenth of the time or more."""
     top = ", ".join(f"{f['share'] * 100:.0f}% {f['name']}" for f in (profile.get("frames") or [])[:3])
-    return f"{top or 'no loader frames'}; {profile.get('wait_share', 0.0) * 100:.0f}% waiting"
+    queued = float(profile.get("cpu_wait_share") or 0.0)
+    busy = f", {queued * 100:.0f}% waiting for a CPU other processes held" if queued >= 0.1 else ""
+    return f"{top or 'no loader frames'}; {profile.get('wait_share', 0.0) * 100:.0f}% waiting{busy}"
 
 
 def stored_profile(profile: dict[str, Any], frames: int = 8) -> dict[str, Any]:
@@ -108,7 +122,7 @@ def stored_profile(profile: dict[str, Any], frames: int = 8) -> dict[str, Any]:
     loader_profile.json): its summary line and its top frames."""
     if "error" in profile:
         return {"error": profile["error"]}
-    keep = ("wait_share", "coverage", "total_s", "batches", "batch_size", "getitem", "hot")
+    keep = ("wait_share", "cpu_wait_share", "coverage", "total_s", "batches", "batch_size", "getitem", "hot")
     return {"summary": summary_line(profile), **{k: profile[k] for k in keep if k in profile},
             "frames": (profile.get("frames") or [])[:frames]}
 

@@ -94,6 +94,14 @@ def thread_busy_s() -> float:
     return sum(read) if read else time.thread_time()
 
 
+def thread_cpu_wait_s() -> float:
+    """Seconds this thread has been runnable but waiting for a CPU (0 where schedstat is
+    missing): on a busy machine, time the OS gave other processes, which is neither this
+    thread's work nor its waiting on I/O."""
+    read = _schedstat_s("/proc/thread-self/schedstat")
+    return read[1] if read else 0.0
+
+
 def workers_cpu_s() -> float:
     """CPU demand so far of this process's children (its DataLoader workers), in seconds: for
     the live ones, every thread's time on a CPU plus its runqueue wait (schedstat: a worker
