@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import TINY_ARGS, run_cli
+from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
 
 
 def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_beside_it(
@@ -18,8 +18,9 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     proc = run_cli(["workload=mlp", "device=cpu", "study.name=w", "study.n_trials=5",
                     "study.prune=false", "study.agent=false", "study.confirm_top=1",
                     "study.confirm_runs=3", *TINY_ARGS], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
+    # A busy machine's exit 4 still states and exports the wall time: the subject here.
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
     assert "expected wall time: 5 trial windows" in out  # before any window
     assert "a confirmation of at least 3 rounds of up to 2 windows" in out
     assert "expected wall time ~" in out and "5 trials x " in out  # after the first
@@ -40,6 +41,8 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     ratio = wall["measured_s"] / wall["expected_s"]
     if abs(ratio - 1) > 0.25:
         rows = (tmp_path / "studies" / "w" / "trials.csv").read_text()
-        if ",True," in rows:  # a window read beside another load: an estimate of a quiet study
+        # A window read beside another load, or a study that could not measure: the estimate
+        # is of a quiet study.
+        if ",True," in rows or proc.returncode != 0:
             pytest.skip(f"the machine was busy during the study (measured/expected {ratio:.2f})")
     assert abs(ratio - 1) <= 0.25, wall
