@@ -72,7 +72,7 @@ def test_two_launchers_form_each_two_node_trial_and_a_failing_rank_on_either_fai
         proc = run_cli(["workload._target_=tests.workloads_faulty.RankFault",
                         "+workload.faults=[none,raise,hang]", f"+workload.count_dir={count}",
                         "study.name=n2", "study.n_trials=4", "window.stall_s=5",
-                        "study.prune=false",  # trial 3 can run at a tenth of trial 0's rate
+                        "study.prune=false",  # trial 3 ran at 12% of trial 0's rate here, idle
                         f"launch.rdzv_endpoint={endpoint}", *NODES, *BARE_ARGS], tmp_path,
                        timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
