@@ -28,9 +28,10 @@ from autotune.measure.batches import Batches, length_group_steps
 from autotune.measure.clock import Clock
 from autotune.measure.contention import snapshot
 from autotune.measure.figures import summarize
+from autotune.measure.loop import measured_loop
 from autotune.measure.protocol import WindowResult
 from autotune.measure.readings import Progress
-from autotune.measure.window import measured_loop, warm_up
+from autotune.measure.window import warm_up
 from tests.workloads_tokens import TinyLlamaLM, Tokens, collator, samples
 
 BATCH = 4

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import logging
 import math
-import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from autotune.core import distributed
-from autotune.core.batch import ShapeLog
 from autotune.core.files import atomic_write
-from autotune.core.training import CaptureFailed, Training, input_dataset, phase
+from autotune.core.training import CaptureFailed, Training, input_dataset
 from autotune.core.workload import Workload, build_workload
 from autotune.diagnose.thresholds import DATA_WAIT_NOTABLE
 from autotune.measure import comm
@@ -33,13 +30,14 @@ from autotune.measure.batches import Batches, length_group_steps
 from autotune.measure.ceilings import compute_ceiling, loader_ceiling
 from autotune.measure.clock import Clock
 from autotune.measure.contention import Snapshot, between, snapshot
-from autotune.measure.figures import Loop, report_chunks, summarize, window_spread
+from autotune.measure.figures import summarize, window_spread
 from autotune.measure.loader_profile import profile_loader
+from autotune.measure.loop import measured_loop
 from autotune.measure.losses import record_losses
 from autotune.measure.nvml import GpuReader
 from autotune.measure.profiling import capture
 from autotune.measure.protocol import TrialRequest, WindowResult, mentions_oom
-from autotune.measure.readings import Progress, peak_rss_bytes, thread_busy_s, workers_cpu_s
+from autotune.measure.readings import Progress, peak_rss_bytes
 
 
 class NonFiniteLoss(RuntimeError):
@@ -80,14 +78,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     # the best trial, the driver prunes this trial before any compile or warm-up is spent on it.
     extras_start = time.perf_counter()
     if wanted.get("loader"):
-        rate, noise = loader_ceiling(batches, batch_size, workers, win, progress)
-        result.ceilings["loader"] = rate
-        result.ceiling_noise["loader"] = noise
-        progress.partial = {}
-        progress.ceilings = dict(result.ceilings)
-        progress.ceiling_noise = dict(result.ceiling_noise)
-        progress.contended = between(trial_start, snapshot())["contended"]  # the pruner reads it
-        progress.beat("ceiling", 0, force=True)
+        _loader_ceiling(batches, batch_size, workers, win, progress, result, trial_start)
     result.extras_s = time.perf_counter() - extras_start
 
     first_step_s, loss = warm_up(run, batches, clock, win, progress, result)
@@ -105,11 +96,44 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
 
     progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
     extras_start = time.perf_counter()
+    _after_window(req, run, batches, clock, batch_size, progress, result)
+    # A ceiling and the window are taken at different moments: on a loaded machine the trial's
+    # share of the cores changes between them (a 0.5 ms mlp step waiting 100 ms for a core now
+    # and then: intra-op threads as many as the cores, each op waiting for its partner thread
+    # to get a core), so the window states its own noise too (pruning.ceiling_violations).
+    result.ceiling_noise["window"] = window_spread(loop, clock, batch_size)
+    _evidence(req, workload, run, batches, progress, result)
+    result.extras_s += time.perf_counter() - extras_start
+    result.outcome = "ok"
+    if compile_watch.hits:
+        result.outcome = "compile_fallback"
+        result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
+
+
+def _loader_ceiling(batches: Batches, batch_size: int, workers: int, win: dict[str, Any],
+                    progress: Progress, result: WindowResult, trial_start: Snapshot) -> None:
+    """The loader's own rate, handed to the driver's pruner by the heartbeat at once."""
+    rate, noise = loader_ceiling(batches, batch_size, workers, win, progress)
+    result.ceilings["loader"] = rate
+    result.ceiling_noise["loader"] = noise
+    progress.partial = {}
+    progress.ceilings = dict(result.ceilings)
+    progress.ceiling_noise = dict(result.ceiling_noise)
+    progress.contended = between(trial_start, snapshot())["contended"]  # the pruner reads it
+    progress.beat("ceiling", 0, force=True)
+
+
+def _after_window(req: TrialRequest, run: Training, batches: Batches, clock: Clock,
+                  batch_size: int, progress: Progress, result: WindowResult) -> None:
+    """The measurements that follow the window: the ranks' exposed all-reduce and the step
+    alone's compute ceiling."""
+    win = req.window
+    ranks = distributed.world_size()
     if ranks > 1 and win.get("comm", True):  # a confirmation or scaling window skips it
         progress.beat("comm", result.steps, force=True)
         result.comm = comm.exposed(run, batches, clock, result.step_ms["median"],
                                     float(win["measure_seconds"]))
-    if wanted.get("compute") and ranks == 1:  # its timed loop would not match across ranks
+    if req.ceilings.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
         if result.rate > rate * (1 + max(noise, 0.1)):
@@ -119,12 +143,13 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
             noise = max(noise, noise2, abs(again - rate) / max(again, rate))
             rate = max(rate, again)
         result.ceilings["compute"], result.ceiling_noise["compute"] = rate, noise
-    # A ceiling and the window are taken at different moments: on a loaded machine the trial's
-    # share of the cores changes between them (a 0.5 ms mlp step waiting 100 ms for a core now
-    # and then: intra-op threads as many as the cores, each op waiting for its partner thread
-    # to get a core), so the window states its own noise too (pruning.ceiling_violations).
-    result.ceiling_noise["window"] = window_spread(loop, clock, batch_size)
 
+
+def _evidence(req: TrialRequest, workload: Workload, run: Training, batches: Batches,
+              progress: Progress, result: WindowResult) -> None:
+    """What the diagnosis reads beyond the figures: a profiler capture, and where the step
+    waited on its data, a profile of the loader's own stages."""
+    win = req.window
     if win.get("profile") and req.trace_path:
         result.trace = capture(run, batches, win.get("profile_steps", 3), req.trace_path,
                                lambda step: progress.beat("profile", step, force=True))
@@ -132,11 +157,6 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
         progress.beat("loader_profile", result.steps, force=True)
         result.loader_profile = profile_input(workload, req.knobs, int(req.knobs["batch_size"]),
                                               req.seed)
-    result.extras_s += time.perf_counter() - extras_start
-    result.outcome = "ok"
-    if compile_watch.hits:
-        result.outcome = "compile_fallback"
-        result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
 
 
 def profile_input(workload: Workload, knobs: dict[str, Any], batch_size: int,
@@ -221,104 +241,6 @@ def _to_group_edge(run: Training, batches: Batches, progress: Progress) -> torch
         loss = run.step(*run.to_device(*next(batches)))
         progress.beat("warmup", 0)
     return loss
-
-
-def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
-                  progress: Progress, batch_size: int, start_load: Snapshot,
-                  agree: Callable[[list[int]], list[int]] | None = None) -> Loop:
-    """The measured window. Host clock for the wait on the loader (a host-side stall); device
-    marks for copy, forward+backward and optimizer; only the window's edges are synchronized,
-    so the device keeps its queue (and copies their overlap) all through it.
-
-    Chunk edges are where the pruner looks: the first one decides whether a trial is far below
-    the best, which a few steps show as well as many (1/8 of the window: 2 steps on CPU, 5 on
-    CUDA); never a single step, which one stall on a shared machine can halve, and never
-    shorter than 1/8 of the minimum window (two 6 ms steps of a 16-worker loader read 415
-    samples/s where the trial ran at 1,250: a false prune).
-
-    Throughput is in the window's unit (measure/batches.Batches.units): real tokens where
-    the batches carry them, so a window of short batches does not read fast. Under a
-    length-grouped sampler the window also ends only where a length group (a mega-batch)
-    closes, so it spans whole mega-batches: each is a uniform draw from the dataset, whose
-    lengths are then the run's mix, not the tail of one sorted group.
-
-    ``agree`` (ranks of one trial): every rank's wish to stop, at every chunk edge, made one
-    decision (a rank that took one step more would wait forever on its all-reduce); edges are
-    then counted in steps alone, the same on every rank, and the first edge sets how many
-    steps make a chunk of at least the usual length (an edge every 2 steps, each with its
-    /proc reads and a collective, cost a 15 ms step of 2 ranks on one core each a third of its
-    speed)."""
-    max_steps, min_steps = win["measure_steps"], win["min_measure_steps"]
-    min_seconds = float(win.get("min_measure_seconds", 0.0))
-    chunk, chunk_s = min(max_steps, max(2, max_steps // 8)), min_seconds / 8
-    long_enough = chunk_s  # a chunk's length in seconds, for the ranks' step count
-    if agree is not None:
-        chunk_s = 0.0
-    data_wait_ms: list[float] = []
-    units: list[float] = []
-    tokens: list[tuple[int, int]] = []
-    group, finishing = length_group_steps(run.loader), False
-    marks: list[tuple[Any, Any, Any, Any]] = []
-    shapes = ShapeLog()
-    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    data_cpu_s, workers_cpu0 = 0.0, workers_cpu_s()
-    epochs0, epoch_s0 = batches.epochs, batches.epoch_start_s
-    start = time.perf_counter()
-    edges = [(clock.mark(), 0)]  # chunk edges on the device's timeline: (mark, steps so far)
-    edge_t = start
-    while True:  # ends at a chunk edge: enough steps for long enough, or out of time
-        w0, c0 = time.perf_counter(), thread_busy_s()
-        with phase("data"):
-            inputs, targets = next(batches)
-        data_wait_ms.append((time.perf_counter() - w0) * 1e3)
-        units.append(batches.units(batch_size))
-        if batches.last_tokens is not None:
-            tokens.append(batches.last_tokens)
-        shapes.add(inputs)
-        data_cpu_s += thread_busy_s() - c0
-        m0 = clock.mark()
-        inputs, targets = run.to_device(inputs, targets)
-        m1 = clock.mark()
-        if run.graph is not None:
-            loss = run.step(inputs, targets)
-            m2 = m3 = clock.mark()
-        else:
-            loss = run.forward_backward(inputs, targets)
-            m2 = clock.mark()
-            run.optimizer_step()
-            m3 = clock.mark()
-        marks.append((m0, m1, m2, m3))
-        now = time.perf_counter()
-        at_edge = len(marks) - edges[-1][1] >= chunk and now - edge_t >= chunk_s
-        if at_edge:
-            edges.append((m3, len(marks)))
-            edge_t = now
-            # The load so far (a few /proc reads per edge): a chunk read while other processes
-            # held the cores must not prune the trial (search/study.py reads the heartbeat).
-            progress.contended = between(start_load, snapshot())["contended"]
-        progress.beat("measure", len(marks), force=report_chunks(clock, edges, progress, units))
-        if at_edge and not finishing:
-            stop = (len(marks) >= min_steps and now - start > win["measure_seconds"]) or \
-                (len(marks) >= max_steps and now - start >= min_seconds)
-            if agree is not None:
-                per_step = (now - start) / len(marks)
-                wanted = math.ceil(long_enough / per_step) if per_step > 0 else chunk
-                decided = agree([int(stop), min(max_steps, wanted)])
-                stop, chunk = bool(decided[0]), max(chunk, decided[1])
-            finishing = stop
-            if not stop and len(marks) >= max_steps:
-                chunk = max_steps  # past the nominal window: fewer, longer chunks
-        if finishing and batches.closed_group(group) and len(marks) >= group:
-            break
-    clock.sync(run.device)
-    elapsed = time.perf_counter() - start
-    report_chunks(clock, edges, progress, units)
-    return Loop(loss, marks, data_wait_ms, elapsed,
-                resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0,
-                data_cpu_s, workers_cpu_s() - workers_cpu0, batches.epochs - epochs0,
-                batches.epoch_start_s - epoch_s0, shapes.summary(), units, tokens,
-                batches.unit or "samples/s",
-                {"group_steps": group, "groups": len(marks) // group} if group > 1 else {})
 
 
 class CompileWatch(logging.Handler):
