@@ -31,8 +31,10 @@ counterfactual's (measure/comm.py); these figures say where in the step the all-
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.diagnose.trace_events import Event, Interval, merged, minus, overlap
 
 #: gloo's per-bucket reduction, on gloo's own threads.
 GLOO_ALLREDUCE = "gloo:all_reduce"
@@ -48,64 +50,7 @@ ALLREDUCE_CALL = "c10d::allreduce_"
 AUTOGRAD_FN = "autograd::engine::evaluate_function:"
 
 
-class Span(Protocol):
-    """A complete trace event (trace_summary's ``_Ev``)."""
-
-    name: str
-    cat: str
-    ts: float
-    dur: float
-
-    @property
-    def end(self) -> float: ...
-
-
-Interval = tuple[float, float]
-
-
-def merged(intervals: Iterable[Interval]) -> list[Interval]:
-    """Sorted, disjoint intervals covering the same time (two gloo threads' ranges overlap)."""
-    out: list[Interval] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        elif e > s:
-            out.append((s, e))
-    return out
-
-
-def overlap(a: list[Interval], b: list[Interval]) -> float:
-    """Time two sets of disjoint, sorted intervals share (a two-pointer walk)."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0.0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def minus(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """``a`` without the time of ``b`` (both disjoint and sorted)."""
-    out, j = [], 0
-    for s, e in a:
-        while j < len(b) and b[j][1] <= s:
-            j += 1
-        k, cur = j, s
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
-def comm_fields(spans: Sequence[Span], start: float, end: float, n: int) -> dict[str, Any] | None:
+def comm_fields(spans: Sequence[Event], start: float, end: float, n: int) -> dict[str, Any] | None:
     """The trace's all-reduce figures per step, or None where it holds no all-reduce (one
     process). ``spans``: every complete event; ``start``/``end``: the profiled steps' span on
     the host clock; ``n``: the steps.
@@ -150,7 +95,7 @@ def comm_fields(spans: Sequence[Span], start: float, end: float, n: int) -> dict
     }
 
 
-def _backward(in_host: list[Any], spans: Sequence[Span], kernels: list[Any], start: float,
+def _backward(in_host: list[Any], spans: Sequence[Event], kernels: list[Any], start: float,
               source: str) -> tuple[list[Any], list[Any]]:
     """The backward ranges and the events that are its compute: on the GPU timeline where
     NCCL's kernels are the all-reduce (they run on the GPU's clock, after the host launched
@@ -166,7 +111,7 @@ def _backward(in_host: list[Any], spans: Sequence[Span], kernels: list[Any], sta
     return sorted(host, key=lambda e: e.ts), [e for e in in_host if e.name.startswith(AUTOGRAD_FN)]
 
 
-def _compute_end(b: Span, compute: list[Any], calls: list[Any]) -> float:
+def _compute_end(b: Event, compute: list[Any], calls: list[Any]) -> float:
     """The end of the last compute event that starts inside ``b`` (``b``'s end if none); one
     that launched a bucket ends where its ``c10d::allreduce_`` began, the moment DDP calls its
     backward's compute done: the call can last most of the reduction (9.4 of a 12 ms gloo

@@ -59,17 +59,23 @@ comm                           DDP's all-reduce per step and its overlap with ba
 
 from __future__ import annotations
 
-import bisect
-import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
 from autotune.core.numbers import finite
 from autotune.diagnose.comm_trace import comm_fields
 from autotune.diagnose.thresholds import SHORT_KERNEL_US  # seed 002: tiny kernels = launch overhead
+from autotune.diagnose.trace_events import (
+    Event,
+    Points,
+    Spans,
+    by_tid,
+    covered,
+    events,
+    self_times,
+)
 
 PHASES = ("copy", "forward", "backward", "optimizer")
 # Runtime/driver calls that block the host until the device catches up. ``cudaMemcpy`` (the
@@ -92,128 +98,6 @@ LOW_PRECISION_MARKERS = (
 _GEMM_16 = re.compile(r"(?<![x\d])16")  # "gemm" with a 16 that is not a tile size (x16)
 TOP_N = 5
 NAME_CHARS = 160
-
-
-# --- the summary (pure) -----------------------------------------------------------------------
-class _Ev:
-    __slots__ = ("name", "cat", "ts", "dur", "tid", "args")
-
-    def __init__(self, name: str, cat: str, ts: float, dur: float, tid: Any, args: dict[str, Any]):
-        self.name, self.cat, self.ts, self.dur, self.tid, self.args = name, cat, ts, dur, tid, args
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
-
-def _events(trace: Any) -> tuple[list[_Ev], list[dict[str, Any]]]:
-    """Complete ('X') events with numeric times, and memory instant events."""
-    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-    spans: list[_Ev] = []
-    memory: list[dict[str, Any]] = []
-    if not isinstance(raw, list):
-        return spans, memory
-    for e in raw:
-        if not isinstance(e, dict):
-            continue
-        name = e.get("name")
-        args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
-        if e.get("ph") == "i" and name == "[memory]":
-            memory.append(args)
-            continue
-        if e.get("ph") != "X" or not isinstance(name, str):
-            continue
-        ts, dur = finite(e.get("ts")), finite(e.get("dur"))
-        if ts is None or dur is None or dur < 0:
-            continue
-        spans.append(_Ev(name, str(e.get("cat", "")).lower(), ts, dur, e.get("tid"), args))
-    return spans, memory
-
-
-def _union(intervals: Iterable[tuple[float, float]]) -> float:
-    total = 0.0
-    current: tuple[float, float] | None = None
-    for s, e in sorted(intervals):
-        if current is None or s > current[1]:
-            if current is not None:
-                total += current[1] - current[0]
-            current = (s, e)
-        else:
-            current = (current[0], max(current[1], e))
-    if current is not None:
-        total += current[1] - current[0]
-    return total
-
-
-class _Spans:
-    """Intervals per thread, for "is this event inside one of them?" in O(log n): sorted
-    starts with a running maximum of ends (exists start <= ts with end >= event end)."""
-
-    def __init__(self, evs: Iterable[_Ev]):
-        per: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-        for ev in evs:
-            per[ev.tid].append((ev.ts, ev.end))
-        self.tids: dict[Any, tuple[list[float], list[float]]] = {}
-        for tid, spans in per.items():
-            spans.sort()
-            starts, max_ends, top = [], [], -math.inf
-            for s, e in spans:
-                top = max(top, e)
-                starts.append(s)
-                max_ends.append(top)
-            self.tids[tid] = (starts, max_ends)
-
-    def contain(self, ev: _Ev) -> bool:
-        found = self.tids.get(ev.tid)
-        if not found:
-            return False
-        i = bisect.bisect_right(found[0], ev.ts) - 1
-        return i >= 0 and found[1][i] >= ev.end
-
-
-class _Points:
-    """Event start times per thread, for "does this event contain one of them?"."""
-
-    def __init__(self, evs: Iterable[_Ev]):
-        self.tids: dict[Any, list[float]] = defaultdict(list)
-        for ev in evs:
-            self.tids[ev.tid].append(ev.ts)
-        for times in self.tids.values():
-            times.sort()
-
-    def any_within(self, ev: _Ev) -> bool:
-        times = self.tids.get(ev.tid, [])
-        i = bisect.bisect_left(times, ev.ts)
-        return i < len(times) and times[i] <= ev.end
-
-
-def _by_tid(evs: Iterable[_Ev]) -> dict[Any, list[tuple[float, float]]]:
-    out: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-    for e in evs:
-        out[e.tid].append((e.ts, e.end))
-    return out
-
-
-def _self_times(ops: list[_Ev]) -> dict[str, float]:
-    """Self time per op name: duration minus the direct children's, per thread (a stack)."""
-    self_us: dict[str, float] = defaultdict(float)
-    threads: dict[Any, list[_Ev]] = defaultdict(list)
-    for op in ops:
-        threads[op.tid].append(op)
-    for evs in threads.values():
-        evs.sort(key=lambda e: (e.ts, -e.dur))
-        stack: list[list[Any]] = []  # [event, children's total]
-        for ev in evs:
-            while stack and ev.ts >= stack[-1][0].end:
-                done, child = stack.pop()
-                self_us[done.name] += max(0.0, done.dur - child)
-            if stack:
-                stack[-1][1] += ev.dur
-            stack.append([ev, 0.0])
-        while stack:
-            done, child = stack.pop()
-            self_us[done.name] += max(0.0, done.dur - child)
-    return self_us
 
 
 def is_low_precision_kernel(name: str) -> bool:
@@ -240,7 +124,7 @@ def summarize_trace(trace: dict[str, Any], steps: int) -> dict[str, Any]:
 def _summarize(trace: dict[str, Any], steps: int) -> dict[str, Any]:
     """The summary in its phases: parse the events, find the profiled steps, then the GPU's
     activity, the host's phases, its ops, its synchronizations and the memory peaks."""
-    spans, memory = _events(trace)
+    spans, memory = events(trace)
     device_cats = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation")
     host = [e for e in spans if e.cat not in device_cats and e.cat != "trace"]
     n, start, end = _step_window(host, steps)
@@ -266,7 +150,7 @@ def _summarize(trace: dict[str, Any], steps: int) -> dict[str, Any]:
     out |= _sync_fields(ops, runtime, by_name.get("copy", []), n, by_name.get("stages", []))
     if has_gpu:
         launches = [e for e in runtime if LAUNCH_RE.search(e.name)]
-        rt_launch_at = _Spans(e for e in launches if e.cat in ("cuda_runtime", "runtime"))
+        rt_launch_at = Spans(e for e in launches if e.cat in ("cuda_runtime", "runtime"))
         counted = [e for e in launches if e.cat in ("cuda_runtime", "runtime")
                    or not rt_launch_at.contain(e)]
         out["launches_per_step"] = round(len(counted) / n, 2)
@@ -277,7 +161,7 @@ def _summarize(trace: dict[str, Any], steps: int) -> dict[str, Any]:
     return out
 
 
-def _step_window(host: list[_Ev], steps: int) -> tuple[int, float, float]:
+def _step_window(host: list[Event], steps: int) -> tuple[int, float, float]:
     """(steps, start, end): the span of the ProfilerStep# events, else of all host events."""
     step_evs = [e for e in host if e.name.startswith("ProfilerStep#")]
     if step_evs:
@@ -294,7 +178,7 @@ _NO_GPU_FIELDS: dict[str, Any] = {
 }
 
 
-def _gpu_fields(gpu: dict[str, list[_Ev]], n: int, start: float, end: float) -> dict[str, Any]:
+def _gpu_fields(gpu: dict[str, list[Event]], n: int, start: float, end: float) -> dict[str, Any]:
     """Busy share, kernel shape and copies on the GPU timeline."""
     kernels, memcpy = gpu["kernel"], gpu["memcpy"]
     acts = kernels + memcpy + gpu["memset"]
@@ -303,7 +187,7 @@ def _gpu_fields(gpu: dict[str, list[_Ev]], n: int, start: float, end: float) -> 
     # in it (and past the host's last step end only if the GPU is still busy then).
     gpu_end = max([end] + [e.end for e in acts])
     window = gpu_end - start
-    busy = _union((max(e.ts, start), min(e.end, gpu_end)) for e in acts)
+    busy = covered((max(e.ts, start), min(e.end, gpu_end)) for e in acts)
     out["gpu_busy_pct"] = round(100.0 * busy / window, 2) if window > 0 else None
     out["kernels_per_step"] = round(len(kernels) / n, 2)
     durs = [e.dur for e in kernels]
@@ -332,18 +216,18 @@ def _gpu_fields(gpu: dict[str, list[_Ev]], n: int, start: float, end: float) -> 
     return out
 
 
-def _labelled(host: list[_Ev]) -> dict[str, list[_Ev]]:
+def _labelled(host: list[Event]) -> dict[str, list[Event]]:
     """The window's and Training's record_function ranges by name ("user_annotation"; older
     traces filed them as ops)."""
     labels = ("data", *PHASES, "graph_replay", "stages")
-    by_name: dict[str, list[_Ev]] = defaultdict(list)
+    by_name: dict[str, list[Event]] = defaultdict(list)
     for e in host:
         if e.name in labels and e.cat in ("user_annotation", "cpu_op", "operator", ""):
             by_name[e.name].append(e)
     return by_name
 
 
-def _phase_fields(by_name: dict[str, list[_Ev]], gpu_ann: list[_Ev] | None, n: int) -> dict[str, Any]:
+def _phase_fields(by_name: dict[str, list[Event]], gpu_ann: list[Event] | None, n: int) -> dict[str, Any]:
     """Per-step time in each phase: host ranges, and the same ranges on the GPU timeline."""
     data = by_name.get("data", [])
     phases: dict[str, float | None] = {
@@ -367,10 +251,10 @@ def _phase_fields(by_name: dict[str, list[_Ev]], gpu_ann: list[_Ev] | None, n: i
     return out
 
 
-def _cpu_op_fields(ops: list[_Ev], n: int) -> dict[str, Any]:
-    selfs = _self_times(ops)
+def _cpu_op_fields(ops: list[Event], n: int) -> dict[str, Any]:
+    selfs = self_times(ops)
     return {
-        "cpu_op_ms_per_step": _ms(sum(_union(v) for v in _by_tid(ops).values()), n),
+        "cpu_op_ms_per_step": _ms(sum(covered(v) for v in by_tid(ops).values()), n),
         "top_cpu_ops": [
             {"name": k[:NAME_CHARS], "self_ms_per_step": _ms(v, n)}
             for k, v in sorted(selfs.items(), key=lambda kv: -kv[1])[:TOP_N]
@@ -378,8 +262,8 @@ def _cpu_op_fields(ops: list[_Ev], n: int) -> dict[str, Any]:
     }
 
 
-def _sync_fields(ops: list[_Ev], runtime: list[_Ev], copy_ranges: list[_Ev], n: int,
-                 stage_ranges: list[_Ev] | None = None) -> dict[str, Any]:
+def _sync_fields(ops: list[Event], runtime: list[Event], copy_ranges: list[Event], n: int,
+                 stage_ranges: list[Event] | None = None) -> dict[str, Any]:
     """Host-device synchronizations: the scalar reads that wait on the device, plus the sync
     runtime calls outside them.
 
@@ -392,11 +276,11 @@ def _sync_fields(ops: list[_Ev], runtime: list[_Ev], copy_ranges: list[_Ev], n: 
     if not scalar:
         scalar = [e for e in ops if e.name == SCALAR_READS[1]]
     sync_calls = [e for e in runtime if e.name.strip() in SYNC_CALLS]
-    waits = _Points(e for e in runtime if e.name.strip() in SYNC_CALLS or MEMCPY_RE.match(e.name))
+    waits = Points(e for e in runtime if e.name.strip() in SYNC_CALLS or MEMCPY_RE.match(e.name))
     device_reads = [e for e in scalar if waits.any_within(e)]
-    scalar_at = _Spans(scalar)
+    scalar_at = Spans(scalar)
     syncs = device_reads + [e for e in sync_calls if not scalar_at.contain(e)]
-    copy_at, stages_at = _Spans(copy_ranges), _Spans(stage_ranges or [])
+    copy_at, stages_at = Spans(copy_ranges), Spans(stage_ranges or [])
     return {
         "syncs_per_step": round(len(syncs) / n, 2),
         "copy_syncs_per_step": round(sum(copy_at.contain(e) for e in syncs) / n, 2),
