@@ -287,30 +287,9 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
                 f"Copy-bound: host-to-device copies take {pct(h2d)} of the step ({busy_txt}); "
                 f"make them cheaper and asynchronous with {first_fixes(f)}.")
 
-    stage_syncs = ev["stage_syncs_per_step"]
-    if stage_syncs >= SYNCS_PER_STEP and not_saturated:
-        split = int(knobs.get("transform_split") or 0)
-        f.add("transform_split", split + 1, "runs the first device stage on the host, in the "
-              "loader (with workers to run it), where it needs no synchronization")
-        return ("sync", f"stage_syncs_per_step {stage_syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
-                f"Sync-bound in the input stages on the device: {stage_syncs:.0f} host-device "
-                f"synchronizations per step happen in the stages transform_split={split} runs on "
-                f"the device (decode_jpeg on a GPU copies each image's host bytes in with a "
-                f"blocking copy), not in the training code, and idle the GPU ({busy_txt}); "
-                f"try {first_fixes(f)}.")
-
-    syncs = ev["step_syncs_per_step"]
-    if syncs is not None and syncs >= SYNCS_PER_STEP and not_saturated:
-        if knobs.get("amp") == "fp16":
-            f.add("amp", "bf16", "fp16's GradScaler reads found-inf on the host every step; bf16 "
-                  "needs no scaler")
-        bigger_batch(f, knobs, ev, "the syncs are per step: a bigger batch spreads their cost "
-                     "over more samples (softens, does not fix)")
-        return ("sync", f"step_syncs_per_step {syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
-                f"Sync-bound: {syncs:.0f} host-device synchronizations per step (.item(), .cpu(), "
-                f"float(t), print of a tensor, data-dependent control flow) stall the host and "
-                f"idle the GPU ({busy_txt}); the fix is in the training code (remove them, or "
-                f"log every N steps); knobs can only soften it.")
+    synced = _cuda_sync(ev, knobs, f, busy_txt) if not_saturated else None
+    if synced is not None:
+        return synced
 
     launches = ev["launches_per_step"] if ev["launches_per_step"] is not None else ev["kernels_per_step"]
     short = ev["short_kernel_share"]
@@ -348,6 +327,37 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
     return ("gpu_compute", "no profiler trace and no input/copy cause: assumed compute-bound",
             f"Probably compute-bound (no profiler trace to confirm; loader wait {pct(dw)}, "
             f"copies {pct(h2d)}); try {first_fixes(f)}.")
+
+
+def _cuda_sync(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
+               busy_txt: str) -> tuple[str, str, str] | None:
+    """Syncs that idle an unsaturated GPU: in the input stages run on the device (a knob moves
+    them), or in the training step itself (the fix is in the user's code)."""
+    stage_syncs = ev["stage_syncs_per_step"]
+    if stage_syncs >= SYNCS_PER_STEP:
+        split = int(knobs.get("transform_split") or 0)
+        f.add("transform_split", split + 1, "runs the first device stage on the host, in the "
+              "loader (with workers to run it), where it needs no synchronization")
+        return ("sync", f"stage_syncs_per_step {stage_syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
+                f"Sync-bound in the input stages on the device: {stage_syncs:.0f} host-device "
+                f"synchronizations per step happen in the stages transform_split={split} runs on "
+                f"the device (decode_jpeg on a GPU copies each image's host bytes in with a "
+                f"blocking copy), not in the training code, and idle the GPU ({busy_txt}); "
+                f"try {first_fixes(f)}.")
+
+    syncs = ev["step_syncs_per_step"]
+    if syncs is not None and syncs >= SYNCS_PER_STEP:
+        if knobs.get("amp") == "fp16":
+            f.add("amp", "bf16", "fp16's GradScaler reads found-inf on the host every step; bf16 "
+                  "needs no scaler")
+        bigger_batch(f, knobs, ev, "the syncs are per step: a bigger batch spreads their cost "
+                     "over more samples (softens, does not fix)")
+        return ("sync", f"step_syncs_per_step {syncs:.1f} >= {SYNCS_PER_STEP} and {busy_txt}",
+                f"Sync-bound: {syncs:.0f} host-device synchronizations per step (.item(), .cpu(), "
+                f"float(t), print of a tensor, data-dependent control flow) stall the host and "
+                f"idle the GPU ({busy_txt}); the fix is in the training code (remove them, or "
+                f"log every N steps); knobs can only soften it.")
+    return None
 
 
 def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
