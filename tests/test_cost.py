@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.core.env import Env
 from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
 
 
@@ -42,7 +43,50 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     if abs(ratio - 1) > 0.25:
         rows = (tmp_path / "studies" / "w" / "trials.csv").read_text()
         # A window read beside another load, or a study that could not measure: the estimate
-        # is of a quiet study.
+        # takes the load the first window saw as staying (1.01 of it beside a steady
+        # stress-ng), and a load that comes or goes is not foreseen.
         if ",True," in rows or proc.returncode != 0:
             pytest.skip(f"the machine was busy during the study (measured/expected {ratio:.2f})")
     assert abs(ratio - 1) <= 0.25, wall
+
+
+def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_window(
+        cpu_env: Env) -> None:
+    """A first trial whose window was contended and measured twice more took three windows and
+    two waits; the later trials are estimated at one window each, and so are the
+    confirmation's and the numerics check's windows made from it, plus the re-measurements
+    still to come while the load stays."""
+    from autotune.core.knobs import build_space
+    from autotune.diagnose.thresholds import CONTENDED_WAIT_S
+    from autotune.search.cost import estimate
+    from autotune.search.setup import StudySetup
+    from autotune.workloads.mlp import MLPWorkload
+
+    setup = StudySetup(name="s", storage="sqlite://", out_dir=Path("."), env=cpu_env,
+                       space=build_space(cpu_env, MLPWorkload(), {}), workload_spec={},
+                       workload_label="mlp", window={}, memory_limit_gb=1.0, seed=0,
+                       numerics_steps=10, confirm_budget_s=1000.0)
+    one = 4.0
+    first = {"extras_s": 1.0, "warmup_s": 0.5, "measure_s": 1.5, "step_ms": {"median": 10.0},
+             "contention": {"contended": True, "earlier": [{"rate": 1.0}, {"rate": 2.0}]}}
+    busy = estimate(setup, 6, 3, 2.0, 3 * one + 2 * CONTENDED_WAIT_S, first)
+    quiet = estimate(setup, 6, 3, 2.0, one, {**first, "contention": {"contended": False}})
+    passed = estimate(setup, 6, 3, 2.0, 3 * one + 2 * CONTENDED_WAIT_S,
+                      {**first, "contention": {**first["contention"], "contended": False}})
+    assert busy.trial_each_s == pytest.approx(one) and busy.remeasured == 2
+    # It stayed contended: the next trial is measured again as often, then windows are taken
+    # once (BusyMachine, two trials in a row).
+    again = 2 * (one + CONTENDED_WAIT_S)
+    assert busy.phases()["search"] == pytest.approx(
+        2.0 + 3 * one + 2 * CONTENDED_WAIT_S + 5 * one + again)
+    # A load that passed by its last re-measurement is taken as gone.
+    assert passed.phases()["search"] == pytest.approx(2.0 + 3 * one + 2 * CONTENDED_WAIT_S + 5 * one)
+    assert quiet.phases()["search"] == pytest.approx(2.0 + 6 * one)
+    assert f"re-measurements ~{again:.0f} s" in busy.words()
+    assert "re-measurements" not in passed.words()
+    # The windows after the search are sized from one window, not three and two waits.
+    assert busy.confirm_s == pytest.approx(quiet.confirm_s)
+    assert busy.numerics_s == pytest.approx(quiet.numerics_s) and busy.numerics_s > 0
+    assert "measured 3 times" in busy.words() and "5 more x 4.0 s" in busy.words()
+    assert busy.as_dict()["first_trial_remeasured"] == 2
+    assert "measured" not in quiet.words().split(":", 1)[0] and "6 trials x 4.0 s" in quiet.words()

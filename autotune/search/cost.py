@@ -8,6 +8,9 @@ profile included, and sets a point estimate for the rest (``Estimate``):
 
     this run's set-up + trials x that first trial + confirmation + numerics check
 
+A first window read beside another load is measured again (search/contended.py); the later
+trials are then counted at one window of it, not at all of them (``_one_window``).
+
 The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline
 (no more windows a round than there are trials), more while the windows are too noisy for
 those rounds to be trusted (confirm.trusted_rounds), never more than its budget allows. It is
@@ -34,6 +37,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.diagnose.thresholds import CONTENDED_WAIT_S
 from autotune.results.record import trial_attrs
 from autotune.results.trials import baseline_trial, finalists, window_noise
 from autotune.search.confirm import (
@@ -42,6 +46,7 @@ from autotune.search.confirm import (
     figure_window_s,
     trusted_rounds,
 )
+from autotune.search.contended import BusyMachine
 from autotune.search.numerics import reference_knobs
 from autotune.search.progress import clock_text
 from autotune.search.scaling import SCALING_ROUNDS
@@ -105,7 +110,18 @@ class Estimate:
     numerics_s: float
     compile_unknown: bool
     scaling_s: float = 0.0  # launch.scaling's rounds: all ranks and one rank, each a window
+    # The first trial's window was contended and measured this many more times; ``each_s`` is
+    # then one window of it, its re-measurements and their waits taken out.
+    remeasured: int = 0
+    each_s: float | None = None
+    # ... and while the load stays, the trials measured again as it was before BusyMachine
+    # takes windows once: their re-measurements and waits.
+    remeasure_s: float = 0.0
 
+    @property
+    def trial_each_s(self) -> float:
+        """A later trial's time: one window (the first trial's, less its re-measurements)."""
+        return self.trial_s if self.each_s is None else self.each_s
 
     @property
     def total_s(self) -> float:
@@ -113,13 +129,23 @@ class Estimate:
 
     def phases(self) -> dict[str, float]:
         """Each phase's share of the estimate, under the names ``CostClock.phase`` marks."""
-        return {"search": self.setup_s + self.trials * self.trial_s,
+        search = self.trial_s + max(0, self.trials - 1) * self.trial_each_s + self.remeasure_s
+        return {"search": self.setup_s + search,
                 "confirmation": self.confirm_s, "numerics check": self.numerics_s,
                 "scaling": self.scaling_s}
 
     def words(self) -> str:
-        parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
-                 "a pruned trial ends sooner)"]
+        if self.remeasured:
+            parts = [f"the first trial {self.trial_s:.1f} s (its window read beside another load "
+                     f"and measured {self.remeasured + 1} times) + {self.trials - 1} more x "
+                     f"{self.trial_each_s:.1f} s (one such window; a contended window is "
+                     "measured again, a pruned trial ends sooner)"]
+            if self.remeasure_s:
+                parts.append(f"re-measurements ~{self.remeasure_s:.0f} s (while the load stays, "
+                             "until windows are taken once)")
+        else:
+            parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
+                     "a pruned trial ends sooner)"]
         if self.confirm_s:
             bound = (f" (up to {self.confirm_max_s:.0f} s while the rounds are not yet precise)"
                      if self.confirm_max_s > self.confirm_s else "")
@@ -137,19 +163,24 @@ class Estimate:
                 "confirm_max_s": round(self.confirm_max_s, 1),
                 "numerics_s": round(self.numerics_s, 1), "scaling_s": round(self.scaling_s, 1),
                 "compile_unknown": self.compile_unknown,
+                **({"first_trial_remeasured": self.remeasured,
+                    "trial_each_s": round(self.trial_each_s, 2),
+                    "remeasure_s": round(self.remeasure_s, 1)} if self.remeasured else {}),
                 "words": self.words()}
 
 
 def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float,
              trial_s: float, first: dict[str, Any]) -> Estimate:
     """The estimate from the first trial's time (``first``: its record, for the window's own
-    noise and whether it compiled)."""
+    noise, whether it compiled and whether it was measured again)."""
     # The finalists and the baseline are distinct configurations among the trials.
     windows = max(1, min(setup.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
     rounds = _rounds(setup, confirm_runs, noise)
+    remeasured, each_s = _one_window(first, trial_s)
+    remeasure_s = _remeasure_s(first, n_trials, remeasured, each_s)
     # A confirmation window runs no ceilings, profiles or all-reduce probe (FIGURE_ONLY).
-    window_s = max(trial_s - float(first.get("extras_s") or 0.0), 0.0)
+    window_s = max(each_s - float(first.get("extras_s") or 0.0), 0.0)
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
@@ -159,7 +190,34 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     scaling_s = 2 * SCALING_ROUNDS * window_s if setup.scaling else 0.0
     return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
-                    compile_searched(setup) and not compiled, scaling_s)
+                    compile_searched(setup) and not compiled, scaling_s, remeasured,
+                    each_s if remeasured else None, remeasure_s)
+
+
+def _one_window(first: dict[str, Any], trial_s: float) -> tuple[int, float]:
+    """(re-measurements, one window's seconds) of the first trial. A window read beside
+    another load is measured again after a wait (search/contended.py), each time a whole
+    window; taken as the time of every later trial, that first trial set the estimate 4.5
+    times too high beside ``stress-ng --cpu 2`` (test_cost's study measured 0.22 of it,
+    2026-11-27), where the later trials' windows, once the machine was found to stay busy,
+    were taken once."""
+    remeasured = len((first.get("contention") or {}).get("earlier") or [])
+    if not remeasured:
+        return 0, trial_s
+    return remeasured, max(0.0, trial_s - remeasured * CONTENDED_WAIT_S) / (remeasured + 1)
+
+
+def _remeasure_s(first: dict[str, Any], n_trials: int, remeasured: int, each_s: float) -> float:
+    """A first trial that stayed contended through its re-measurements is a load that has not
+    passed: taken as staying, the next trials are measured again as often, until
+    ``BusyMachine.STAYED_BUSY`` trials in a row have been (then windows are taken once). Beside
+    ``stress-ng --cpu 2 --cpu-load 50`` trial 1 was, as trial 0 had been, and the estimate
+    without it was 43-44% short (2 runs of test_cost's study, 2026-11-27). A load that passed
+    is taken as gone."""
+    if not remeasured or not (first.get("contention") or {}).get("contended"):
+        return 0.0
+    trials = min(BusyMachine.STAYED_BUSY - 1, n_trials - 1)
+    return trials * remeasured * (each_s + CONTENDED_WAIT_S)
 
 
 def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
