@@ -96,7 +96,7 @@ NOISY_WINDOWS_CV = 0.10
 #: batch) can pay for a trial, and below it the all-reduce is mostly hidden behind backward.
 COMM_EXPOSED_SHARE = 0.25
 
-#: Padding (a workload with tokens: measure/window.py counts real and computed tokens): at
+#: Padding (a workload with tokens: measure/loop.py counts real and computed tokens): at
 #: least this share of the tokens the model computed were padding. Fixed before any figure:
 #: a fifth of the step's arithmetic thrown away is more than most knobs win, and the two
 #: fixes (length grouping, padding-free packing) remove most of it.

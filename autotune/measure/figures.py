@@ -1,6 +1,6 @@
 """What the measured loop recorded (``Loop``) and the figures made of it (CHILD side):
 throughput, step-time percentiles, each phase's share, the window's own noise, and the chunk
-edges the pruner reads. Kept apart from window.py, which runs the loop, so that the loop reads
+edges the pruner reads. Kept apart from loop.py, which runs the loop, so that the loop reads
 top to bottom without its arithmetic."""
 
 from __future__ import annotations

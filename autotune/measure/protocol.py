@@ -159,7 +159,7 @@ class WindowResult(_Record):
     # estimate a confirmation window from a trial's time without them).
     extras_s: float = 0.0
     final_loss: float | None = None
-    # Share of the measured step spent in each phase (see window.py for how each is timed).
+    # Share of the measured step spent in each phase (see loop.py for how each is timed).
     timers: dict[str, float | None] = field(default_factory=dict)  # None: not measured
     trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
     chunks: list[float] = field(default_factory=list)  # ``rate`` so far, at each chunk edge
