@@ -13,6 +13,7 @@ from typing import Any
 
 from autotune.diagnose.thresholds import (
     BATCH_HEADROOM_SHARE,
+    EPOCH_START_COST_SHARE,
     EPOCH_START_SHARE_OF_WAIT,
     IO_BOUND_CPU_SHARE,
     OPTIMIZER_SHARE,
@@ -142,6 +143,25 @@ def restarts(ev: dict[str, Any], knobs: Mapping[str, Any]) -> bool:
     return (int_knob(knobs, "num_workers", 0) > 0 and not knobs.get("persistent_workers")
             and bool(ev.get("epoch_starts")) and share is not None and bool(wait)
             and share >= EPOCH_START_SHARE_OF_WAIT * wait)
+
+
+def restart_verdict(f: Fixes, ev: dict[str, Any],
+                    knobs: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """Non-persistent workers whose restarts at each epoch start cost the window a share worth
+    naming, though the loader wait is small: on a machine with few cores the new workers'
+    start-up slows the steps beside it rather than the wait for the first batch."""
+    cost = ev.get("epoch_start_cost_share")
+    if (int_knob(knobs, "num_workers", 0) == 0 or knobs.get("persistent_workers")
+            or not ev.get("epoch_starts") or cost is None or cost < EPOCH_START_COST_SHARE):
+        return None
+    starts = f"{ev['epoch_starts']:.0f} epoch start(s)"
+    f.add("persistent_workers", True, f"{starts} cost {pct(cost)} of the window: without "
+          "persistent workers every epoch shuts the workers down and starts new ones")
+    return ("input_pipeline", f"epoch_start_cost_share {cost:.2f} >= {EPOCH_START_COST_SHARE}",
+            f"Input-bound at epoch starts: the loader wait is only {pct(ev['data_wait_share'])} "
+            f"of the step, but the window's {starts} cost {pct(cost)} of it (each shuts the "
+            "workers down and starts new ones, whose start-up and prefetch run beside the "
+            f"steps that follow); keep them with {first_fixes(f)}.")
 
 
 def io_bound(ev: dict[str, Any]) -> bool:

@@ -13,6 +13,13 @@ IO_BOUND_CPU_SHARE = 0.5
 #: run's 9-worker loader read as "waiting on I/O" at 7% worker CPU while its workers were
 #: restarted every 32 steps.
 EPOCH_START_SHARE_OF_WAIT = 0.5
+#: The share of the window its epoch starts cost (their first batches' waits and the steps
+#: slower than the median while new workers started and refilled their prefetch) at or above
+#: which non-persistent workers are the bottleneck, whatever the loader wait: the README's
+#: ResNet-18 at batch 128 with one worker waited 2% of its window on the loader, its one epoch
+#: start cost 17%, and persistent workers ran 1.18x (95% CI 1.14-1.21x); the same window with
+#: them read 0.7% (this project's 2-core VM, 2026-11-27).
+EPOCH_START_COST_SHARE = 0.10
 #: The optimizer's share of the step above which its per-parameter work is worth a fused
 #: implementation (one kernel, or one vectorized loop, for all parameters).
 OPTIMIZER_SHARE = 0.25

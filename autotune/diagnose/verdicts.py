@@ -7,7 +7,7 @@ Pure functions over plain data (the WindowResult as a dict, its ``trace`` summar
 
     {"bottleneck": "input_pipeline" | "host_to_device" | "cpu_launch_overhead" | "sync"
                    | "gpu_compute" | "memory" | "cpu_compute",
-     "evidence": {named numbers, see _evidence()},
+     "evidence": {named numbers, see evidence.evidence()},
      "rule": "the test that fired, with its numbers",
      "fixes": [{"knob": name, "value": v, "why": "..."}, ...],   # most promising first
      "summary": "one sentence"}
@@ -28,6 +28,10 @@ and the GPU is not saturated                              on a CPU < IO_BOUND_CP
                                                           persistent_workers, prefetch_factor
                                                           up, pin_memory (CUDA), uint8 transfer,
                                                           transform_split=0 (device stages)
+epoch starts cost >=              input_pipeline          persistent_workers (the workers are
+EPOCH_START_COST_SHARE of the                             shut down and started anew at every
+window, workers not persistent                            epoch; on few cores their start-up
+                                                          slows the steps, not the wait)
 copies take >= H2D_SHARE          host_to_device          pin_memory, non_blocking,
                                                           transfer_dtype=uint8, transform_split=0
 >= SYNCS_PER_STEP host-device     sync                    user code (.item(), .cpu(), print of
@@ -51,7 +55,7 @@ none of the above, GPU idle       cpu_launch_overhead     (host-side Python/laun
 none of the above, no trace       gpu_compute             (assumed; no profiler evidence)
 ================================  ======================  =====================================
 
-On CPU: input_pipeline (same test), then memory, else cpu_compute (bf16 autocast with
+On CPU: input_pipeline (the same two tests), then memory, else cpu_compute (bf16 autocast with
 channels_last for images, channels_last, host_allocator=retain when the step faults in more than
 PAGE_FAULTS_PER_STEP pages, a bigger batch, and one more worker only when the loader wait is
 still notable).
@@ -63,12 +67,11 @@ proposes, in ``autotune/diagnose/fixes.py``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.core.numbers import finite
 from autotune.diagnose.comm_verdict import communication
+from autotune.diagnose.evidence import LOADER_KEYS, as_dict, evidence, mapping
 from autotune.diagnose.fixes import (
     Fixes,
     bigger_batch,
@@ -82,6 +85,7 @@ from autotune.diagnose.fixes import (
     more_workers,
     optimizer_fixes,
     pct,
+    restart_verdict,
 )
 from autotune.diagnose.thresholds import (
     COMM_EXPOSED_SHARE,
@@ -101,85 +105,6 @@ from autotune.diagnose.thresholds import (
 
 BOTTLENECKS = ("input_pipeline", "host_to_device", "cpu_launch_overhead", "sync", "gpu_compute",
                "memory", "cpu_compute", "communication")
-
-
-def _as_dict(result: Any) -> dict[str, Any]:
-    if isinstance(result, Mapping):
-        return dict(result)
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):
-        return dataclasses.asdict(result)
-    return {}
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> dict[str, Any]:
-    """The named numbers every verdict is read from (None where not measured).
-
-    Shares are 0-1 of the measured step; *_pct are 0-100."""
-    timers, trace, step_ms = (_mapping(result.get(k)) for k in ("timers", "trace", "step_ms"))
-    wall = finite(trace.get("wall_ms_per_step"))
-
-    def trace_share(key: str) -> float | None:
-        v = finite(trace.get(key))
-        return round(v / wall, 4) if v is not None and wall else None
-
-    data_wait = finite(timers.get("data_wait"))
-    if data_wait is None:
-        data_wait = trace_share("data_ms_per_step")
-    h2d = finite(timers.get("h2d"))
-    if h2d is None:
-        h2d = trace_share("h2d_ms_per_step")
-    syncs = finite(trace.get("syncs_per_step"))
-    copy_syncs = finite(trace.get("copy_syncs_per_step")) or 0.0
-    stage_syncs = finite(trace.get("stage_syncs_per_step")) or 0.0
-    peak = finite(result.get("peak_memory_gb"))
-    limit = finite(memory_limit_gb)
-    return {
-        "device": device,
-        "samples_per_sec": finite(result.get("samples_per_sec")),
-        "step_ms": finite(step_ms.get("median")) or finite(timers.get("step_ms")),
-        "data_wait_share": data_wait,
-        "h2d_share": h2d,
-        "compute_share": finite(timers.get("compute")),
-        "page_faults_per_step": finite(timers.get("page_faults_per_step")),
-        "loader_cpu_share": finite(timers.get("loader_cpu_share")),
-        "optimizer_share": finite(timers.get("optimizer")),
-        "epoch_starts": finite(timers.get("epoch_starts")),
-        "epoch_start_share": finite(timers.get("epoch_start_share")),
-        "gpu_busy_pct": finite(trace.get("gpu_busy_pct")),
-        "kernels_per_step": finite(trace.get("kernels_per_step")),
-        "launches_per_step": finite(trace.get("launches_per_step")),
-        "kernel_median_us": finite(trace.get("kernel_median_us")),
-        "short_kernel_share": finite(trace.get("short_kernel_share")),
-        "syncs_per_step": syncs,
-        "step_syncs_per_step": (max(0.0, syncs - copy_syncs - stage_syncs)
-                                if syncs is not None else None),
-        "stage_syncs_per_step": stage_syncs,
-        "sync_share": trace_share("sync_ms_per_step"),
-        "low_precision_share": finite(trace.get("low_precision_kernel_share")),
-        "cpu_op_share": trace_share("cpu_op_ms_per_step"),
-        "peak_memory_gb": peak,
-        "memory_share_of_limit": round(peak / limit, 4) if peak and limit and limit > 0 else None,
-        "trace": "error: " + str(trace["error"]) if trace.get("error") else
-                 ("yes" if trace else "none"),
-        **_loader_evidence(_mapping(result.get("loader_profile"))),
-    }
-
-
-LOADER_KEYS = ("loader_hot", "loader_frames", "loader_getitem")
-
-
-def _loader_evidence(profile: Mapping[str, Any]) -> dict[str, Any]:
-    """The loader profile's hot spot (measure/loader_profile.py), where one was taken."""
-    frames = [f for f in profile.get("frames") or [] if isinstance(f, Mapping)]
-    if not frames:
-        return {"loader_hot": None, "loader_frames": None, "loader_getitem": None}
-    top = [{k: f.get(k) for k in ("name", "kind", "share", "where")} for f in frames[:3]]
-    getitem = _mapping(profile.get("getitem")).get("where")
-    return {"loader_hot": top[0], "loader_frames": top, "loader_getitem": getitem}
 
 
 def _hot_spot(ev: Mapping[str, Any]) -> str:
@@ -206,12 +131,12 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
     unknown, the caller's domain check decides). ``domains`` (the study's ``Space.domains``):
     fixes outside them are not offered; the verdict names them with the space's reason
     (``ruled_out``), so advice never points where the study cannot go."""
-    res = _as_dict(result)
+    res = as_dict(result)
     knobs = knobs or {}
     cuda = str(device).startswith("cuda")
-    ev = _evidence(res, "cuda" if cuda else "cpu", memory_limit_gb)
+    ev = evidence(res, "cuda" if cuda else "cpu", memory_limit_gb)
     f = Fixes(knobs, domains)
-    comm = _mapping(res.get("comm"))
+    comm = mapping(res.get("comm"))
     if comm:
         ev["comm_exposed_share"] = comm.get("exposed_share")
         ev["comm_exposed_ms"] = comm.get("exposed_ms")
@@ -280,6 +205,9 @@ def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time while the "
                 f"GPU idles ({busy_txt}){loader_kind(ev, knobs)}; feed it faster with {first_fixes(f)}."
                 + _hot_spot(ev))
+    restarted = restart_verdict(f, ev, knobs)
+    if restarted is not None:
+        return restarted
 
     if h2d is not None and h2d >= H2D_SHARE and not_saturated:
         copy_fixes(f, ev)
@@ -369,6 +297,9 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time"
                 f"{loader_kind(ev, knobs)}; load batches in parallel with {first_fixes(f)}."
                 + _hot_spot(ev))
+    restarted = restart_verdict(f, ev, knobs)
+    if restarted is not None:
+        return restarted
     share = ev["memory_share_of_limit"]
     if share is not None and share >= MEMORY_HIGH_SHARE:
         return _memory(ev, knobs, f, False)

@@ -83,7 +83,16 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
                 host.data_cpu_s, workers_cpu_s() - workers_cpu0, batches.epochs - epochs0,
                 batches.epoch_start_s - epoch_s0, host.shapes.summary(), host.units,
                 host.tokens, batches.unit or "samples/s",
-                {"group_steps": group, "groups": len(marks) // group} if group > 1 else {})
+                {"group_steps": group, "groups": len(marks) // group} if group > 1 else {},
+                epoch_start_steps=host.epoch_start_steps, refill_steps=refill_steps(run.knobs))
+
+
+def refill_steps(knobs: dict[str, Any]) -> int:
+    """The steps over which an epoch's new workers fill their prefetch buffer (num_workers x
+    prefetch_factor batches): where, on a machine with few cores, their start-up competes with
+    the step. 1 for a main-process loader, which starts nothing."""
+    workers = int(knobs.get("num_workers") or 0)
+    return max(1, workers * int(knobs.get("prefetch_factor") or 2)) if workers else 1
 
 
 @dataclass
@@ -97,11 +106,14 @@ class _HostSide:
     tokens: list[tuple[int, int]] = field(default_factory=list)
     shapes: ShapeLog = field(default_factory=ShapeLog)
     data_cpu_s: float = 0.0
+    epoch_start_steps: list[int] = field(default_factory=list)  # steps that began an epoch
 
     def next_batch(self, batches: Batches, batch_size: int) -> tuple[Any, Any]:
-        w0, c0 = time.perf_counter(), thread_busy_s()
+        w0, c0, epochs = time.perf_counter(), thread_busy_s(), batches.epochs
         with phase("data"):
             inputs, targets = next(batches)
+        if batches.epochs != epochs:
+            self.epoch_start_steps.append(len(self.data_wait_ms))
         self.data_wait_ms.append((time.perf_counter() - w0) * 1e3)
         self.units.append(batches.units(batch_size))
         if batches.last_tokens is not None:
