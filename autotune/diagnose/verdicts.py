@@ -55,8 +55,8 @@ none of the above, GPU idle       cpu_launch_overhead     (host-side Python/laun
 none of the above, no trace       gpu_compute             (assumed; no profiler evidence)
 ================================  ======================  =====================================
 
-On CPU: input_pipeline (the same two tests), then memory, else cpu_compute (bf16 autocast with
-channels_last for images, channels_last, host_allocator=retain when the step faults in more than
+On CPU: input_pipeline (the same two tests), then memory, else cpu_compute (more threads where
+the study's domain allows them, bf16 autocast with channels_last for images, channels_last, host_allocator=retain when the step faults in more than
 PAGE_FAULTS_PER_STEP pages, a bigger batch, and one more worker only when the loader wait is
 still notable).
 A bigger batch is only suggested while peak memory is below BATCH_HEADROOM_SHARE of the limit.
@@ -86,6 +86,7 @@ from autotune.diagnose.fixes import (
     optimizer_fixes,
     pct,
     restart_verdict,
+    thread_fixes,
 )
 from autotune.diagnose.thresholds import (
     COMM_EXPOSED_SHARE,
@@ -304,8 +305,9 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
     if share is not None and share >= MEMORY_HIGH_SHARE:
         return _memory(ev, knobs, f, False)
     images = image_inputs is not False
-    # Precision and layout first: they leave the training dynamics (nearly) alone; a bigger
-    # batch does not. The amp domain on CPU is bf16 only where the CPU has native bf16.
+    # Threads, precision and layout first: they leave the training dynamics (nearly) alone; a
+    # bigger batch does not. The amp domain on CPU is bf16 only where the CPU has native bf16.
+    thread_fixes(f, knobs)
     if knobs.get("amp", "off") == "off":
         f.add("amp", "bf16", "bf16 autocast runs convolutions/matmuls on the CPU's native bf16 "
               "units (AVX512-BF16/AMX)" + (", best reached in NHWC" if images else ""),
