@@ -56,9 +56,9 @@ none of the above, no trace       gpu_compute             (assumed; no profiler 
 ================================  ======================  =====================================
 
 On CPU: input_pipeline (the same two tests), then memory, else cpu_compute (more threads where
-the study's domain allows them, bf16 autocast with channels_last for images, channels_last, host_allocator=retain when the step faults in more than
-PAGE_FAULTS_PER_STEP pages, a bigger batch, and one more worker only when the loader wait is
-still notable).
+the study's domain allows them, bf16 autocast with channels_last for images, channels_last,
+host_allocator=retain when the step faults in more than PAGE_FAULTS_PER_STEP pages, a bigger
+batch, and one more worker only when the loader wait is still notable).
 A bigger batch is only suggested while peak memory is below BATCH_HEADROOM_SHARE of the limit.
 
 The thresholds, with their sources, are in ``autotune/diagnose/thresholds.py``; the fixes each rule
