@@ -140,7 +140,10 @@ def test_backends_checkpointing_and_packing_train_the_same_losses() -> None:
     reference = _first_losses(wl)
     for pins in ({"attention": "eager"}, {"attention": "sdpa_math"},
                  {"attention": "sdpa_flash"}, {"activation_checkpointing": True},
-                 {"padding_free": True}):
+                 {"padding_free": True},
+                 # a checkpointed layer's recompute in backward under the pinned backend too
+                 {"attention": "sdpa_math", "activation_checkpointing": True},
+                 {"attention": "sdpa_flash", "activation_checkpointing": True}):
         losses = _first_losses(wl, **pins)
         assert losses == pytest.approx(reference, rel=1e-4), pins
 
@@ -165,6 +168,23 @@ def test_the_hf_export_sets_the_trainer_fields_and_apply_sets_the_rest() -> None
     assert isinstance(trainer._get_train_sampler(), LengthGroupedSampler)
     # What no field holds is listed for the user (best.yaml's hf section says apply sets it).
     assert {"attention", "padding_free"} <= set(hf.unapplied(best))
+
+
+def test_a_pinned_backend_with_checkpointing_trains_through_the_trainer_and_the_plain_loop() -> None:
+    """A pinned SDPA backend held around the forward only left a checkpointed layer's
+    recompute in backward to another backend, and torch.utils.checkpoint raised
+    CheckpointError on every step: in ``hf.apply``'s Trainer and in autotune's own loop (the
+    gpt workload's trials with sdpa_math and checkpointing all crashed, 2026-11-27)."""
+    wl, trainer = _workload()
+    knobs = _knobs(wl, attention="sdpa_math", activation_checkpointing=True)
+    hf.apply(trainer, {"knobs": knobs, "device": {"type": "cpu"}})
+    trainer.args.max_steps = 2
+    assert torch.isfinite(torch.tensor(trainer.train().training_loss))
+    gpt = GPTWorkload(vocab=64, seq_len=16, d_model=32, n_layer=1, n_head=2, n_sequences=16,
+                      batch_size=4)
+    run = Training(gpt, _knobs(gpt, attention="sdpa_math", activation_checkpointing=True,
+                               batch_size=4), "cpu", seed=0)
+    assert torch.isfinite(run.step(*run.to_device(*run.split(next(iter(run.loader))))))
 
 
 def test_the_diagnosis_names_the_padding_share_and_offers_grouping_where_allowed() -> None:

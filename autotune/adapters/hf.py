@@ -175,19 +175,21 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
 
 def _model_settings(trainer: Any, knobs: dict[str, Any]) -> None:
     """What no TrainingArguments field holds about the model: its attention implementation,
-    SDPA's backend around each forward (the Trainer's ``compute_loss``), and its cache off
-    for packed batches (core/sequences.prepare_model). Checkpointing is the Trainer's own
-    field, switched on by ``train()``."""
+    SDPA's backend around each forward and backward (the Trainer's ``training_step``: a
+    checkpointed layer runs its forward again in backward, and with the backend around
+    ``compute_loss`` only, ``train()`` with gradient checkpointing raised CheckpointError), and
+    its cache off for packed batches (core/sequences.prepare_model). Checkpointing is the
+    Trainer's own field, switched on by ``train()``."""
     sequences.prepare_model(trainer.model, {**knobs, "activation_checkpointing": False})
     if knobs.get("attention") not in sequences.SDPA_BACKENDS:
         return
-    compute_loss = trainer.compute_loss
+    training_step = trainer.training_step
 
     def with_backend(*args: Any, **kwargs: Any) -> Any:
         with sequences.attention_backend(knobs):
-            return compute_loss(*args, **kwargs)
+            return training_step(*args, **kwargs)
 
-    trainer.compute_loss = with_backend
+    trainer.training_step = with_backend
 
 
 def _loader_settings(trainer: Any, knobs: dict[str, Any]) -> None:

@@ -349,7 +349,8 @@ def model_settings(best: Any) -> dict[str, Any]:
     TrainingArguments field holds it (``hf.apply`` sets all of it on a live Trainer): the
     ``attn_implementation`` to build the model with (``from_pretrained(...,
     attn_implementation=...)``), SDPA's backend (``torch.nn.attention.sdpa_kernel`` around the
-    forward), and for padding-free packing the collator and ``use_cache=False``."""
+    training step, backward included: a checkpointed layer recomputes its forward there), and
+    for padding-free packing the collator and ``use_cache=False``."""
     k = best_document(best)["knobs"]
     out: dict[str, Any] = {}
     attention = k.get("attention")

@@ -112,7 +112,7 @@ KNOBS: list[Knob] = [
          "Trainer and Lightning do.", domains.ddp_only([False, True], False), off=False),
     Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
          "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
-         "(sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
+         "and backward (sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
          domains.attention, off="default"),
     Knob("activation_checkpointing", "Recompute each layer's activations in backward instead of "
          "keeping them (non-reentrant): slower steps, less memory, room for a bigger batch.",

@@ -28,14 +28,17 @@ HF_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2")
 
 def implementation(value: str) -> str:
     """The model-level implementation an ``attention`` value runs: every ``sdpa_*`` is SDPA
-    with one backend pinned around the forward."""
+    with one backend pinned around the forward and backward."""
     return "sdpa" if value in SDPA_BACKENDS else value
 
 
 @contextlib.contextmanager
 def attention_backend(knobs: Mapping[str, Any]) -> Iterator[None]:
     """SDPA restricted to the knob's backend (no config field holds it: it is a context around
-    the forward). Backward runs the same backend's kernels, recorded by autograd."""
+    the forward and the backward). Backward runs the kernels autograd recorded, but a
+    checkpointed layer runs its forward again in backward: outside the context it chose another
+    backend, and torch.utils.checkpoint refused the recomputed tensors (the gpt workload with
+    ``attention=sdpa_math activation_checkpointing=True`` crashed every step, 2026-11-27)."""
     name = SDPA_BACKENDS.get(str(knobs.get("attention")))
     if name is None:
         yield
@@ -74,7 +77,7 @@ def attention_dropout(config: Any) -> float:
 def set_attention(model: nn.Module, knobs: Mapping[str, Any]) -> None:
     """A Hugging Face model switched to the knob's implementation (its config field,
     ``attn_implementation``); a plain model keeps its own attention code (only the SDPA backend
-    applies to it, around the forward)."""
+    applies to it, around the forward and backward)."""
     value = knobs.get("attention")
     if value in (None, "default"):
         return

@@ -310,7 +310,8 @@ class Training:
         with unsynced:
             with phase("forward"):
                 loss = self.compute_loss(inputs, targets)
-            with phase("backward"):
+            # Checkpointed layers run their forward again in backward: under the same backend.
+            with phase("backward"), sequences.attention_backend(self.knobs):
                 scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
@@ -379,7 +380,8 @@ class _GraphedStep:
             ), sequences.attention_backend(run.knobs):
                 out = tree.call_model(run.forward_module, run.prepare(self.static_inputs))
                 self.static_loss = run.workload.loss(out, self.static_targets)
-            self.static_loss.backward()
+            with sequences.attention_backend(run.knobs):  # a checkpointed layer's recompute
+                self.static_loss.backward()
             run.optimizer.step()
 
     def replay(self, inputs: Any, targets: Any) -> torch.Tensor:
