@@ -172,6 +172,9 @@ def _speedup_text(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, A
         return str(conf["speedup_text"])
     if base is None or not base.value or not best.value:
         return None
+    if best.number == base.number:  # no other trial finished: nothing was compared
+        return (f"none: your own configuration (trial {base.number}) is the only one "
+                "measured to the end")
     return (f"{best.value / base.value:.2f}x (one search window each: no interval; "
             "study.confirm_runs=3 or more states one)")
 

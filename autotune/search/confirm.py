@@ -111,6 +111,12 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     finals = finalists(study, max(1, top))
     if runs < 1 or not finals or base is None:
         return None
+    if only_baseline(finals, base):
+        # A study of one trial, or one whose other trials all failed or were pruned: rounds of
+        # the baseline against itself read 1.00x (a 1-trial README study spent 80 s on them).
+        log.info("no confirmation: the baseline (trial %d) is the only finalist, so there is "
+                 "nothing to compare it with", base.number)
+        return None
     trials = {t.number: t for t in [*finals, base]}
     rounds = Rounds(list(trials))
     active = [t.number for t in finals]
@@ -151,6 +157,11 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     set_study_attrs(study, {"confirmation": record})
     _log(record, study)
     return record
+
+
+def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:
+    """Whether the finalists are the baseline alone: then there is nothing to confirm."""
+    return all(t.number == base.number for t in finals)
 
 
 def figure_window_s(t: FrozenTrial) -> float:
