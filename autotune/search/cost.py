@@ -82,7 +82,7 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     w = setup.window
     parts = [f"{n_trials} trial windows (each measures {w['min_measure_seconds']:g}-"
              f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
-    if confirm_runs and n_trials > 1:  # one trial is the baseline alone: nothing to confirm
+    if confirm_runs:
         parts.append(f"a confirmation of at least {confirm_runs} rounds of up to "
                      f"{max(1, min(setup.confirm_top + 1, n_trials))} windows, at most "
                      f"{setup.confirm_budget_s:g} s more")
@@ -185,15 +185,12 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
-    # One trial is the baseline alone: the numerics check has no other winner to compare.
-    numerics_s = (NUMERICS_RUNS * numerics_run_s(first, window_s, setup.numerics_steps)
-                  if n_trials > 1 else 0.0)
+    numerics_s = NUMERICS_RUNS * numerics_run_s(first, window_s, setup.numerics_steps)
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
     # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
     scaling_s = 2 * SCALING_ROUNDS * window_s if setup.scaling else 0.0
-    confirms = confirm_runs and n_trials > 1
-    return Estimate(setup_s, trial_s, n_trials, confirm_s if confirms else 0.0,
-                    confirm_max_s if confirms else 0.0, numerics_s,
+    return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
+                    confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled, scaling_s, remeasured,
                     each_s if remeasured else None, remeasure_s)
 
@@ -245,7 +242,7 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         return {}
     trials = list({t.number: t for t in [*finals, base]}.values())
     out: dict[str, float] = {}
-    if confirm_runs and only_baseline(finals, base):
+    if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then
         out["confirmation"] = 0.0
     elif confirm_runs:
         noises = [window_noise(t) for t in trials]
