@@ -60,6 +60,7 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
     workers_cpu0 = workers_cpu_s()
     epochs0, epoch_s0 = batches.epochs, batches.epoch_start_s
     chunks = _Chunks(win, clock, agree)
+    epoch_steps = _epoch_steps(run)
     while True:  # ends at a chunk edge: enough steps for long enough, or out of time
         loss, step_marks = _timed_step(run, clock, *host.next_batch(batches, batch_size))
         marks.append(step_marks)
@@ -69,6 +70,7 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
             # The load so far (a few /proc reads per edge): a chunk read while other processes
             # held the cores must not prune the trial (search/study.py reads the heartbeat).
             progress.contended = between(start_load, snapshot())["contended"]
+            progress.restarting = bool(host.epoch_start_steps) and len(marks) < epoch_steps
         progress.beat("measure", len(marks),
                       force=report_chunks(clock, chunks.edges, progress, host.units))
         if at_edge:
@@ -85,6 +87,21 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
                 host.tokens, batches.unit or "samples/s",
                 {"group_steps": group, "groups": len(marks) // group} if group > 1 else {},
                 epoch_start_steps=host.epoch_start_steps, refill_steps=refill_steps(run.knobs))
+
+
+def _epoch_steps(run: Training) -> int:
+    """An epoch's steps where each epoch starts its workers anew (0 otherwise, or where the
+    loader has no length): a chunk read less than that after such a start weighs it more than a
+    run does. The README's ResNet-18 at batch 64 with one worker, its window begun at an
+    epoch's start, read 166 samples/s over its first chunk and 470 over a window without one
+    (2026-11-27): under half the best, so pruned, though a run pays that start once in 32
+    steps."""
+    if not int(run.knobs.get("num_workers") or 0) or run.knobs.get("persistent_workers"):
+        return 0
+    try:
+        return len(run.loader)
+    except TypeError:  # an iterable dataset's loader
+        return 0
 
 
 def refill_steps(knobs: dict[str, Any]) -> int:

@@ -32,6 +32,10 @@ class Progress:
         # The machine was contended since the window began (measure/contention.py): the
         # driver does not prune on chunks read then.
         self.contended = False
+        # Workers were started anew at an epoch start in the window, fewer steps ago than an
+        # epoch has (measure/loop.py): the chunks so far weigh that start more than a run
+        # does, and the driver does not prune on them.
+        self.restarting = False
 
     def beat(self, stage: str, step: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -41,7 +45,8 @@ class Progress:
         atomic_write(self.path, json.dumps(
             {"stage": stage, "step": step, "chunks": self.chunks, "ceilings": self.ceilings,
              "ceiling_noise": self.ceiling_noise, "partial": self.partial,
-             "compile_s": self.compile_s, "contended": self.contended}
+             "compile_s": self.compile_s, "contended": self.contended,
+             "restarting": self.restarting}
         ), durable=False)
 
 

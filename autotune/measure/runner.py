@@ -52,6 +52,7 @@ class Watch:
     compile_s: float | None = None  # the first step's seconds, once it is done
     compiling_since: float | None = None  # monotonic time the first step began
     contended: bool = False  # the machine was busy with other work during the window so far
+    restarting: bool = False  # readings.Progress.restarting: the chunks so far do not prune
 
     def compile_spent(self, now: float) -> float:
         """The first step's seconds: done, or so far (a trial stopped while it compiles)."""
@@ -225,7 +226,8 @@ def _watch(proc: TrialProcess, progress_path: Path,
             watch = Watch(beat.get("stage", "?"), beat.get("step", 0), beat.get("chunks", []),
                           beat.get("ceilings", {}), beat.get("partial") or {},
                           beat.get("ceiling_noise") or {}, beat.get("compile_s"),
-                          watch.compiling_since, bool(beat.get("contended")))
+                          watch.compiling_since, bool(beat.get("contended")),
+                          bool(beat.get("restarting")))
             if watch.stage == "compile" and watch.compiling_since is None:
                 watch.compiling_since = now
             if on_progress is not None:

@@ -229,6 +229,7 @@ class Driver:
         # warns on each repeat, so they are not told twice.
         told = self._told.setdefault(trial.number, set())
         seen_ceilings: dict[str, float] = {}
+        held = [False]  # chunks reported while workers restarted, not yet pruned on
 
         def check(watch: Watch) -> str | None:
             if watch.contended:
@@ -248,19 +249,26 @@ class Driver:
                 why = partial_verdict(watch.partial, best, unit=study_unit(self.study))
                 if why:
                     return why
+            new = reported[0] < len(watch.chunks)
             while reported[0] < len(watch.chunks):
                 if reported[0] not in told:
                     trial.report(watch.chunks[reported[0]], reported[0])
                     told.add(reported[0])
                 reported[0] += 1
-                if trial.should_prune():
-                    # The pruner read the study itself: another worker may have finished the
-                    # first feasible trial since ``best`` was read above.
-                    best = best_value(self.study)
-                    return (f"{watch.chunks[reported[0] - 1]:,.1f} {study_unit(self.study)} "
-                            "over the first "
-                            f"{reported[0]} chunk(s) of its window, under half the best "
-                            f"trial's {best or 0:,.1f}")
+            # Workers restarted at an epoch start less than an epoch ago weigh in the chunks
+            # so far more than in a run: they are reported, not pruned on (the latest, once
+            # the window has run an epoch, carries the start at a run's weight).
+            if watch.restarting:
+                held[0] = held[0] or new
+                return None
+            if (new or held[0]) and trial.should_prune():
+                # The pruner read the study itself: another worker may have finished the
+                # first feasible trial since ``best`` was read above.
+                best = best_value(self.study)
+                return (f"{watch.chunks[reported[0] - 1]:,.1f} {study_unit(self.study)} "
+                        "over the first "
+                        f"{reported[0]} chunk(s) of its window, under half the best "
+                        f"trial's {best or 0:,.1f}")
             return None
 
         return check
