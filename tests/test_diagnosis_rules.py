@@ -113,9 +113,9 @@ def test_an_epoch_starts_cost_is_its_steps_above_the_median_while_its_workers_re
 
 
 def test_a_cpu_step_on_fewer_threads_than_the_study_allows_gets_more_threads() -> None:
-    """The README's ResNet-18 on one thread of two ran at 297 samples/s against 538 on two
-    (2026-11-27) while its verdict offered no knob: the next count in the study's domain comes
-    first; none beyond the domain, none where the trial has the most already."""
+    """A README study's trials on one thread of two ran 273-297 samples/s, its best on two 538
+    (2026-11-27), while their verdicts offered no knob: the next count in the study's domain
+    comes first; none beyond the domain, none where the trial has the most already."""
     from autotune.core.domains import Domain
 
     result = {"outcome": "ok", "samples_per_sec": 297.0, "peak_memory_gb": 0.7,

@@ -111,9 +111,10 @@ def workers_needed(knobs: Mapping[str, Any], data_wait: float | None) -> int:
 
 def thread_fixes(f: Fixes, knobs: Mapping[str, Any]) -> None:
     """A CPU step computed on fewer threads than the study may give it: the next count up.
-    The README's ResNet-18 at batch 128 on this project's 2-core VM ran 297 samples/s on one
-    thread against 538 on two (2026-11-27), and its verdict had offered no knob. Only within
-    the study's domain, which stops at the cores."""
+    In a README study on this project's 2-core VM (2026-11-27) the two batch-128 trials on one
+    thread ran 273-297 samples/s, the best on two ran 538 (other knobs differed too), and
+    their verdicts had offered no knob. Only within the study's domain, which stops at the
+    cores."""
     threads, dom = knobs.get("cpu_threads"), (f.domains or {}).get("cpu_threads")
     if dom is None or not _is_int(threads):
         return
