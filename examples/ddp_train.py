@@ -1,13 +1,13 @@
 """A plain DDP training script, launched by torchrun, that trains with a study's best
 configuration.
 
-    autotune workload=mlp device=cpu launch.nproc_per_node=2   # studies/mlp-cpu/best.yaml
+    autotune workload=mlp device=cpu launch.nproc_per_node=2   # studies/mlp-cpu-2ranks/best.yaml
     # best.yaml's launch.torchrun, with this script in place of your_train.py:
     OMP_NUM_THREADS=1 torchrun --standalone --nnodes=1 --nproc_per_node=2 \\
-        examples/ddp_train.py studies/mlp-cpu/best.yaml --steps 100
+        examples/ddp_train.py studies/mlp-cpu-2ranks/best.yaml --steps 100
     # the realized speedup, both sides as 2 ranks, interleaved:
-    autotune verify studies/mlp-cpu --nproc-per-node 2 --script examples/ddp_train.py \\
-        studies/mlp-cpu/best.yaml --steps 100
+    autotune verify studies/mlp-cpu-2ranks --nproc-per-node 2 --script examples/ddp_train.py \\
+        studies/mlp-cpu-2ranks/best.yaml --steps 100
 
 Ordinary PyTorch DDP: its own dataset (``--latency-ms`` makes each sample a slow read, as
 from a network file system), model, optimizer and loss, the same shapes as autotune's mlp

@@ -27,6 +27,7 @@ from autotune.results.storage import (
     redact,
     resolve_url,
 )
+from autotune.search.conditions import ChangedConditions, check_resumable
 from autotune.search.numerics import check_tolerance
 from autotune.search.run import run_study
 from autotune.search.setup import StudySetup
@@ -113,7 +114,9 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         space = without_accumulation(space)
 
     label = workload_name(spec)
-    name = cfg.study.name or f"{label}-{env.device}"
+    # A run as ranks is measured under other conditions than one process (search/conditions.py):
+    # by default it gets a study of its own rather than a refusal to resume the other.
+    name = cfg.study.name or f"{label}-{env.device}" + (f"-{env.ranks}ranks" if env.ranks > 1 else "")
     out_dir = Path(cfg.study.out_dir) / name
     url = resolve_url(cfg.study.storage, out_dir / "study.db")
     if workers > 1 and is_sqlite(url):
@@ -231,7 +234,8 @@ def _nightly(setup: StudySetup, cfg: Config) -> None:
 
 
 #: What a user can get wrong before any trial runs: each is one paragraph and exit code 2.
-USER_ERRORS = (WorkloadError, KnobError, DeviceError, StorageError, UsageError, CompareError)
+USER_ERRORS = (WorkloadError, KnobError, DeviceError, StorageError, UsageError, CompareError,
+               ChangedConditions)
 
 
 def prepare(cfg: Config, overrides: list[str]) -> tuple[StudySetup, Any, int, int]:
@@ -239,6 +243,7 @@ def prepare(cfg: Config, overrides: list[str]) -> tuple[StudySetup, Any, int, in
     USER_ERRORS before anything is written. The header is printed."""
     setup, workers, n_trials = build_setup(cfg, overrides)
     storage = open_storage(setup.storage)
+    check_resumable(storage, setup, redact(str(setup.storage)))
     _print_header(setup, workers, n_trials)
     return setup, storage, workers, n_trials
 

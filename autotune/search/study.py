@@ -35,6 +35,7 @@ from autotune.results.record import (
 )
 from autotune.results.trials import baseline_trial, best_value, finalists, study_unit
 from autotune.search import agent
+from autotune.search.conditions import record_conditions
 from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
 from autotune.search.ownership import owner, owner_alive, reap_lost_trials, twin_of
@@ -79,18 +80,7 @@ class Driver:
     def prepare(self) -> None:
         """Record the study's context, reap dead drivers' trials, enqueue the baseline."""
         s, study = self.setup, self.study
-        fixed = {k: [v, why] for k, (v, why) in s.space.fixed.items()}
-        set_study_attrs(study, {"workload": s.workload_label})
-        set_study_attrs(study, {"workload_target": s.workload_spec.get("_target_")})
-        set_study_attrs(study, {"device": s.env.to_dict()})
-        set_study_attrs(study, {"fixed_knobs": fixed})
-        set_study_attrs(study, {"input_stages": s.space.absent.get("transform_split", 0)})
-        set_study_attrs(study, {"memory_limit_gb": s.memory_limit_gb})
-        set_study_attrs(study, {"run_steps": s.run_steps})
-        if s.launch:
-            set_study_attrs(study, {"launch": s.launch})
-        if s.global_batch:
-            set_study_attrs(study, {"global_batch": s.global_batch})
+        record_conditions(study, s)
         reaped = reap_lost_trials(study)
         if reaped:
             log.warning("trials %s were left RUNNING by a driver that died: marked failed "
