@@ -17,6 +17,7 @@ import html
 import logging
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -262,14 +263,35 @@ def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
                            xaxis_title="trial")
         figs.append(("Time breakdown per trial", bars))
     if len({str(t.params) for t in done}) >= 3:
-        try:
-            figs.append(("Parameter importances", optuna.visualization.plot_param_importances(study)))
-        except (ValueError, RuntimeError) as exc:  # too few or too uniform trials
-            log.info("report: no parameter importances (%s)", exc)
+        importances = _importances(study)
+        if importances is not None:
+            figs.append(importances)
     loader = report_loader.figure(d)
     if loader is not None:
         figs.append((report_loader.TITLE, loader))
     return figs
+
+
+def _importances(study: optuna.Study) -> tuple[str, Any] | None:
+    """Optuna's parameter importances, titled with the parameters Optuna warns it cannot rank
+    well: a knob that exists only beside another (prefetch_factor and persistent_workers with
+    loader workers) has fewer than 2 trials in a regime after a short study. Optuna says so in
+    a UserWarning per knob, which reached the user's terminal after the summary; the report is
+    where it belongs."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fig = optuna.visualization.plot_param_importances(study)
+        except (ValueError, RuntimeError) as exc:  # too few or too uniform trials
+            log.info("report: no parameter importances (%s)", exc)
+            return None
+    shaky = [m.group(1) for w in caught
+             if (m := re.search(r"parameter `([^`]+)` have less than", str(w.message)))]
+    title = "Parameter importances"
+    if shaky:
+        title += (f" (inaccurate for {', '.join(dict.fromkeys(shaky))}: fewer than 2 trials in "
+                  "one of their regimes)")
+    return title, fig
 
 
 # -- HTML ----------------------------------------------------------------------------------------
