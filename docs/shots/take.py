@@ -1,7 +1,7 @@
 """Retake the report screenshots the documentation shows (docs/guide/report.md).
 
-Runs a real tiny study on the CPU in a temporary directory (the `mlp` workload, 4 trials,
-tiny windows), renders its report.html, screenshots it in headless Chromium and crops the
+Runs a real tiny study on the CPU in a temporary directory (the README's `resnet18` at CPU sizes,
+6 trials, short windows), renders its report.html, screenshots it in headless Chromium and crops the
 screenshot into the parts the page shows. Beside the PNGs, ``shots.json`` keeps a hash of the
 report's renderer sources: tests/test_docs.py fails when they changed since the screenshots
 were taken, so the pictures cannot go stale silently::
@@ -26,9 +26,12 @@ HERE = Path(__file__).resolve().parent
 #: What decides how report.html looks: its renderer and the modules that build its parts.
 RENDERER = ["autotune/results/report_html.py", "autotune/results/report_loader.py",
             "autotune/results/report_data.py", "autotune/results/compare.py"]
-STUDY = ["workload=mlp", "device=cpu", "study.name=report-shots", "study.n_trials=4",
-         "window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-         "window.min_measure_steps=2", "study.confirm_precision=10", "study.confirm_budget_s=0"]
+#: The README's workload at CPU sizes, 6 trials and a short confirmation: a study whose report
+#: has a path to its best, a speedup with its interval and finalists (the mlp study taken before
+#: 2026-11-27 had its baseline as the only finalist: a report with nothing to show).
+STUDY = ["workload=resnet18", "device=cpu", "study.name=report-shots", "study.n_trials=6",
+         "window.warmup_steps=2", "window.measure_steps=8", "window.measure_seconds=3",
+         "study.confirm_runs=3", "study.confirm_budget_s=60"]
 #: (file, top, bottom) in CSS pixels of a 1280-wide page: the parts the report page shows.
 PARTS = [("report-top.png", 0, 1100), ("report-plots.png", 1100, 2600)]
 WIDTH, HEIGHT = 1280, 4000
