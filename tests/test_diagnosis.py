@@ -448,3 +448,15 @@ def test_bf16_advice_on_a_cpu_without_bf16_says_why_it_is_not_on_offer() -> None
                                "why": "this CPU has no native bf16 (AVX512-BF16 or AMX)"}]
     assert "try amp=bf16" not in d["summary"]
     assert "amp=bf16 (this CPU has no native bf16" in d["summary"]
+
+
+def test_in_process_loading_is_offered_workers_once_not_their_settings_alone() -> None:
+    """A trial loading in its own process (num_workers=0) is offered workers, persistent with
+    them; persistent_workers and prefetch_factor alone mean nothing without workers. The
+    report of an mlp study listed "num_workers=1 + persistent_workers=True;
+    persistent_workers=True; prefetch_factor=4" (2026-11-27)."""
+    d = _cuda(_res(data_wait=0.45, gpu_busy_pct=35.0))
+    assert d["bottleneck"] == "input_pipeline"
+    first = d["fixes"][0]
+    assert first["knob"] == "num_workers" and first["with"] == {"persistent_workers": True}
+    assert not {"persistent_workers", "prefetch_factor"} & set(_knobs_of(d["fixes"]))

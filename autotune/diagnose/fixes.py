@@ -219,11 +219,13 @@ def input_fixes(f: Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, An
           with_={"persistent_workers": True}, beyond_domain=io)
     device_stages_fix(f, "the loader runs every input stage on each sample; on the "
                        "device they run once per batch, after the copy")
-    f.add("persistent_workers", True, "keep workers alive across epochs instead of respawning "
-          "them (and re-pickling the dataset) at every epoch start")
-    pf = more_prefetch(knobs)
-    if pf is not None:
-        f.add("prefetch_factor", pf, f"each worker keeps {pf} batches ready, absorbing slow items")
+    if int_knob(knobs, "num_workers", 0) > 0:  # else they come with the workers' fix, or mean nothing
+        f.add("persistent_workers", True, "keep workers alive across epochs instead of "
+              "respawning them (and re-pickling the dataset) at every epoch start")
+        pf = more_prefetch(knobs)
+        if pf is not None:
+            f.add("prefetch_factor", pf, f"each worker keeps {pf} batches ready, absorbing slow "
+                  "items")
     if cuda:
         f.add("pin_memory", True, "page-locked batches: faster copies that can overlap compute")
         f.add("transfer_dtype", "uint8", "ship raw uint8 and normalize on the GPU: less host "
