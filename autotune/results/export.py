@@ -30,6 +30,7 @@ from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.storage import redact
 from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials, rate
+from autotune.results.tried_fixes import fix_words
 from autotune.results.trust import could_not_measure, load_statement, window_loads
 
 SCHEMA = 1
@@ -75,6 +76,7 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
     base = baseline_trial(study)
     attrs = study_attrs(study)
     dev = attrs.get("device", {})
+    trials = study.get_trials(deepcopy=False)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "workload": attrs.get("workload"),
@@ -109,8 +111,8 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         ),
         "ceilings": {k: round(v, 2) for k, v in (trial_attrs(best).get("ceilings") or {}).items()},
         "fraction_of_ceiling": rounded(trial_attrs(best).get("fraction_of_ceiling")),
-        "diagnosis": _verdict(best),
-        "baseline_diagnosis": _verdict(base) if base else None,
+        "diagnosis": _verdict(best, trials),
+        "baseline_diagnosis": _verdict(base, trials) if base else None,
         # Where each one's loader time goes (input-bound trials only: see measure/loader_profile.py).
         "loader_profile": {"best": trial_attrs(best).get("loader_profile"),
                            "baseline": trial_attrs(base).get("loader_profile") if base else None},
@@ -207,12 +209,13 @@ def _numerics(record: dict[str, Any] | None) -> dict[str, Any] | None:
         for n, e in (record.get("trials") or {}).items()}}
 
 
-def _verdict(t: FrozenTrial) -> dict[str, Any] | None:
+def _verdict(t: FrozenTrial, trials: list[FrozenTrial]) -> dict[str, Any] | None:
+    """A trial's diagnosis, each fix with what the study measured of it (results/tried_fixes.py)."""
     d = trial_attrs(t).get("diagnosis")
     if not d:
         return None
     return {"bottleneck": d.get("bottleneck"), "summary": d.get("summary"),
-            "fixes": [fix_text(f) for f in d.get("fixes", [])]}
+            "fixes": [fix_words(trials, t, f) for f in d.get("fixes", [])]}
 
 
 def pruning_savings(study: optuna.Study) -> dict[str, Any]:
