@@ -166,3 +166,27 @@ def test_a_supported_speedup_measured_beside_a_load_says_it_holds_beside_that_lo
     assert "not what the configurations give on a quiet one" in said
     doc = best_document(study, "sqlite:///x.db")
     assert doc is not None and doc["best_trial"] == 1
+
+
+def test_windows_contended_by_steal_alone_say_so_once_over_their_range() -> None:
+    """The README's study on a VM whose hypervisor took 8-10% in 2 of 42 windows said "other
+    processes used 0.0 of 2 cores during 2 of 42 windows (...the hypervisor took 10% ...; the
+    hypervisor took 8% ...)" (2026-11-27): no other process was there, and one cause read as two."""
+    from autotune.results.trust import load_statement
+
+    def stolen(share: float) -> dict[str, Any]:
+        return {"contended": True, "cpus": 2, "other_cpu_cores": 0.01, "steal_share": share,
+                "runqueue_wait_share": 0.01,
+                "reasons": [f"the hypervisor took {100 * share:.0f}% of the CPU time (steal)"]}
+
+    said = load_statement([stolen(0.1), stolen(0.08), QUIET, QUIET])
+    assert said == ("2 of 4 windows were contended, and the trial's threads waited for a core "
+                    "1% of the time they were ready to run (the hypervisor took 8-10% of the "
+                    "CPU time (steal))")
+    # Other processes beside steal: both named, each once.
+    mixed = load_statement([{**BUSY, "steal_share": 0.06,
+                             "reasons": [*BUSY["reasons"], "the hypervisor took 6% of the CPU "
+                                         "time (steal)"]}, QUIET])
+    assert mixed == ("other processes used 1.0 of 2 cores during 1 of 2 windows, and the "
+                     "trial's threads waited for a core 40% of the time they were ready to run "
+                     "(the hypervisor took 6% of the CPU time (steal))")

@@ -39,21 +39,48 @@ def window_loads(study: optuna.Study) -> list[dict[str, Any]]:
 
 def load_statement(loads: list[dict[str, Any]]) -> str | None:
     """"other processes used 1.7 of 2 cores during 9 of 12 windows" (None: no window was
-    contended)."""
+    contended). Windows contended by steal or a CPU quota alone ("2 of 42 windows were
+    contended: the hypervisor took 8-10% of the CPU time (steal)") do not name other
+    processes' 0.0 cores, and say each cause once over its range, not once per window."""
     busy = [c for c in loads if c.get("contended")]
     if not busy:
         return None
     others = statistics.fmean(float(c.get("other_cpu_cores") or 0.0) for c in busy)
     cpus = max(int(c.get("cpus") or 0) for c in loads)
     waits = [float(c.get("runqueue_wait_share") or 0.0) for c in busy]
-    words = (f"other processes used {others:.1f} of {cpus} cores during {len(busy)} of "
-             f"{len(loads)} windows")
+    if round(others, 1) > 0:
+        words = (f"other processes used {others:.1f} of {cpus} cores during {len(busy)} of "
+                 f"{len(loads)} windows")
+    else:
+        words = f"{len(busy)} of {len(loads)} windows were contended"
     if any(waits):
         words += (f", and the trial's threads waited for a core {statistics.fmean(waits):.0%} "
                   "of the time they were ready to run")
-    extra = sorted({r for c in busy for r in c.get("reasons") or []
-                    if not r.startswith("other processes")})
+    extra = _causes(busy)
     return words + (f" ({'; '.join(extra)})" if extra else "")
+
+
+#: Causes a window's ``reasons`` name with a share, said once over their range
+#: (measure/contention.between writes them).
+_SHARED_CAUSES = (("steal_share", "the hypervisor took", "{} of the CPU time (steal)"),
+                  ("throttled_share", "the container's CPU quota",
+                   "held the trial back {} of the time"))
+
+
+def _causes(busy: list[dict[str, Any]]) -> list[str]:
+    """The contended windows' causes other than other processes: steal and quota each once,
+    as the range of their shares over the windows they contended ("8-10%"), then the rest
+    (the GPU's) as the windows name them."""
+    reasons = [r for c in busy for r in c.get("reasons") or []]
+    out = []
+    for key, prefix, tail in _SHARED_CAUSES:
+        shares = sorted({round(100 * float(c.get(key) or 0.0)) for c in busy
+                         if any(r.startswith(prefix) for r in c.get("reasons") or [])})
+        if shares:
+            span = f"{shares[0]}%" if len(shares) == 1 else f"{shares[0]}-{shares[-1]}%"
+            out.append(f"{prefix} {tail.format(span)}")
+    skip = ("other processes",) + tuple(prefix for _, prefix, _ in _SHARED_CAUSES)
+    return out + sorted({r for r in reasons if not r.startswith(skip)})
 
 
 def could_not_measure(study: optuna.Study) -> str | None:

@@ -367,7 +367,7 @@ def load_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:
 def compact_load(c: dict[str, Any]) -> dict[str, Any]:
     """A window's load as the study keeps it (results/trust.py reads these)."""
     keys = ("contended", "cpus", "other_cpu_cores", "runqueue_wait_share", "steal_share",
-            "reasons")
+            "throttled_share", "reasons")
     return {k: c[k] for k in keys if k in c}
 
 

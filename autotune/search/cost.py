@@ -16,7 +16,8 @@ The confirmation is at least ``study.confirm_runs`` rounds of the finalists and 
 those rounds to be trusted (confirm.trusted_rounds), never more than its budget allows. It is
 the part least known in advance: rounds go on until they are precise (the README's CPU study's
 took 191-377 s of a 300 s budget, a tie's extra rounds included), so its bound is said beside
-it. The numerics check runs the reference twice and the winner, each a start-up and its steps. A
+it. The numerics check runs each finalist and the reference twice, each a start-up and its
+steps (the first window's steps: the finalists' are re-estimated as the search ends). A
 compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time
@@ -53,9 +54,9 @@ from autotune.search.progress import clock_text
 from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
-#: Runs of a numerics check: the reference twice (its run-to-run deviation bounds the
-#: tolerance, search/numerics.py) and the winner.
-NUMERICS_RUNS = 3
+#: Runs of a numerics check besides one per finalist: the reference twice (its run-to-run
+#: deviation bounds the tolerance, search/numerics.py), taken as one reference for all.
+REFERENCE_RUNS = 2
 
 
 def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
@@ -82,13 +83,16 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     w = setup.window
     parts = [f"{n_trials} trial windows (each measures {w['min_measure_seconds']:g}-"
              f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
+    top = setup.confirm_top
     if confirm_runs:
+        # trials.finalists: the top ones, and up to as many more within FINALIST_BAND.
         parts.append(f"a confirmation of at least {confirm_runs} rounds of up to "
-                     f"{max(1, min(setup.confirm_top + 1, n_trials))} windows, at most "
-                     f"{setup.confirm_budget_s:g} s more")
+                     f"{max(1, min(2 * top + 1, n_trials))} windows (your configuration and "
+                     f"{top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their figures are close), at "
+                     f"most {setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
-        parts.append(f"a numerics check ({setup.numerics_steps} steps of your configuration, "
-                     "twice, and of the winner)")
+        parts.append(f"a numerics check ({setup.numerics_steps} steps of each finalist, and "
+                     "twice of your configuration at its batch size)")
     if setup.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")
@@ -185,7 +189,8 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
-    numerics_s = NUMERICS_RUNS * numerics_run_s(first, window_s, setup.numerics_steps)
+    numerics_s = ((setup.confirm_top + REFERENCE_RUNS)
+                  * numerics_run_s(first, window_s, setup.numerics_steps))
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
     # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
     scaling_s = 2 * SCALING_ROUNDS * window_s if setup.scaling else 0.0
