@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.results.record import TrialAttrs, set_stored_trial_attrs, trial_attrs
+from autotune.results.record import (
+    TrialAttrs,
+    set_stored_trial_attrs,
+    set_trial_attrs,
+    trial_attrs,
+)
 from autotune.search.failfast import superseded
 
 # A RUNNING trial whose driver has not beaten for this long is considered lost (other hosts;
@@ -22,6 +27,12 @@ GRACE_S = 60.0
 # Failed trials whose configuration was never measured to its end by its own fault: a twin
 # with the same knobs must measure it rather than copy the failure.
 UNMEASURED_OUTCOMES = ("driver_lost", "interrupted", "driver_error")
+#: What a twin (same knobs, another worker's trial) copies of the trial that measured them.
+TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
+             "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
+             "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes",
+             "comm", "ranks", "unit", "tokens_per_sec", "tokens", "tokens_computed",
+             "padding_share", "padding_batches", "length_groups")
 
 
 def owner() -> TrialAttrs:
@@ -89,3 +100,22 @@ def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTr
         if t.state == TrialState.FAIL and trial_attrs(t).get("outcome") not in UNMEASURED_OUTCOMES:
             return t
     return None
+
+
+def copy_twin(study: optuna.Study, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
+    """Tell ``trial`` its twin's outcome rather than measure the same knobs again (waiting,
+    while the twin still runs on another worker, for it to end or its worker to be found
+    dead)."""
+    while twin.state == TrialState.RUNNING:
+        time.sleep(1.0)
+        twin = study._storage.get_trial(twin._trial_id)
+        if not owner_alive(twin, time.time()):
+            reap_lost_trials(study)
+    measured = trial_attrs(twin)
+    set_trial_attrs(trial, cast(TrialAttrs, {k: v for k, v in measured.items() if k in TWIN_KEYS}))
+    set_trial_attrs(trial, {"duplicate_of": twin.number})
+    if twin.state == TrialState.COMPLETE:
+        for key, value in twin.constraints.items():
+            trial.set_constraint(key, value)
+        return study.tell(trial, twin.value)
+    return study.tell(trial, state=twin.state)

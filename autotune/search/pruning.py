@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.results.trials import best_value
+from autotune.measure.runner import Watch
+from autotune.results.record import trial_attrs
+from autotune.results.trials import best_value, study_unit
 
 # The knobs that decide what the input pipeline alone can deliver; every other knob (and the
 # batch size) decides what the step alone can do.
@@ -167,3 +169,56 @@ class BestFractionPruner(optuna.pruners.BasePruner):
             return False
         best = best_value(study)
         return best is not None and trial.intermediate_values[step] < self.fraction * best
+
+
+def window_pruner(study: optuna.Study, trial: optuna.Trial,
+                  told: set[int]) -> Callable[[Watch], str | None]:
+    """While a trial's window runs, at each progress reading: why to stop it (None: go on).
+    A measured ceiling below the best, a ceiling still being measured far below it, or the
+    window's throughput so far (reported at each chunk edge) far below it (the study's pruner
+    on intermediate values). ``told``: the steps already told to Optuna for this trial; a
+    window measured again (contended) reads its chunks from step 0 once more, and Optuna keeps
+    a step's first value and warns on each repeat, so they are not told twice."""
+    reported = [0]  # this window's chunks read so far
+    seen_ceilings: dict[str, float] = {}
+    held = [False]  # chunks reported while workers restarted, not yet pruned on
+
+    def check(watch: Watch) -> str | None:
+        if watch.contended:
+            # Read while other processes held the cores: neither its ceilings nor its
+            # chunks say what the configuration can do, so nothing is pruned or cached.
+            return None
+        best = best_value(study)
+        if watch.ceilings and watch.ceilings != seen_ceilings:
+            seen_ceilings.update(watch.ceilings)
+            cache_ceilings(study, trial_attrs(trial)["knobs"], watch.ceilings,
+                           watch.ceiling_noise)
+            why = ceiling_verdict(watch.ceilings, best, watch.ceiling_noise, study_unit(study))
+            if why:
+                return why
+        if watch.partial and not watch.ceilings:
+            why = partial_verdict(watch.partial, best, unit=study_unit(study))
+            if why:
+                return why
+        new = reported[0] < len(watch.chunks)
+        while reported[0] < len(watch.chunks):
+            if reported[0] not in told:
+                trial.report(watch.chunks[reported[0]], reported[0])
+                told.add(reported[0])
+            reported[0] += 1
+        # Workers restarted at an epoch start less than an epoch ago weigh in the chunks so
+        # far more than in a run: they are reported, not pruned on (the latest, once the
+        # window has run an epoch, carries the start at a run's weight).
+        if watch.restarting:
+            held[0] = held[0] or new
+            return None
+        if (new or held[0]) and trial.should_prune():
+            # The pruner read the study itself: another worker may have finished the first
+            # feasible trial since ``best`` was read above.
+            best = best_value(study)
+            return (f"{watch.chunks[reported[0] - 1]:,.1f} {study_unit(study)} over the first "
+                    f"{reported[0]} chunk(s) of its window, under half the best trial's "
+                    f"{best or 0:,.1f}")
+        return None
+
+    return check

@@ -8,21 +8,18 @@ configuration once.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.files import atomic_write
 from autotune.core.knobs import Space
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.launch import start_server
-from autotune.measure.loader_profile import stored_profile
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Interrupted, Watch, run_window
 from autotune.results.compare import versions
@@ -38,7 +35,7 @@ from autotune.search import agent
 from autotune.search.conditions import record_conditions
 from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
-from autotune.search.ownership import owner, owner_alive, reap_lost_trials, twin_of
+from autotune.search.ownership import copy_twin, owner, reap_lost_trials, twin_of
 from autotune.search.pruning import (
     cache_ceilings,
     cached_ceilings,
@@ -46,22 +43,15 @@ from autotune.search.pruning import (
     ceiling_verdict,
     ceiling_violations,
     distrust_ceilings,
-    partial_verdict,
+    window_pruner,
 )
 from autotune.search.setup import StopFlag, StudySetup, create_study
-from autotune.search.units import in_study_unit, result_line, token_attrs
+from autotune.search.units import in_study_unit, result_line
+from autotune.search.window_record import window_attrs, write_loader_profile
 
 log = logging.getLogger("autotune")
 
 HEARTBEAT_S = 10.0
-
-
-#: What a twin (same knobs, another worker's trial) copies of the trial that measured them.
-TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
-             "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
-             "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes",
-             "comm", "ranks", "unit", "tokens_per_sec", "tokens", "tokens_computed",
-             "padding_share", "padding_batches", "length_groups")
 
 
 class Driver:
@@ -208,60 +198,12 @@ class Driver:
                         "driver_lost", trial.number)
 
     def pruning_check(self, trial: optuna.Trial) -> Callable[[Watch], str | None] | None:
-        """While the window runs: prune on a measured ceiling below the best, or on the
-        window's throughput so far (reported at each chunk edge) far below it (the study's
-        pruner on intermediate values)."""
+        """While the window runs: why to stop it (pruning.window_pruner), or None when the
+        study does not prune. The steps told to Optuna are kept per trial, across a window
+        measured again."""
         if not self.setup.prune:
             return None
-        reported = [0]  # this window's chunks read so far
-        # Steps already told to Optuna for this trial: a window measured again (contended)
-        # reads its chunks from step 0 once more, and Optuna keeps a step's first value and
-        # warns on each repeat, so they are not told twice.
-        told = self._told.setdefault(trial.number, set())
-        seen_ceilings: dict[str, float] = {}
-        held = [False]  # chunks reported while workers restarted, not yet pruned on
-
-        def check(watch: Watch) -> str | None:
-            if watch.contended:
-                # Read while other processes held the cores: neither its ceilings nor its
-                # chunks say what the configuration can do, so nothing is pruned or cached.
-                return None
-            best = best_value(self.study)
-            if watch.ceilings and watch.ceilings != seen_ceilings:
-                seen_ceilings.update(watch.ceilings)
-                cache_ceilings(self.study, trial_attrs(trial)["knobs"], watch.ceilings,
-                               watch.ceiling_noise)
-                why = ceiling_verdict(watch.ceilings, best, watch.ceiling_noise,
-                                      study_unit(self.study))
-                if why:
-                    return why
-            if watch.partial and not watch.ceilings:
-                why = partial_verdict(watch.partial, best, unit=study_unit(self.study))
-                if why:
-                    return why
-            new = reported[0] < len(watch.chunks)
-            while reported[0] < len(watch.chunks):
-                if reported[0] not in told:
-                    trial.report(watch.chunks[reported[0]], reported[0])
-                    told.add(reported[0])
-                reported[0] += 1
-            # Workers restarted at an epoch start less than an epoch ago weigh in the chunks
-            # so far more than in a run: they are reported, not pruned on (the latest, once
-            # the window has run an epoch, carries the start at a run's weight).
-            if watch.restarting:
-                held[0] = held[0] or new
-                return None
-            if (new or held[0]) and trial.should_prune():
-                # The pruner read the study itself: another worker may have finished the
-                # first feasible trial since ``best`` was read above.
-                best = best_value(self.study)
-                return (f"{watch.chunks[reported[0] - 1]:,.1f} {study_unit(self.study)} "
-                        "over the first "
-                        f"{reported[0]} chunk(s) of its window, under half the best "
-                        f"trial's {best or 0:,.1f}")
-            return None
-
-        return check
+        return window_pruner(self.study, trial, self._told.setdefault(trial.number, set()))
 
     def tell(self, trial: optuna.Trial, result: WindowResult) -> FrozenTrial:
         s = self.setup
@@ -323,61 +265,15 @@ class Driver:
                 trace.unlink(missing_ok=True)
 
     def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
-        """Same knobs as an earlier trial: reuse its outcome rather than measure it again
-        (waits if the twin is still running on another worker)."""
-        while twin.state == TrialState.RUNNING:
-            time.sleep(1.0)
-            twin = self.study._storage.get_trial(twin._trial_id)
-            if not owner_alive(twin, time.time()):
-                reap_lost_trials(self.study)
-        measured = trial_attrs(twin)
-        set_trial_attrs(trial, cast(TrialAttrs, {k: v for k, v in measured.items() if k in TWIN_KEYS}))
-        set_trial_attrs(trial, {"duplicate_of": twin.number})
+        """Same knobs as an earlier trial: its outcome is reused (ownership.copy_twin)."""
+        frozen = copy_twin(self.study, trial, twin)
         log.info("trial %d: same knobs as trial %d, outcome reused", trial.number, twin.number)
-        if twin.state == TrialState.COMPLETE:
-            for key, value in twin.constraints.items():
-                trial.set_constraint(key, value)
-            frozen = self.study.tell(trial, twin.value)
-        else:
-            frozen = self.study.tell(trial, state=twin.state)
         self._after(trial)
         return frozen
 
     def _record(self, trial: optuna.Trial, r: WindowResult) -> None:
-        attrs: TrialAttrs = {
-            "outcome": r.outcome,
-            "reason": "" if r.outcome == "ok" else f"{r.outcome}: {r.error}".strip(": "),
-            "samples_per_sec": r.samples_per_sec,
-            "unit": r.unit if r.ok else study_unit(self.study),
-            "step_ms": r.step_ms,
-            "peak_memory_gb": r.peak_memory_gb,
-            "compile_s": r.compile_s,
-            "compile_cache": r.compile_cache,
-            "final_loss": r.final_loss,
-            "timers": r.timers,
-            "chunks": r.chunks,
-            "wall_s": r.wall_s,
-            "extras_s": r.extras_s,
-            "warmup_s": r.warmup_s,
-            "measure_s": r.measure_s,
-            "contention": r.contention,
-            "input_shapes": r.input_shapes,
-            "comm": r.comm,
-            "ranks": r.ranks,
-            "trace": {k: v for k, v in r.trace.items() if k not in ("top_kernels", "top_cpu_ops")},
-            "top_kernels": list(r.trace.get("top_kernels") or []),
-            "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
-        }
-        attrs.update(token_attrs(r))
-        if r.loader_profile:
-            attrs["loader_profile"] = stored_profile(r.loader_profile)
-            atomic_write(self.trials_dir / str(trial.number) / "loader_profile.json",
-                         json.dumps(r.loader_profile, indent=1))
-        if r.signal:
-            attrs["signal"] = r.signal
-        if r.exit_code is not None:
-            attrs["exit_code"] = r.exit_code
-        set_trial_attrs(trial, attrs)
+        set_trial_attrs(trial, window_attrs(r, study_unit(self.study)))
+        write_loader_profile(r, self.trials_dir / str(trial.number))
 
     def _after(self, trial: optuna.Trial) -> None:
         if self.on_trial is not None:

@@ -10,7 +10,7 @@ import optuna
 
 from autotune.core.tokens import TOKENS, CrossUnit, same_unit, unit_of
 from autotune.measure.protocol import WindowResult
-from autotune.results.record import TrialAttrs, set_study_attrs, study_attrs
+from autotune.results.record import set_study_attrs, study_attrs
 
 
 def in_study_unit(study: optuna.Study, result: WindowResult) -> WindowResult:
@@ -29,18 +29,6 @@ def in_study_unit(study: optuna.Study, result: WindowResult) -> WindowResult:
     except CrossUnit as exc:
         return WindowResult(outcome="crash", error=str(exc), unit=result.unit)
     return result
-
-
-def token_attrs(r: WindowResult) -> TrialAttrs:
-    """What a trial records of its tokens ({} for a window without any)."""
-    attrs: TrialAttrs = {}
-    if r.tokens_computed:
-        attrs.update({"tokens_per_sec": r.tokens_per_sec, "tokens": r.tokens,
-                      "tokens_computed": r.tokens_computed, "padding_share": r.padding_share,
-                      "padding_batches": r.padding_batches})
-    if r.length_groups:
-        attrs["length_groups"] = r.length_groups
-    return attrs
 
 
 def result_line(r: WindowResult, limit: float) -> str:
