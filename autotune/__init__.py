@@ -2,37 +2,70 @@
 
 The public surface: running a study from Python (``tune``, ``verify``), what a production run
 imports (``Runtime``, ``load_best``, ``Meter``, ``Training``) and what a user implements
-(``Workload``, ``Stage``). The package's parts are its subpackages (README "Layout")."""
+(``Workload``, ``Stage``). The package's parts are its subpackages (README "Layout").
 
+Each name is imported on first use (PEP 562): the ``autotune`` command starts its fork server
+(which imports torch, seconds on a small machine) before the driver imports torch itself, so
+the two overlap, and a production run or a trial process loads only what it uses.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 try:
     __version__ = version("autotune")
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-from autotune.core.stages import Stage  # noqa: E402
-from autotune.core.training import Training  # noqa: E402
-from autotune.core.workload import Workload  # noqa: E402
-from autotune.production.best import BestConfig, load_best  # noqa: E402
-from autotune.production.environment_check import EnvironmentChanged  # noqa: E402
-from autotune.production.meter import Meter, SlowerThanMeasured  # noqa: E402
-from autotune.production.runtime import KnobOverridden, Runtime  # noqa: E402
+if TYPE_CHECKING:
+    from autotune.cli.api import (
+        ConfigError,
+        CouldNotMeasure,
+        NothingExported,
+        RegressionFound,
+        StudyError,
+        StudyInterrupted,
+        tune,
+        verify,
+    )
+    from autotune.core.stages import Stage
+    from autotune.core.training import Training
+    from autotune.core.workload import Workload
+    from autotune.production.best import BestConfig, load_best
+    from autotune.production.environment_check import EnvironmentChanged
+    from autotune.production.meter import Meter, SlowerThanMeasured
+    from autotune.production.runtime import KnobOverridden, Runtime
 
-__all__ = ["BestConfig", "ConfigError", "CouldNotMeasure", "EnvironmentChanged", "KnobOverridden",  # noqa: F822
+#: Where each public name lives.
+_WHERE = {
+    "Stage": "autotune.core.stages", "Training": "autotune.core.training",
+    "Workload": "autotune.core.workload", "BestConfig": "autotune.production.best",
+    "load_best": "autotune.production.best",
+    "EnvironmentChanged": "autotune.production.environment_check",
+    "Meter": "autotune.production.meter", "SlowerThanMeasured": "autotune.production.meter",
+    "KnobOverridden": "autotune.production.runtime", "Runtime": "autotune.production.runtime",
+    **dict.fromkeys(("tune", "verify", "StudyError", "ConfigError", "NothingExported",
+                     "RegressionFound", "CouldNotMeasure", "StudyInterrupted"),
+                    "autotune.cli.api"),
+}
+
+__all__ = ["BestConfig", "ConfigError", "CouldNotMeasure", "EnvironmentChanged", "KnobOverridden",
            "Meter", "NothingExported", "RegressionFound", "Runtime", "SlowerThanMeasured", "Stage",
            "StudyError", "StudyInterrupted", "Training", "Workload", "__version__", "load_best",
            "tune", "verify"]
 
-#: Running a study from Python (autotune/cli/api.py), imported on first use: a trial process
-#: and a production run import ``autotune`` too, and neither needs the study driver.
-_API = ("tune", "verify", "StudyError", "ConfigError", "NothingExported", "RegressionFound",
-        "CouldNotMeasure", "StudyInterrupted")
-
 
 def __getattr__(name: str) -> object:
-    if name in _API:
-        from autotune.cli import api
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    value = getattr(import_module(where), name)
+    globals()[name] = value  # looked up once
+    return value
 
-        return getattr(api, name)
-    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

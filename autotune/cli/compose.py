@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
-from autotune.cli.config import Config, register_configs
 from autotune.cli.crash import UsageError
+
+if TYPE_CHECKING:  # the schemas import the knob registry, and it torch: imported when composing
+    from autotune.cli.config import Config
 
 #: The Hydra configs ship inside the package (package data), so a wheel install finds them.
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -36,6 +39,8 @@ def compose_config(overrides: Sequence[str]) -> Config:
     from hydra.errors import HydraException, MissingConfigException
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from omegaconf.errors import OmegaConfBaseException
+
+    from autotune.cli.config import register_configs
 
     register_configs()
     outer = get_gh_backup() if GlobalHydra.instance().is_initialized() else None

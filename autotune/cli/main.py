@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -18,9 +19,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from autotune import __version__
 from autotune.cli.compose import CONF_DIR, compose_config, force_workload_args
-from autotune.cli.config import Config, register_configs
 from autotune.cli.crash import UsageError, explain, fail
 from autotune.core.quick_exit import quick_exit
+from autotune.measure.launch import start_server_soon
+
+# Nothing imported above imports torch: main() starts the fork server first (it imports torch,
+# torchvision and the window's code), and the driver's own imports (the config schemas' knob
+# registry, then the study's modules) run beside it. A one-trial study's header came 3-4 s
+# sooner on 2 cores (2026-11-27, docs/benchmarks.md "What a study costs besides its trials").
+if TYPE_CHECKING:
+    from autotune.cli.config import Config
 
 log = logging.getLogger("autotune")
 
@@ -115,7 +123,11 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     sys.argv[1:] = force_workload_args(sys.argv[1:])
+    if not any(a.startswith("-") for a in sys.argv[1:]):  # a study, not --help or --cfg
+        start_server_soon()  # after sys.path has the working directory: trials inherit it
     check_overrides(sys.argv[1:])
+    from autotune.cli.config import register_configs
+
     register_configs()
     try:
         _app()

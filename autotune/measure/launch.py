@@ -28,6 +28,7 @@ CPUS_ENV = "AUTOTUNE_CPUS"
 
 _context: ForkServerContext | None = None
 _MAIN_LOCK = threading.RLock()
+_starting: threading.Thread | None = None  # start_server_soon's thread, once started
 
 
 def context() -> ForkServerContext:
@@ -178,12 +179,18 @@ class TrialProcess:
 
 def start_server_soon() -> threading.Thread:
     """Start the fork server in the background: its imports (torch, torchvision: seconds)
-    overlap the driver's configuration, storage and workload setup instead of following them.
-    ``start_server`` and ``probe_env`` wait for it (multiprocessing's fork server starts once,
-    under its own lock)."""
-    thread = threading.Thread(target=start_server, name="autotune-forkserver", daemon=True)
-    thread.start()
-    return thread
+    overlap the driver's own imports, configuration, storage and workload setup instead of
+    following them. ``start_server`` and ``probe_env`` wait for it (multiprocessing's fork
+    server starts once, under its own lock). Called again, it returns the first call's thread:
+    the command line starts it before composing, the study's run where ``autotune.tune``
+    enters."""
+    global _starting
+    with _MAIN_LOCK:
+        if _starting is None:
+            _starting = threading.Thread(target=start_server, name="autotune-forkserver",
+                                         daemon=True)
+            _starting.start()
+        return _starting
 
 
 def probe_env(requested: str, timeout_s: float = 120.0) -> dict[str, Any]:
