@@ -25,8 +25,9 @@ from autotune.measure.launch import start_server_soon
 
 # Nothing imported above imports torch: main() starts the fork server first (it imports torch,
 # torchvision and the window's code), and the driver's own imports (the config schemas' knob
-# registry, then the study's modules) run beside it. A one-trial study's header came 3-4 s
-# sooner on 2 cores (2026-11-27, docs/benchmarks.md "What a study costs besides its trials").
+# registry, then the study's modules) run beside it. A one-trial study's header came 3 s sooner
+# on 2 cores (9.2 -> 6.1 s, 2026-11-27, docs/benchmarks.md "The fork server starts before the
+# driver imports torch").
 if TYPE_CHECKING:
     from autotune.cli.config import Config
 
