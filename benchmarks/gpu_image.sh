@@ -22,7 +22,13 @@ SITE=${SITE:-/tmp/site}
 cd "$SRC"
 
 if [ ! -x "$IMG/bin/python" ]; then
-    py312=${PY312:-$(command -v python3.12 || ls ~/.pyenv/versions/3.12*/bin/python3.12 | head -1)}
+    # The first Python 3.12 that runs (a pyenv shim on PATH may name one it will not run).
+    py312=${PY312:-}
+    for c in $(command -v python3.12) ~/.pyenv/versions/3.12*/bin/python3.12; do
+        [ -n "$py312" ] && break
+        if "$c" -c "import sys" 2>/dev/null; then py312=$c; fi
+    done
+    [ -n "$py312" ] || { echo "no Python 3.12 here (the GPU image's); set PY312"; exit 1; }
     "$py312" -m venv "$IMG"
     # The image's packages (pytest-timeout, psutil, nvidia-ml-py ... are autotune's own needs).
     "$IMG/bin/pip" install -q "torch==2.11.0" "torchvision==0.26.0" "transformers==5.17.*" \

@@ -20,7 +20,12 @@ from collections.abc import Iterator
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
+#: What every trial would otherwise import after its fork: its window's code, torchvision, and
+#: what the framework adapters' and the Python API's workloads import (production's best.yaml
+#: reader and Runtime: 0.35 s a trial on 2 cores, once here). ``import autotune`` alone no
+#: longer imports them (autotune/__init__.py).
 PRELOAD = ["autotune.measure.entry", "autotune.measure.window", "torchvision",
+           "autotune.production.runtime", "autotune.adapters",
            "autotune.measure.server_exit"]  # last: its exit handler runs first
 PROCESS_NAME = b"autotune-trial"  # what ps/psutil show for a trial (Linux comm, <= 15 bytes)
 #: The cores a trial may run on ("0,1"), for the trials of one of several workers on a node.
