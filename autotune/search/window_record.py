@@ -12,7 +12,9 @@ from autotune.measure.loader_profile import stored_profile
 from autotune.measure.protocol import WindowResult
 from autotune.results.record import TrialAttrs
 
-#: Traces keep their summaries; their longest lists are stored beside them, once.
+#: The trace summary's lists kept out of its stored copy: top_kernels is stored as an
+#: attribute of its own (the report's kernel table), top_cpu_ops not at all (the diagnosis has
+#: read it from the WindowResult by then).
 _TRACE_LISTS = ("top_kernels", "top_cpu_ops")
 
 
