@@ -165,3 +165,32 @@ def test_chunks_read_before_an_epoch_has_passed_a_worker_restart_do_not_prune(
     after = [r for step, r in progress.seen if step >= 25]
     assert after and not any(after), progress.seen
     assert any(before) is not persistent, progress.seen
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_workers_ahead_of_a_training_process_busy_receiving_are_not_offered_more(
+        device: str) -> None:
+    """The mlp workload's in-memory data with 2 persistent workers on this project's 2-core VM
+    (benchmarks/loader_receive.py, 2026-11-28): the step waited 46% of the time, the training
+    process itself busy through all of that wait, the workers on a CPU 35% of it. Read as "the
+    loader waits on I/O", it had been offered 5 workers; no workers ran 3.3x as fast. A loader
+    that waits on its workers (the training process idle in the wait) keeps the workers fix."""
+    timers = {"data_wait": 0.46, "h2d": 0.0, "compute": 0.4, "optimizer": 0.14,
+              "loader_cpu_share": 0.35, "loader_receive_share": 1.0}
+    result = {"outcome": "ok", "samples_per_sec": 6421.0, "peak_memory_gb": 0.3, "timers": timers,
+              "trace": {"gpu_busy_pct": 30.0, "wall_ms_per_step": 5.0} if device == "cuda" else {}}
+    knobs = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 8,
+             "batch_size": 32, "compile": "off"}
+    d = diagnose(result, knobs, device, 20.0)
+    assert d["bottleneck"] == "input_pipeline", d
+    assert [(f["knob"], f["value"]) for f in d["fixes"][:2]] == [("num_workers", 0),
+                                                                 ("batch_size", 64)], d["fixes"]
+    assert "receiving the workers' batches" in d["summary"] and "waits on I/O" not in d["summary"]
+    assert "in parallel" not in d["summary"]
+    waiting = dict(result, timers={**timers, "loader_receive_share": 0.05})
+    w = diagnose(waiting, knobs, device, 20.0)
+    assert w["fixes"][0]["knob"] == "num_workers" and w["fixes"][0]["value"] > 2, w["fixes"]
+    # Without workers the training process's busy wait is its own loading: workers help.
+    alone = diagnose(result, {**knobs, "num_workers": 0, "persistent_workers": False,
+                              "prefetch_factor": None}, device, 20.0)
+    assert alone["fixes"][0]["knob"] == "num_workers" and alone["fixes"][0]["value"] >= 1

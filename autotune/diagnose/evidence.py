@@ -57,6 +57,7 @@ def evidence(result: dict[str, Any], device: str, memory_limit_gb: float) -> dic
         "compute_share": finite(timers.get("compute")),
         "page_faults_per_step": finite(timers.get("page_faults_per_step")),
         "loader_cpu_share": finite(timers.get("loader_cpu_share")),
+        "loader_receive_share": finite(timers.get("loader_receive_share")),
         "optimizer_share": finite(timers.get("optimizer")),
         "epoch_starts": finite(timers.get("epoch_starts")),
         "epoch_start_share": finite(timers.get("epoch_start_share")),

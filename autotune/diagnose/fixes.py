@@ -17,6 +17,7 @@ from autotune.diagnose.thresholds import (
     EPOCH_START_SHARE_OF_WAIT,
     IO_BOUND_CPU_SHARE,
     OPTIMIZER_SHARE,
+    RECEIVE_SHARE,
 )
 
 
@@ -184,11 +185,24 @@ def io_bound(ev: dict[str, Any]) -> bool:
     return share is not None and share < IO_BOUND_CPU_SHARE
 
 
+def receive_bound(ev: dict[str, Any], knobs: Mapping[str, Any]) -> bool:
+    """Is the loader wait the training process taking the workers' batches off their queue
+    (the workers ahead of it), rather than waiting for the workers?"""
+    share = ev.get("loader_receive_share")
+    return (share is not None and share >= RECEIVE_SHARE
+            and int_knob(knobs, "num_workers", 0) > 0 and not restarts(ev, knobs))
+
+
 def loader_kind(ev: dict[str, Any], knobs: Mapping[str, Any] | None = None) -> str:
     share = ev["loader_cpu_share"]
     if knobs is not None and restarts(ev, knobs):
         return (f" (its workers are started anew at every epoch: {ev['epoch_starts']:.0f} "
                 f"epoch start(s) in the window took {pct(ev['epoch_start_share'])} of it)")
+    if knobs is not None and receive_bound(ev, knobs):
+        workers = f", while its workers were on a CPU {pct(share)} of the time" if share else ""
+        return (f" (receiving the workers' batches: the training process was itself busy "
+                f"{pct(ev['loader_receive_share'])} of that wait, unpickling each batch and "
+                f"taking over its shared memory{workers}; more workers cannot speed that up)")
     if share is None:
         return ""
     what = "waits on I/O" if io_bound(ev) else "computes"
@@ -196,6 +210,9 @@ def loader_kind(ev: dict[str, Any], knobs: Mapping[str, Any] | None = None) -> s
 
 
 def input_fixes(f: Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, Any]) -> None:
+    if receive_bound(ev, knobs):
+        receive_fixes(f, knobs, ev)
+        return
     if restarts(ev, knobs):  # start-up is neither I/O nor loading: keep the workers
         f.add("persistent_workers", True, f"{ev['epoch_starts']:.0f} epoch start(s) in the "
               f"window took {pct(ev['epoch_start_share'])} of it: without persistent workers "
@@ -230,6 +247,19 @@ def input_fixes(f: Fixes, knobs: Mapping[str, Any], cuda: bool, ev: dict[str, An
         f.add("pin_memory", True, "page-locked batches: faster copies that can overlap compute")
         f.add("transfer_dtype", "uint8", "ship raw uint8 and normalize on the GPU: less host "
               "work per item in the loader and 4x fewer bytes to copy")
+
+
+def receive_fixes(f: Fixes, knobs: Mapping[str, Any], ev: dict[str, Any]) -> None:
+    """The training process spends the wait receiving the workers' batches: a cost per batch,
+    paid in the step's own process, that loading there does not pay and a bigger batch pays
+    for more samples. With the mlp workload's in-memory data on 2 cores, no workers ran
+    1.9-3.0x the speed of one or two at batch 32 and 128 (thresholds.RECEIVE_SHARE); where
+    loading is heavy, the next window measures whether that holds."""
+    f.add("num_workers", 0, f"the training process spends the loader wait receiving the "
+          f"workers' batches (busy {pct(ev['loader_receive_share'])} of it): loading in the "
+          "training process has no transfer to pay")
+    bigger_batch(f, knobs, ev, "one transfer from the workers per batch: a bigger batch pays "
+                 "it for more samples (changes training dynamics)")
 
 
 def copy_fixes(f: Fixes, ev: dict[str, Any]) -> None:

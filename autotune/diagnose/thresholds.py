@@ -8,6 +8,14 @@ DATA_WAIT_SHARE = 0.20
 #: I/O (storage, network, a remote service), and more workers than cores can still help.
 #: Seed 002: "GPU idle, CPU idle" is a wait, not a computation.
 IO_BOUND_CPU_SHARE = 0.5
+#: With workers, the training process was busy (on a CPU or runnable) at least this share of
+#: its wait for batches: it was receiving them (unpickling each batch, taking over its shared
+#: memory), the workers were ahead, and more of them cannot help. The mlp workload's
+#: in-memory TensorDataset with 1 or 2 persistent workers (prefetch 8) on this project's 2-core
+#: VM read 100% here at batch 32 and 128, two workers on a CPU 34-46% of the time, and no
+#: workers ran 1.9-3.0x as fast (2026-11-28, benchmarks/loader_receive.py,
+#: docs/benchmarks.md); a loader that sleeps 40 ms an item, with one worker, reads under it.
+RECEIVE_SHARE = 0.5
 #: The share of the loader wait spent starting epochs (non-persistent workers shut down and
 #: start again) above which the wait is worker start-up, neither I/O nor loading work: the gpt
 #: run's 9-worker loader read as "waiting on I/O" at 7% worker CPU while its workers were

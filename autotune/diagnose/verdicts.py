@@ -28,6 +28,10 @@ and the GPU is not saturated                              on a CPU < IO_BOUND_CP
                                                           persistent_workers, prefetch_factor
                                                           up, pin_memory (CUDA), uint8 transfer,
                                                           transform_split=0 (device stages)
+... and with workers, the         input_pipeline          num_workers=0 (no transfer), a bigger
+training process busy >=                                  batch (fewer transfers a sample)
+RECEIVE_SHARE of its wait
+(receiving their batches)
 epoch starts cost >=              input_pipeline          persistent_workers (the workers are
 EPOCH_START_COST_SHARE of the                             shut down and started anew at every
 window, workers not persistent                            epoch; on few cores their start-up
@@ -85,6 +89,8 @@ from autotune.diagnose.fixes import (
     more_workers,
     optimizer_fixes,
     pct,
+    receive_bound,
+    receive_fixes,
     restart_verdict,
     thread_fixes,
 )
@@ -294,10 +300,10 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
     dw = ev["data_wait_share"]
     if dw is not None and dw >= DATA_WAIT_SHARE:
         input_fixes(f, knobs, False, ev)
+        how = "try" if receive_bound(ev, knobs) else "load batches in parallel with"
         return ("input_pipeline", f"data_wait_share {dw:.2f} >= {DATA_WAIT_SHARE}",
                 f"Input-bound: the step waits on the DataLoader {pct(dw)} of the time"
-                f"{loader_kind(ev, knobs)}; load batches in parallel with {first_fixes(f)}."
-                + _hot_spot(ev))
+                f"{loader_kind(ev, knobs)}; {how} {first_fixes(f)}." + _hot_spot(ev))
     restarted = restart_verdict(f, ev, knobs)
     if restarted is not None:
         return restarted
@@ -322,7 +328,9 @@ def _diagnose_cpu(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,
     optimizer_fixes(f, ev)
     bigger_batch(f, knobs, ev, "bigger matrix products use the cores' vector units better and "
                  "amortize per-op overhead (changes training dynamics)")
-    if dw is not None and dw >= DATA_WAIT_NOTABLE:
+    if dw is not None and dw >= DATA_WAIT_NOTABLE and receive_bound(ev, knobs):
+        receive_fixes(f, knobs, ev)
+    elif dw is not None and dw >= DATA_WAIT_NOTABLE:
         f.add("num_workers", more_workers(knobs), f"the loader still takes {pct(dw)} of the "
               "step: overlap it with compute")
     return ("cpu_compute", f"data_wait_share {pct(dw)} < {DATA_WAIT_SHARE:.0%}: the CPU computes",

@@ -15,7 +15,7 @@ from autotune.core import distributed
 from autotune.core.tokens import SAMPLES, TOKENS
 from autotune.measure.clock import Clock
 from autotune.measure.protocol import WindowResult
-from autotune.measure.readings import Progress, loader_cpu_share
+from autotune.measure.readings import Progress, loader_cpu_share, receive_share
 
 
 @dataclass
@@ -28,7 +28,9 @@ class Loop:
     data_wait_ms: list[float]
     elapsed_s: float
     page_faults: int
-    data_cpu_s: float  # loading in this process while it waited (num_workers=0)
+    # This thread's CPU demand while it waited: loading (num_workers=0), or receiving the
+    # workers' batches (num_workers > 0).
+    data_cpu_s: float
     workers_cpu_s: float  # the DataLoader workers' CPU over the window
     epoch_starts: int = 0  # epochs begun inside the window
     epoch_start_s: float = 0.0  # seconds waiting for those epochs' first batches
@@ -41,6 +43,7 @@ class Loop:
     length_groups: dict[str, int] = field(default_factory=dict)
     epoch_start_steps: list[int] = field(default_factory=list)  # steps that began an epoch
     refill_steps: int = 1  # loop.refill_steps: the steps an epoch's new workers prefetch over
+    epoch_start_cpu_s: float = 0.0  # the part of data_cpu_s spent in epoch-starting waits
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,6 +105,12 @@ def summarize(result: WindowResult, loop: Loop, clock: Clock, progress: Progress
         # waits (storage, network, a sleep) and more workers than cores can.
         "loader_cpu_share": loader_cpu_share(workers, loop.data_cpu_s, wait_s,
                                               loop.workers_cpu_s, loop.elapsed_s),
+        # With workers, the share of the wait the training process itself was busy: taking
+        # each batch off the workers' queue (unpickling it, receiving its shared memory).
+        # Near 1, the workers are ahead and that transfer is the input's limit, which more
+        # workers cannot raise (epoch starts left out: their forks are start-up).
+        "loader_receive_share": receive_share(
+            workers, loop.data_cpu_s - loop.epoch_start_cpu_s, wait_s - loop.epoch_start_s),
         # Epochs begun inside the window, and the share of it spent getting their first
         # batches: without persistent workers, shutting down and starting up every worker.
         "epoch_starts": loop.epoch_starts,

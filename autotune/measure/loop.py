@@ -86,7 +86,8 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
                 batches.epoch_start_s - epoch_s0, host.shapes.summary(), host.units,
                 host.tokens, batches.unit or "samples/s",
                 {"group_steps": group, "groups": len(marks) // group} if group > 1 else {},
-                epoch_start_steps=host.epoch_start_steps, refill_steps=refill_steps(run.knobs))
+                epoch_start_steps=host.epoch_start_steps, refill_steps=refill_steps(run.knobs),
+                epoch_start_cpu_s=host.epoch_start_cpu_s)
 
 
 def _epoch_steps(run: Training) -> int:
@@ -123,20 +124,23 @@ class _HostSide:
     tokens: list[tuple[int, int]] = field(default_factory=list)
     shapes: ShapeLog = field(default_factory=ShapeLog)
     data_cpu_s: float = 0.0
+    epoch_start_cpu_s: float = 0.0  # the part of data_cpu_s spent in epoch-starting waits
     epoch_start_steps: list[int] = field(default_factory=list)  # steps that began an epoch
 
     def next_batch(self, batches: Batches, batch_size: int) -> tuple[Any, Any]:
         w0, c0, epochs = time.perf_counter(), thread_busy_s(), batches.epochs
         with phase("data"):
             inputs, targets = next(batches)
-        if batches.epochs != epochs:
-            self.epoch_start_steps.append(len(self.data_wait_ms))
         self.data_wait_ms.append((time.perf_counter() - w0) * 1e3)
+        busy = thread_busy_s() - c0
+        if batches.epochs != epochs:
+            self.epoch_start_steps.append(len(self.data_wait_ms) - 1)
+            self.epoch_start_cpu_s += busy
         self.units.append(batches.units(batch_size))
         if batches.last_tokens is not None:
             self.tokens.append(batches.last_tokens)
         self.shapes.add(inputs)
-        self.data_cpu_s += thread_busy_s() - c0
+        self.data_cpu_s += busy
         return inputs, targets
 
 

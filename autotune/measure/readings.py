@@ -153,3 +153,11 @@ def loader_cpu_share(workers: int, in_process_cpu_s: float, wait_s: float,
     if workers == 0:
         return min(1.0, in_process_cpu_s / wait_s) if wait_s > 0 else None
     return min(1.0, workers_cpu / (workers * elapsed_s)) if elapsed_s > 0 else None
+
+
+def receive_share(workers: int, busy_s: float, wait_s: float) -> float | None:
+    """The training process's CPU demand over its waits for batches that workers loaded (None
+    without workers, or without a wait worth a reading)."""
+    if workers == 0 or wait_s <= 1e-3:
+        return None
+    return min(1.0, max(0.0, busy_s) / wait_s)
