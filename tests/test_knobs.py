@@ -168,6 +168,21 @@ def test_pinning_and_narrowing(cpu_env: Env) -> None:
     assert space.domains["num_workers"].values == [0, 1]
 
 
+def test_more_threads_than_cores_are_accepted_and_said_as_such(cpu_env: Env) -> None:
+    """knobs.cpu_threads=64 on a 2-core machine is the user's call, not an error, but the
+    header's reason says what the window will measure: threads taking turns on the cores."""
+    from dataclasses import replace
+
+    env = replace(cpu_env, cpu_count=2)
+    space = build_space(env, MLPWorkload(), {"cpu_threads": 64})
+    assert space.domains["cpu_threads"].values == [64]
+    reason = space.domains["cpu_threads"].reason or ""
+    assert "pinned by knobs override" in reason
+    assert "64 thread(s) are more than the 2 core(s)" in reason, reason
+    within = build_space(env, MLPWorkload(), {"cpu_threads": [1, 2]})
+    assert within.domains["cpu_threads"].reason == "narrowed by knobs override"
+
+
 def test_invalid_pin_names_valid_values(cpu_env: Env) -> None:
     with pytest.raises(KnobError) as err:
         build_space(cpu_env, MLPWorkload(), {"pin_memory": True})

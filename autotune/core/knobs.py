@@ -249,12 +249,26 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
                     f"{', '.join(map(repr, bad))} not in {dom.values!r}{why}. "
                     f"{knob.doc}"
                 )
-            dom = Domain(asked, "pinned by knobs override" if len(asked) == 1 else "narrowed by knobs override")
+            dom = Domain(asked, _override_reason(knob, asked, env))
         domains[knob.name] = dom
     baseline = _baseline(domains, env, wl)
     absent = {k.name: k.baseline(env, wl) if k.baseline else k.off for k in KNOBS}
     return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None),
                  absent)
+
+
+def _override_reason(knob: Knob, asked: list[Any], env: Env) -> str:
+    """Why the domain is what it is, said in the header. Thread counts past the cores are
+    accepted (the user's call) but said as such: they time-share the cores, which the window
+    then measures, and a production machine with more cores would not."""
+    why = "pinned by knobs override" if len(asked) == 1 else "narrowed by knobs override"
+    past = [v for v in asked if knob.name == "cpu_threads" and isinstance(v, int)
+            and v > env.cpu_count]
+    if past:
+        why += (f"; {', '.join(map(str, past))} thread(s) are more than the {env.cpu_count} "
+                "core(s) a trial process may use here: they take turns on them, and the "
+                "window measures that")
+    return why
 
 
 def _limited(dom: Domain, limit: tuple[list[Any], str] | None) -> Domain:
