@@ -73,9 +73,11 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
         assert stored["ci_low"] == pytest.approx(iv.low, abs=2e-3)
         assert stored["ci_high"] == pytest.approx(iv.high, abs=2e-3)
 
-    # The exported trial is the choice over those intervals: the winner where its speedup is
-    # supported (interval above 1.0), else the user's own configuration.
-    winner, _ = pick(still_racing(candidates_of(conf)))
+    # The exported trial is the choice over those intervals, at the study's precision (10: a
+    # tie wherever the rounds cannot show one slower; beside stress-ng --cpu 1 trial 1 at
+    # 1.55x, 1.42-1.68x, tied trial 4 at 2.72x, 1.11-6.64x, and was exported, 2026-11-28):
+    # the winner where its speedup is supported (interval above 1.0), else the user's own.
+    winner, _ = pick(still_racing(candidates_of(conf)), 10)
     exported = winner.number if winner.interval.above(1.0) else 0
     assert doc["best_trial"] == exported == conf["best_trial"]
     assert doc["knobs"] == study.trials[exported].user_attrs["knobs"]
