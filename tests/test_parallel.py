@@ -22,7 +22,10 @@ WORKER = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
 
 
 def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = child_env()
+    # Its own temporary directory, inside what _no_secret reads: what the study leaves there
+    # (worker hand-offs once did, password included) is checked too.
+    (cwd / "tmp").mkdir(exist_ok=True)
+    env = child_env(TMPDIR=str(cwd / "tmp"))
     return subprocess.Popen([*WORKER, *args], cwd=cwd, env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT)
 
@@ -90,6 +93,7 @@ def test_four_workers_share_one_postgres_study(pg_server, tmp_path: Path) -> Non
                for i in range(2))
     assert "***" in logs and PG_PASSWORD not in logs
     _no_secret(tmp_path)
+    assert not [p for i in range(2) for p in (tmp_path / f"host{i}" / "tmp").glob("autotune-*")]
 
 
 @pytest.mark.postgres
@@ -131,8 +135,11 @@ def test_a_killed_worker_does_not_stall_the_others(pg_server, tmp_path: Path) ->
 
 def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
     url = f"journal:{tmp_path}/journal.log"
+    (tmp_path / "tmp").mkdir()
     proc = run_cli(["workload=mlp", "device=cpu", "workers=2", "study.name=j", "study.n_trials=3",
-                    f"study.storage={url}", *BARE_ARGS], tmp_path, timeout=600)
+                    f"study.storage={url}", *BARE_ARGS], tmp_path, timeout=600,
+                   env={"TMPDIR": str(tmp_path / "tmp")})
+    assert not list((tmp_path / "tmp").glob("autotune-*"))  # nothing of the study's left there
     assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), \
         proc.stdout[-2000:] + proc.stderr[-2000:]
     from autotune.results.storage import open_storage

@@ -13,8 +13,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -169,18 +167,26 @@ def report_and_compare(setup: StudySetup, study: optuna.Study, code: int) -> int
 
 
 def _run_processes(setup: StudySetup, n_trials: int, workers: int) -> int:
-    """N worker processes; each gets its own GPU when the study runs on CUDA."""
-    tmp = Path(tempfile.mkdtemp(prefix="autotune-workers-"))
+    """N worker processes; each gets its own GPU when the study runs on CUDA.
+
+    Each worker's setup goes to it through its stdin, never through a file: the setup holds
+    the storage URL, password included, and a file in the temporary directory outlives a
+    killed study (every ``workers=N`` study used to leave one behind)."""
     procs = []
     for i, n in enumerate(split_trials(n_trials, workers)):
         env = {"CUDA_VISIBLE_DEVICES": str(i)} if setup.env.device == "cuda" else {}
         # Each worker's trials on their own cores (cli/app.ranked sized the space so).
         env[CPUS_ENV] = ",".join(map(str, rank_cores(i, workers)))
         ws = dataclasses.replace(setup, worker_env=env, worker_index=i)
-        path = tmp / f"worker{i}.pkl"
-        path.write_bytes(pickle.dumps(ws))
-        procs.append(subprocess.Popen([sys.executable, "-m", "autotune.search.run", str(path), str(n)],
-                                      env=child_environ()))
+        proc = subprocess.Popen([sys.executable, "-m", "autotune.search.run", str(n)],
+                                env=child_environ(), stdin=subprocess.PIPE)
+        assert proc.stdin is not None
+        try:
+            with proc.stdin:  # the worker reads it whole at start; EOF ends its stdin
+                proc.stdin.write(pickle.dumps(ws))
+        except BrokenPipeError:
+            pass  # the worker died before reading: its exit code below says so
+        procs.append(proc)
 
     def forward(signum: int, frame: Any) -> None:
         for p in procs:
@@ -198,5 +204,5 @@ def _run_processes(setup: StudySetup, n_trials: int, workers: int) -> int:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="[w%(process)d] %(message)s")
-    ws: StudySetup = pickle.loads(Path(sys.argv[1]).read_bytes())
-    quick_exit(run_worker(ws, open_storage(ws.storage), int(sys.argv[2])))
+    ws: StudySetup = pickle.loads(sys.stdin.buffer.read())
+    quick_exit(run_worker(ws, open_storage(ws.storage), int(sys.argv[1])))
