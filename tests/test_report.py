@@ -310,7 +310,7 @@ def test_importances_name_the_knobs_optuna_cannot_rank_and_warn_nobody() -> None
 
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
-    from autotune.results.report_html import _importances
+    from autotune.results.report_plots import _importances
 
     study = optuna.create_study(direction="maximize")
     workers = IntDistribution(0, 2)
@@ -332,3 +332,115 @@ def test_importances_name_the_knobs_optuna_cannot_rank_and_warn_nobody() -> None
     assert "inaccurate for prefetch_factor" in title, title
     assert fig.data  # the chart itself is drawn
     assert not [w for w in caught if "regimes" in str(w.message)]
+
+
+def test_importances_rank_what_the_top_trials_changed_not_what_no_trial_changed() -> None:
+    """The gpt study of 2026-11-28, its 6 trials as stored: with Optuna's defaults the chart
+    ranked cpu_threads first though every trial ran it at 2 (the top group was one trial).
+    Batch 32 is what its top three share; a knob no trial changed is not drawn."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from autotune.results.report_plots import _importances
+
+    dists = {"cpu_threads": IntDistribution(1, 2), "num_workers": IntDistribution(0, 2),
+             "batch_size": CategoricalDistribution([16, 32, 64]),
+             "host_allocator": CategoricalDistribution(["default", "retain"])}
+    study = optuna.create_study(direction="maximize")
+    for workers, batch, alloc, value in [(0, 16, "default", 14081.7), (0, 16, "retain", 14253.2),
+                                         (0, 32, "default", 16820.5), (1, 16, "retain", 12516.2),
+                                         (0, 32, "retain", 18503.2), (0, 64, "default", 15114.5)]:
+        params = {"cpu_threads": 2, "num_workers": workers, "batch_size": batch,
+                  "host_allocator": alloc}
+        study.add_trial(optuna.trial.create_trial(value=value, params=params, distributions=dists))
+    made = _importances(study)
+    assert made is not None
+    title, fig = made
+    assert "top 3 of 6 trials" in title and "knobs no trial changed are left out" in title
+    ranked = dict(zip(fig.data[0].y, fig.data[0].x, strict=True))  # horizontal bars
+    assert "cpu_threads" not in ranked
+    assert max(ranked, key=ranked.get) == "batch_size", ranked
+
+
+def test_memory_plot_keeps_the_trials_readable_beside_a_far_limit() -> None:
+    """A limit 20x the largest peak is said in a note and the axis stays on the trials (drawn,
+    it pressed them into one column); a limit near them, or one a trial went over, is drawn.
+    Every point is labelled with its trial."""
+    from autotune.results.report_plots import memory_figure
+
+    def pts(*peaks: float, limit: float) -> list[dict[str, object]]:
+        return [{"trial": n, "samples_per_sec": 100.0 + n, "peak_memory_gb": p,
+                 "feasible": p <= limit} for n, p in enumerate(peaks)]
+
+    far = memory_figure(pts(0.4, 0.5, limit=10.0), 10.0, "samples/s")
+    assert far.layout.xaxis.range == (0, 0.575)
+    assert not far.layout.shapes
+    assert [a.text for a in far.layout.annotations] == [
+        "memory limit 10.00 GB: off the chart, 20x the largest peak (0.50 GB)"]
+    assert list(far.data[0].text) == ["#0", "#1"]
+    for limit, peaks in ((0.9, (0.4, 0.5)), (0.45, (0.4, 0.5))):
+        near = memory_figure(pts(*peaks, limit=limit), limit, "samples/s")
+        assert near.layout.xaxis.range is None
+        assert [s.x0 for s in near.layout.shapes] == [limit]
+        assert f"memory limit {limit:.2f} GB" in near.layout.annotations[0].text
+    over = memory_figure(pts(0.4, 0.5, limit=0.45), 0.45, "samples/s")
+    assert [t.name for t in over.data] == ["within the limit", "over the limit"]
+
+
+def _confirmed_study(runs: dict[str, list[float]]) -> optuna.Study:
+    """Baseline (trial 0, 100/s), trial 1 (130/s, its window 10% noisy) raising the best, and
+    trial 2 (135/s: within trial 1's noise, so it never raises the best in the search), then a
+    confirmation of both finalists over 4 rounds with ``runs``."""
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.results.intervals import paired_speedup
+    from autotune.results.record import set_study_attrs
+    from autotune.search.choose import candidates_of, decide, still_racing
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"batch_size": CategoricalDistribution([32, 64, 128])}
+    for n, (batch, value) in enumerate(((32, 100.0), (64, 130.0), (128, 135.0))):
+        study.add_trial(optuna.trial.create_trial(
+            params={"batch_size": batch}, distributions=dist, value=value,
+            user_attrs={"knobs": {"batch_size": batch}, "outcome": "ok", "samples_per_sec": value,
+                        "source": "baseline" if n == 0 else "agent", "peak_memory_gb": 1.0,
+                        "ceiling_noise": {"window": 0.1}},
+            system_attrs={"constraints": [-1.0]}))
+    record: dict[str, Any] = {
+        "method": "randomized interleaved rounds", "finalists": [2, 1], "baseline_trial": 0,
+        "rounds": 4, "order": [[0, 1, 2]] * 4, "runs": runs,
+        "contended": {n: [False] * 4 for n in runs},
+        "intervals": {n: {**paired_speedup(runs[n], runs["0"]).as_dict(), "changed": 1,
+                          "peak_memory_gb": 1.0} for n in ("1", "2")},
+        "dropped": [], "stopped": "precision", "precision": 0.05, "budget_s": 300.0,
+        "spent_s": 30.0, "window_noise": 0.01, "failures": []}
+    set_study_attrs(study, {"confirmation": decide(record, still_racing(candidates_of(record)),
+                                                   0.05)})
+    return study
+
+
+def test_the_path_to_the_best_ends_at_the_exported_trial() -> None:
+    """The confirmation exported a trial that never raised the best in the search: the path
+    ends at it, saying why (the gpt study of 2026-11-28 exported trial 4 while the path
+    stopped at trial 2). Where the confirmation kept the user's configuration, the path ends
+    back at the baseline; where the exported trial raised the best, nothing is added."""
+    from autotune.results.report_data import path_to_best
+    from autotune.results.report_html import markdown
+
+    base = [100.0, 101.0, 99.0, 100.0]
+    faster = _confirmed_study({"0": base, "1": [130.0, 131.0, 129.0, 130.0],
+                               "2": [140.0, 141.0, 139.0, 140.0]})
+    rows = path_to_best(faster)
+    assert [r["trial"] for r in rows] == [0, 1, 2]
+    assert rows[-1]["exported"] == "fastest" and rows[-1]["changed"] == {"batch_size": [64, 128]}
+    from autotune.results.report_data import gather
+
+    assert "exported: the confirmation rounds' fastest" in markdown(gather(faster, "sqlite:///x"))
+
+    slower = _confirmed_study({"0": base, "1": [130.0, 131.0, 129.0, 130.0],
+                               "2": [120.0, 121.0, 119.0, 120.0]})
+    assert [(r["trial"], r.get("exported")) for r in path_to_best(slower)] == [(0, None), (1, None)]
+
+    none = _confirmed_study({"0": base, "1": [80.0, 130.0, 90.0, 125.0],
+                             "2": [85.0, 128.0, 92.0, 120.0]})
+    rows = path_to_best(none)
+    assert [(r["trial"], r.get("exported")) for r in rows][-1] == (0, "baseline"), rows

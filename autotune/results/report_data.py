@@ -30,30 +30,44 @@ def path_to_best(study: optuna.Study) -> list[dict[str, Any]]:
     the order they ran, each with the knobs it changed from the previous best and its gain.
     A trial raises the best only by more than the windows' own noise (trials.beats).
 
-    The first row is the baseline (trial 0) when it ran; gains are search figures."""
+    The first row is the baseline (trial 0) when it ran; gains are search figures. Where the
+    confirmation exported a trial that never raised the best (its search figure within the
+    noise of the best's), that trial ends the table, marked so: the gpt study of 2026-11-28
+    exported trial 4 at 1.19x while the table stopped at trial 2, and nothing on the page led
+    from one to the other."""
     rows: list[dict[str, Any]] = []
     base = baseline_trial(study)
     prev: FrozenTrial | None = None
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         if not feasible(t) or (prev is not None and not beats(t, prev)):
             continue
-        before = trial_attrs(prev or base or t).get("knobs") or {}
-        knobs = trial_attrs(t).get("knobs") or {}
-        changed = {k: [before.get(k), v] for k, v in knobs.items() if before.get(k) != v}
-        rows.append({
-            "trial": t.number,
-            "source": trial_attrs(t).get("source", ""),
-            "changed": changed,
-            "samples_per_sec": float(t.value),  # type: ignore[arg-type]  # in the study's unit
-            "padding_share": trial_attrs(t).get("padding_share"),
-            "gain": float(t.value / prev.value) if prev is not None and prev.value else None,  # type: ignore[operator]
-            "vs_baseline": float(t.value / base.value) if base is not None and base.value else None,  # type: ignore[operator]
-            "bottleneck": (trial_attrs(t).get("diagnosis") or {}).get("bottleneck"),
-            "spread": window_noise(t),
-            "contended": bool((trial_attrs(t).get("contention") or {}).get("contended")),
-        })
+        rows.append(_path_row(t, prev, base))
         prev = t
+    chosen, conf = chosen_trial(study)
+    if conf and chosen is not None and prev is not None and chosen.number != prev.number:
+        why = ("baseline" if base is not None and chosen.number == base.number
+               else "tie" if conf.get("tie") else "fastest")
+        rows.append({**_path_row(chosen, prev, base), "exported": why})
     return rows
+
+
+def _path_row(t: FrozenTrial, prev: FrozenTrial | None, base: FrozenTrial | None
+              ) -> dict[str, Any]:
+    """One row: ``t`` against ``prev``, the best before it (or the baseline)."""
+    before = trial_attrs(prev or base or t).get("knobs") or {}
+    knobs = trial_attrs(t).get("knobs") or {}
+    return {
+        "trial": t.number,
+        "source": trial_attrs(t).get("source", ""),
+        "changed": {k: [before.get(k), v] for k, v in knobs.items() if before.get(k) != v},
+        "samples_per_sec": float(t.value),  # type: ignore[arg-type]  # in the study's unit
+        "padding_share": trial_attrs(t).get("padding_share"),
+        "gain": float(t.value / prev.value) if prev is not None and prev.value else None,  # type: ignore[operator]
+        "vs_baseline": float(t.value / base.value) if base is not None and base.value else None,  # type: ignore[operator]
+        "bottleneck": (trial_attrs(t).get("diagnosis") or {}).get("bottleneck"),
+        "spread": window_noise(t),
+        "contended": bool((trial_attrs(t).get("contention") or {}).get("contended")),
+    }
 
 
 def failures(study: optuna.Study) -> list[dict[str, Any]]:

@@ -17,24 +17,19 @@ import html
 import logging
 import re
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
-import plotly.graph_objects as go
 
 from autotune.core.files import atomic_write
 from autotune.results import report_loader
 from autotune.results.compare import compare_html, compare_markdown, compare_studies
 from autotune.results.report_data import gather
+from autotune.results.report_plots import figures
 from autotune.results.storage import StorageError, open_storage, redact
 
 log = logging.getLogger("autotune")
-
-SHARES = (("data_wait", "data wait"), ("h2d", "copy"), ("compute", "forward+backward"),
-          ("optimizer", "optimizer"))
-
 
 def _f(v: Any, fmt: str = ",.1f", unit: str = "") -> str:
     return "-" if v is None else f"{v:{fmt}}{unit}"
@@ -119,13 +114,24 @@ def _padding_line(base: dict[str, Any], best: dict[str, Any]) -> str:
             f"{_f(best.get('samples_per_sec'))}")
 
 
+#: The path's last row, where the confirmation exported a trial that had not raised the best
+#: (report_data.path_to_best): why it did.
+EXPORTED = {"fastest": "; exported: the confirmation rounds' fastest (in the search, within the "
+                       "noise of the row above)",
+            "tie": "; exported: the confirmation's tie rule, among finalists its rounds could "
+                   "not rank",
+            "baseline": "; exported: the confirmation rounds showed no configuration faster "
+                        "than yours"}
+
+
 def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) for every table of the report."""
     unit = d.get("unit") or "samples/s"
     out = [("Path to the best (each trial that raised the best, search figures)",
             ["trial", "source", "knobs changed", unit, "window spread", "gain",
              "vs baseline", "bottleneck"],
-            [[str(r["trial"]), r["source"], _knobs(r["changed"]),
+            [[str(r["trial"]), r["source"] + EXPORTED.get(r.get("exported") or "", ""),
+              _knobs(r["changed"]),
               _f(r["samples_per_sec"]) + (f" ({_f(100 * r['padding_share'], '.0f', '%')} padding)"
                                           if r.get("padding_share") is not None else ""),
               (_f(100 * r["spread"], ".1f", "%") if r.get("spread") is not None else "-")
@@ -230,68 +236,6 @@ def markdown(d: dict[str, Any], extra: str = "") -> str:
                  "breakdown per trial, parameter importances"
                  + (", where the loader's time goes" if report_loader.has_chart(d) else "") + ").")
     return "\n".join(lines) + "\n"
-
-
-# -- plots ---------------------------------------------------------------------------------------
-def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(title, plotly figure) for each plot that has data."""
-    figs: list[tuple[str, Any]] = []
-    done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
-    if done:
-        history = optuna.visualization.plot_optimization_history(study)
-        history.update_layout(yaxis_title=f"{d.get('unit') or 'samples/s'} (search window)")
-        figs.append(("Optimization history", history))
-    pts = [p for p in d["points"] if p["samples_per_sec"] is not None]
-    if pts:
-        fig = go.Figure()
-        for ok, name in ((True, "within the limit"), (False, "over the limit")):
-            sel = [p for p in pts if p["feasible"] == ok]
-            if sel:
-                fig.add_trace(go.Scatter(
-                    x=[p["peak_memory_gb"] for p in sel], y=[p["samples_per_sec"] for p in sel],
-                    mode="markers", name=name, text=[f"trial {p['trial']}" for p in sel]))
-        if d["memory_limit_gb"]:
-            fig.add_vline(x=d["memory_limit_gb"], line_dash="dash", line_color="red",
-                          annotation_text=f"memory limit {d['memory_limit_gb']:.2f} GB")
-        fig.update_layout(xaxis_title="peak memory (GB)", yaxis_title=d.get("unit") or "samples/s")
-        figs.append(("Throughput vs peak memory", fig))
-        bars = go.Figure()
-        for key, label in SHARES:
-            bars.add_trace(go.Bar(name=label, x=[f"#{p['trial']}" for p in pts],
-                                  y=[p["shares"].get(key) or 0 for p in pts]))
-        bars.update_layout(barmode="stack", yaxis_title="share of the measured step",
-                           xaxis_title="trial")
-        figs.append(("Time breakdown per trial", bars))
-    if len({str(t.params) for t in done}) >= 3:
-        importances = _importances(study)
-        if importances is not None:
-            figs.append(importances)
-    loader = report_loader.figure(d)
-    if loader is not None:
-        figs.append((report_loader.TITLE, loader))
-    return figs
-
-
-def _importances(study: optuna.Study) -> tuple[str, Any] | None:
-    """Optuna's parameter importances, titled with the parameters Optuna warns it cannot rank
-    well: a knob that exists only beside another (prefetch_factor and persistent_workers with
-    loader workers) has fewer than 2 trials in a regime after a short study. Optuna says so in
-    a UserWarning per knob, which reached the user's terminal after the summary; the report is
-    where it belongs."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            fig = optuna.visualization.plot_param_importances(study)
-        except (ValueError, RuntimeError) as exc:  # too few or too uniform trials
-            log.info("report: no parameter importances (%s)", exc)
-            return None
-    shaky = [m.group(1) for w in caught
-             if (m := re.search(r"parameter `([^`]+)` have less than", str(w.message)))]
-    title = "Parameter importances"
-    if shaky:
-        title += (f" (inaccurate for {', '.join(dict.fromkeys(shaky))}: fewer than 2 trials in "
-                  "one of their regimes)")
-    return title, fig
 
 
 # -- HTML ----------------------------------------------------------------------------------------
