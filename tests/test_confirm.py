@@ -18,7 +18,8 @@ import yaml
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 from autotune.results.trust import could_not_measure, one_sided, window_loads
 from autotune.search.choose import Candidate, candidates_of, pick, still_racing, tie_words
-from autotune.search.confirm import PRECISE_ROUNDS, round_words, trusted_rounds
+from autotune.search.confirm import PRECISE_ROUNDS, trusted_rounds
+from autotune.search.confirm_words import round_words
 from tests.conftest import TINY_ARGS, run_cli
 
 #: TINY_ARGS without its quick confirmation and without profiling: each test sets its own.
@@ -363,7 +364,36 @@ def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path,
         assert record is not None and record["stopped"] == "precision", record
         assert record["rounds"] == rounds and record["trusted_rounds"] == rounds
         assert f"for the {rounds} rounds it needs" in caplog.text, caplog.text
+        assert f"round {MIN_ROUNDS} (" in caplog.text  # a line per round
 
+
+
+def test_each_round_says_where_the_intervals_stand_and_when_they_will_be_precise() -> None:
+    """A line per round: each finalist's interval, and the rounds still needed at the spread
+    its rounds show (a t interval narrows as t975(n-1)/sqrt(n)), the windows' trusted floor,
+    or the budget, whichever ends them."""
+    from autotune.search.confirm_words import MAX_ROUNDS, progress_words, rounds_for
+
+    def cand(n: int) -> Candidate:  # rounds alternating 1.1x and 1.2x: about 5% apart
+        return Candidate(1, paired_speedup([(110.0, 120.0)[i % 2] for i in range(n)],
+                                           [100.0] * n), 1, 1.0)
+
+    assert progress_words(2, [cand(2)], 6, 0.05, 20.0, 300.0).endswith("intervals from round 3")
+    need = rounds_for(cand(4), 0.03)
+    assert need is not None and 4 < need <= MAX_ROUNDS
+    assert cand(need).interval.half_width <= 0.03 * 1.05  # the projection held
+    assert cand(need // 2).interval.half_width > 0.03  # and was not twice too long
+    said = progress_words(4, [cand(4)], 6, 0.03, 40.0, 300.0)
+    assert said.startswith("round 4 (40s): trial 1 1.15x (1.")
+    assert f"~{need - 4} more round(s), ~{10 * (need - 4)}s (at this spread)" in said, said
+    assert "more rounds than the budget allows (10s left)" in progress_words(
+        4, [cand(4)], 6, 0.03, 40.0, 50.0)
+    assert "the budget (30s) is spent" in progress_words(4, [cand(4)], 6, 0.03, 40.0, 30.0)
+    assert "~2 more round(s), ~20s (the windows' noise trusts no fewer)" in progress_words(
+        4, [cand(4)], 6, 0.5, 40.0, 300.0)
+    assert progress_words(6, [cand(6)], 6, 0.5, 60.0, 300.0).endswith("of the +-50% asked")
+    said = progress_words(6, [cand(6)], 6, 0.5, 60.0, 300.0, base=1)  # the baseline a finalist
+    assert said.startswith("round 6 (60s): trial 1 (the baseline); widest"), said
 
 
 def test_the_rounds_cost_says_which_rounds_the_budget_can_cut() -> None:

@@ -46,12 +46,11 @@ from autotune.search.choose import (
     unsettled,
     window_noise,
 )
+from autotune.search.confirm_words import MAX_ROUNDS, progress_words, round_words
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
 
-#: However generous the budget, a confirmation ends after this many rounds.
-MAX_ROUNDS = 30
 #: Before this many rounds a narrow interval does not end the confirmation (the budget still
 #: may): four rounds of the README's CPU study once agreed to +-3% by chance (2.19x, 95% CI
 #: 2.12-2.25x, with windows 6-11% noisy) and the configuration re-measured alone read 2.07x.
@@ -123,10 +122,13 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     noise = max_noise(trials.values(), rounds)
     floor = trusted_rounds(noise, setup.confirm_precision)
-    log.info("confirming: trials %s and the baseline (trial %d) in randomized rounds: at least "
-             "%d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
-             ", ".join(map(str, active)), base.number, runs, 100 * setup.confirm_precision,
-             floor, f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
+    others = [n for n in active if n != base.number]
+    log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
+             "least %d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
+             ", ".join(map(str, others)), base.number,
+             ", itself a finalist" if len(others) < len(active) else "", runs,
+             100 * setup.confirm_precision, floor,
+             f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
     round_s = expected_round_s(trials.values())
     log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s))
     while True:
@@ -142,6 +144,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         settled = still_racing(cands) if len(rounds.order) >= floor else cands
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor)
+        log.info("  %s", progress_words(len(rounds.order), settled, floor,
+                                        setup.confirm_precision, sum(rounds.seconds),
+                                        setup.confirm_budget_s, base.number))
         if why:
             break
     settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor)
@@ -177,27 +182,6 @@ def expected_round_s(trials: Collection[FrozenTrial]) -> float:
     README's CPU study as 2 ranks paid 26 s for the baseline's window and 63 s for its
     batch-128 finalist's (2026-11-27)."""
     return sum(figure_window_s(t) for t in trials)
-
-
-def round_words(round_s: float, runs: int, floor: int, budget_s: float) -> str:
-    """What the rounds will cost, said before they start. study.confirm_runs (``runs``) run
-    whatever the budget, so a budget they overrun is said here rather than found at the end;
-    a precision stop also waits for the windows' trusted rounds (``floor``), which the budget
-    can cut. The README's CPU study said "~50s for the 3 rounds it needs" beside "trusted from
-    round 6" when only the first were counted, and ran 10 rounds in 153 s (2026-11-27)."""
-    words = (f"a round ~{round_s:.0f}s (their search windows, less what a round skips: "
-             "ceilings, profiles, the all-reduce probe)")
-    if runs * round_s > budget_s:
-        return (f"{words}: the {runs} rounds an interval needs take ~{runs * round_s:.0f}s, "
-                f"over study.confirm_budget_s={budget_s:g}; they run all the same (fewer "
-                "finalists, study.confirm_top, or a shorter window.measure_seconds would fit)")
-    least = max(runs, floor)
-    if least * round_s > budget_s:
-        return (f"{words}: the {least} rounds a precise interval needs take "
-                f"~{least * round_s:.0f}s, over study.confirm_budget_s={budget_s:g}; the "
-                f"rounds stop at the budget, after {runs} at least, and the interval says how "
-                "precise it got")
-    return f"{words}, so ~{least * round_s:.0f}s for the {least} rounds it needs at least"
 
 
 def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,
