@@ -444,3 +444,15 @@ def test_the_path_to_the_best_ends_at_the_exported_trial() -> None:
                              "2": [85.0, 128.0, 92.0, 120.0]})
     rows = path_to_best(none)
     assert [(r["trial"], r.get("exported")) for r in rows][-1] == (0, "baseline"), rows
+
+
+def test_a_best_above_its_ceiling_within_the_noise_is_said_so() -> None:
+    """A ceiling is an upper bound: a best figure above it (within the window's noise, else a
+    violation is recorded) says why, where it read "105% of the lowest" alone."""
+    from autotune.results.report_html import markdown
+
+    for fraction, said in ((0.9, "reaches 90% of the lowest\n"), (1.05, "reaches 105% of the "
+                           "lowest (above it by less than the windows' noise")):
+        study, d = _hand_made(CPU_NSIGHT)
+        d["best"]["fraction_of_ceiling"] = fraction
+        assert said in markdown(d), markdown(d)[:1500]

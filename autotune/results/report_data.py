@@ -65,7 +65,7 @@ def _path_row(t: FrozenTrial, prev: FrozenTrial | None, base: FrozenTrial | None
         "gain": float(t.value / prev.value) if prev is not None and prev.value else None,  # type: ignore[operator]
         "vs_baseline": float(t.value / base.value) if base is not None and base.value else None,  # type: ignore[operator]
         "bottleneck": (trial_attrs(t).get("diagnosis") or {}).get("bottleneck"),
-        "spread": window_noise(t),
+        "spread": window_noise(t) or None,  # 0: too few steps to compare the window's halves
         "contended": bool((trial_attrs(t).get("contention") or {}).get("contended")),
     }
 

@@ -7,7 +7,7 @@ so a longer or shorter report never shows a sliver of the section beside it). Be
 report's renderer sources: tests/test_docs.py fails when they changed since the screenshots
 were taken, so the pictures cannot go stale silently::
 
-    python docs/shots/take.py          # about two minutes on 2 CPU cores
+    python docs/shots/take.py          # about four minutes on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ RENDERER = ["autotune/results/report_html.py", "autotune/results/report_plots.py
 #: 2026-11-27 had its baseline as the only finalist: a report with nothing to show).
 STUDY = ["workload=resnet18", "device=cpu", "study.name=report-shots", "study.n_trials=6",
          "window.warmup_steps=2", "window.measure_steps=8", "window.measure_seconds=3",
-         "study.confirm_runs=3", "study.confirm_budget_s=60"]
+         "study.confirm_runs=3", "study.confirm_budget_s=120"]
 #: (file, first heading, heading it stops before): the parts the report page shows. None: the
 #: page's start or end. The plots stop before the loader's chart, which a CPU study lacks.
 PARTS = [("report-top.png", None, "<h2>Pruned"), ("report-plots.png", "<h2>Plots", None)]
