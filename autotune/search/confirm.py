@@ -364,7 +364,11 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
              record["rounds"], record["stopped"], record["spent_s"], record["leader"],
              record["speedup_text"], 100 * record["window_noise"],
              "" if search_best is None or search_best.number == record["leader"] else
-             f" (the search's fastest was trial {search_best.number})")
+             # Noise-aware (trials.best_trial): a later trial that read faster, within the
+             # windows' noise, did not take over; "fastest" named the baseline beside a
+             # finalist whose search figure was 11% higher (a gpt study, 2026-11-28).
+             f" (the search's best was trial {search_best.number}: no trial read faster by "
+             "more than its windows' noise)")
     if record.get("tie_settling"):
         log.info("  %s", record["tie_settling"]["words"])
     if record.get("tie"):
