@@ -389,6 +389,9 @@ def test_each_round_says_where_the_intervals_stand_and_when_they_will_be_precise
     assert "more rounds than the budget allows (10s left)" in progress_words(
         4, [cand(4)], 6, 0.03, 40.0, 50.0)
     assert "the budget (30s) is spent" in progress_words(4, [cand(4)], 6, 0.03, 40.0, 30.0)
+    # Past the rounds' cap with the budget to spare, the cap is what ends them.
+    capped = progress_words(4, [cand(4)], 6, 0.005, 4.0, 300.0)
+    assert f"more than the {MAX_ROUNDS} rounds a confirmation runs: they stop there" in capped
     assert "~2 more round(s), ~20s (the windows' noise trusts no fewer)" in progress_words(
         4, [cand(4)], 6, 0.5, 40.0, 300.0)
     assert progress_words(6, [cand(6)], 6, 0.5, 60.0, 300.0).endswith("of the +-50% asked")
@@ -436,6 +439,13 @@ def test_a_noisy_baseline_alone_does_not_make_the_study_unmeasured() -> None:
     doc = {"metrics": {}, "baseline": {}, "confirmation": _H100_CONF,
            "speedup_text": "18.51x, 95% CI 11.66-29.38x, 3 rounds"}
     assert words in confirmation_lines(doc)
+    # The baseline among the finalists is named, not given a 1.00x (1.00-1.00) "interval".
+    with_base = {**_H100_CONF, "intervals": {
+        **_H100_CONF["intervals"],
+        "0": {"speedup": 1.0, "ci_low": 1.0, "ci_high": 1.0, "rounds": 3}}}
+    finals = [line for line in confirmation_lines({**doc, "confirmation": with_base})
+              if line.startswith("finalists: ")]
+    assert finals and finals[0].endswith("; trial 0 (the baseline)"), finals
 
 
 def test_finalists_the_rounds_do_not_rank_leave_the_study_unmeasured() -> None:

@@ -98,8 +98,11 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
             out.append(str(baseline_noise(conf)))
         intervals = conf.get("intervals") or {}
         if len(intervals) > 1:
+            # The baseline, when it is a finalist, is 1.00x by definition: named, not measured.
+            base_n = str(conf.get("baseline_trial"))
             out.append("finalists: " + "; ".join(
-                f"trial {n} {_interval_words(d)}" for n, d in intervals.items()))
+                f"trial {n} (the baseline)" if n == base_n else f"trial {n} {_interval_words(d)}"
+                for n, d in intervals.items()))
     if conf.get("tie_settling"):
         out.append(conf["tie_settling"]["words"])
     if conf.get("tie"):
