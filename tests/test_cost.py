@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -12,14 +13,23 @@ from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
 
 
 def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_beside_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, cpu_env: Env) -> None:
     """The header states the plan and its caps, the first window sets an estimate, and the
     summary and best.yaml put the measured wall time beside it: within 25% on this CPU (a
-    study that prunes or copies twins ends sooner than its estimate, so neither is on here)."""
+    study that prunes or copies twins ends sooner than its estimate, so neither is on here).
+    The confirmation's rounds are counted at the spread the night before's confirmation
+    measured on this device (study.start_from)."""
+    night = optuna.create_study(study_name="w0", storage=f"sqlite:///{tmp_path}/w0.db")
+    night.set_user_attr("device", {"device_name": cpu_env.device_name})
+    night.set_user_attr("confirmation", {"baseline_trial": 0, "runs": {
+        "0": [100.0, 100.0, 100.0], "1": [100.0, 120.0, 144.0]}})
     proc = run_cli(["workload=mlp", "device=cpu", "study.name=w", "study.n_trials=5",
                     "study.prune=false", "study.agent=false", "study.confirm_top=1",
-                    "study.confirm_runs=3", *TINY_ARGS], tmp_path)
+                    "study.confirm_runs=3", "study.start_from=w0",
+                    f"study.compare_storage=sqlite:///{tmp_path}/w0.db", *TINY_ARGS], tmp_path)
     out = proc.stdout + proc.stderr
+    # ln(1.2) apart each round: the night before's rounds spread 18%.
+    assert "at rounds spread +-18% (measured by the confirmation of study 'w0')" in out, out
     # A busy machine's exit 4 still states and exports the wall time: the subject here.
     assert ran_to_the_end(proc.returncode, out), out[-3000:]
     assert "expected wall time: 5 trial windows" in out  # before any window

@@ -19,6 +19,7 @@ from autotune.core.workload import WorkloadError, build_workload, workload_name
 from autotune.measure.launch import probe_env, start_server_soon
 from autotune.measure.protocol import NODES_STOP_FILE, spans_nodes
 from autotune.results.compare import CompareError, load_other, start_knobs
+from autotune.results.record import study_attrs
 from autotune.results.storage import (
     ENV_VAR,
     StorageError,
@@ -207,7 +208,8 @@ def _tolerance(cfg: Config) -> dict[str, float]:
 
 
 def _nightly(setup: StudySetup, cfg: Config) -> None:
-    """study.compare_to / study.start_from: where the earlier study lives; its best knobs.
+    """study.compare_to / study.start_from: where the earlier study lives; its best knobs, and
+    its device and confirmation (how much this night's rounds will vary: search/round_spread.py).
     A storage that does not answer is a usage error (exit 2, before any trial); a study that is
     not in it is a warning and this study runs without it, because a nightly schedule's first
     night, or the night after a missed one, names a study that never ran: failing then would
@@ -218,7 +220,7 @@ def _nightly(setup: StudySetup, cfg: Config) -> None:
         url = (s.compare_storage or s.storage or os.environ.get(ENV_VAR)
                or f"sqlite:///{Path(s.out_dir) / name / 'study.db'}")
         try:
-            load_other(name, url)
+            other = load_other(name, url)
         except CompareError as exc:
             roles = " and ".join(r for r, v in (("study.compare_to", s.compare_to),
                                                  ("study.start_from", s.start_from)) if v == name)
@@ -227,6 +229,9 @@ def _nightly(setup: StudySetup, cfg: Config) -> None:
             print(f"autotune: warning: {why}", file=sys.stderr)
             setup.nightly_missing = " ".join(filter(None, (setup.nightly_missing, why)))
             continue
+        attrs = study_attrs(other)
+        setup.earlier.append((f"study '{name}'", {"device": attrs.get("device"),
+                                                  "confirmation": attrs.get("confirmation")}))
         if name == s.compare_to:
             setup.compare_to, setup.compare_storage = name, url
         if name == s.start_from:

@@ -47,6 +47,7 @@ from autotune.search.choose import (
     window_noise,
 )
 from autotune.search.confirm_words import MAX_ROUNDS, progress_words, round_words
+from autotune.search.round_spread import expected_rounds
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
@@ -130,7 +131,11 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
              100 * setup.confirm_precision, floor,
              f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
     round_s = expected_round_s(trials.values())
-    log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s))
+    spread = setup.round_spread
+    expected = (expected_rounds(spread.spread, setup.confirm_precision, max(runs, floor))
+                if spread else 0)
+    log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s, expected,
+                                 spread.words() if spread else ""))
     while True:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)

@@ -19,12 +19,15 @@ from autotune.search.choose import Candidate
 MAX_ROUNDS = 30
 
 
-def round_words(round_s: float, runs: int, floor: int, budget_s: float) -> str:
+def round_words(round_s: float, runs: int, floor: int, budget_s: float, expected: int = 0,
+                spread_words: str = "") -> str:
     """What the rounds will cost, said before they start. study.confirm_runs (``runs``) run
     whatever the budget, so a budget they overrun is said here rather than found at the end;
     a precision stop also waits for the windows' trusted rounds (``floor``), which the budget
     can cut. The README's CPU study said "~50s for the 3 rounds it needs" beside "trusted from
-    round 6" when only the first were counted, and ran 10 rounds in 153 s (2026-11-27)."""
+    round 6" when only the first were counted, and ran 10 rounds in 153 s (2026-11-27). The rounds
+    a precise interval is ``expected`` to need (at ``spread_words``: round_spread.py) are said
+    beside the least, with the budget where it ends them first."""
     words = (f"a round ~{round_s:.0f}s (their search windows, less what a round skips: "
              "ceilings, profiles, the all-reduce probe)")
     if runs * round_s > budget_s:
@@ -37,7 +40,13 @@ def round_words(round_s: float, runs: int, floor: int, budget_s: float) -> str:
                 f"~{least * round_s:.0f}s, over study.confirm_budget_s={budget_s:g}; the "
                 f"rounds stop at the budget, after {runs} at least, and the interval says how "
                 "precise it got")
-    return f"{words}, so ~{least * round_s:.0f}s for the {least} rounds it needs at least"
+    words = f"{words}, so ~{least * round_s:.0f}s for the {least} rounds it needs at least"
+    if expected <= least:
+        return words
+    if expected * round_s > budget_s:
+        return (f"{words}; at {spread_words}, the ~{expected} rounds of a +-precision interval "
+                f"would take ~{expected * round_s:.0f}s: the budget ({budget_s:g}s) ends them")
+    return f"{words}; ~{expected} rounds, ~{expected * round_s:.0f}s, at {spread_words}"
 
 
 def rounds_for(c: Candidate, precision: float) -> int | None:
@@ -82,9 +91,12 @@ def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision:
     if left_s <= 0:
         return (f"{head}; {state}: the budget ({budget_s:g}s) is spent, and the interval "
                 "says how precise it got")
-    if end > MAX_ROUNDS or more_s > left_s:
+    if more_s > left_s:
         return (f"{head}; {state}: at this spread more rounds than the budget allows "
                 f"({left_s:.0f}s left): they stop at it, and the interval says how precise "
                 "it got")
+    if end > MAX_ROUNDS:  # a gpt study's round 22 said "than the budget allows", 142 s left
+        return (f"{head}; {state}: at this spread more than the {MAX_ROUNDS} rounds a "
+                "confirmation runs: they stop there, and the interval says how precise it got")
     why = "at this spread" if end > floor else "the windows' noise trusts no fewer"
     return f"{head}; {state}: ~{end - done} more round(s), ~{more_s:.0f}s ({why})"

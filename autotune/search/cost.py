@@ -13,10 +13,12 @@ trials are then counted at one window of it, not at all of them (``_one_window``
 
 The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline
 (no more windows a round than there are trials), more while the windows are too noisy for
-those rounds to be trusted (confirm.trusted_rounds), never more than its budget allows. It is
-the part least known in advance: rounds go on until they are precise (the README's CPU study's
-took 191-377 s of a 300 s budget, a tie's extra rounds included), so its bound is said beside
-it. The numerics check runs each finalist and the reference twice, each a start-up and its
+those rounds to be trusted (confirm.trusted_rounds), then as many as an interval of
++-precision needs at the spread the rounds are expected to have (search/round_spread.py: an
+earlier confirmation's on this device, else the device kind's), never more than its budget
+allows. It is the part least known in advance (the README's CPU study's took 191-377 s of a
+300 s budget, a tie's extra rounds included, where counting the trusted rounds alone said
+~70 s), so its bound is said beside it. The numerics check runs each finalist and the reference twice, each a start-up and its
 steps (the first window's steps: the finalists' are re-estimated as the search ends). A
 compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
@@ -51,6 +53,7 @@ from autotune.search.confirm import (
 from autotune.search.contended import BusyMachine
 from autotune.search.numerics import reference_knobs
 from autotune.search.progress import clock_text
+from autotune.search.round_spread import RoundSpread, expected_rounds
 from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
@@ -122,6 +125,11 @@ class Estimate:
     # ... and while the load stays, the trials measured again as it was before BusyMachine
     # takes windows once: their re-measurements and waits.
     remeasure_s: float = 0.0
+    # The confirmation's rounds expected at the spread its rounds are taken to have, and a
+    # round's time: said, because the confirmation is where an estimate misses most.
+    confirm_rounds: int = 0
+    round_s: float = 0.0
+    spread: RoundSpread | None = None
 
     @property
     def trial_each_s(self) -> float:
@@ -152,9 +160,7 @@ class Estimate:
             parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
                      "a pruned trial ends sooner)"]
         if self.confirm_s:
-            bound = (f" (up to {self.confirm_max_s:.0f} s while the rounds are not yet precise)"
-                     if self.confirm_max_s > self.confirm_s else "")
-            parts.append(f"confirmation ~{self.confirm_s:.0f} s{bound}")
+            parts.append(f"confirmation ~{self.confirm_s:.0f} s ({self._rounds_words()})")
         if self.numerics_s:
             parts.append(f"numerics check ~{self.numerics_s:.0f} s")
         if self.scaling_s:
@@ -162,10 +168,23 @@ class Estimate:
         extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
         return f"expected wall time ~{clock_text(self.total_s)}: " + " + ".join(parts) + extra
 
+    def _rounds_words(self) -> str:
+        n, each = self.confirm_rounds, self.round_s
+        bound = f"; at most {self.confirm_max_s:.0f} s, a tie's extra rounds included"
+        if not n or not each:
+            return f"at most {self.confirm_max_s:.0f} s"
+        at = f" at {self.spread.words()}" if self.spread else ""
+        if n * each > self.confirm_s + 1:
+            return (f"the budget: {n} rounds of ~{each:.0f} s{at} would take "
+                    f"~{n * each:.0f} s{bound}")
+        return f"{n} rounds of ~{each:.0f} s{at}{bound}"
+
     def as_dict(self) -> dict[str, Any]:
         return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
                 "setup_s": round(self.setup_s, 2), "confirm_s": round(self.confirm_s, 1),
                 "confirm_max_s": round(self.confirm_max_s, 1),
+                "confirm_rounds": self.confirm_rounds,
+                **({"round_spread": self.spread.as_dict()} if self.spread else {}),
                 "numerics_s": round(self.numerics_s, 1), "scaling_s": round(self.scaling_s, 1),
                 "compile_unknown": self.compile_unknown,
                 **({"first_trial_remeasured": self.remeasured,
@@ -197,7 +216,8 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled, scaling_s, remeasured,
-                    each_s if remeasured else None, remeasure_s)
+                    each_s if remeasured else None, remeasure_s, rounds, per_round,
+                    setup.round_spread if confirm_runs else None)
 
 
 def _one_window(first: dict[str, Any], trial_s: float) -> tuple[int, float]:
@@ -227,7 +247,14 @@ def _remeasure_s(first: dict[str, Any], n_trials: int, remeasured: int, each_s: 
 
 
 def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
-    return max(confirm_runs, trusted_rounds(noise, setup.confirm_precision)) if confirm_runs else 0
+    """The rounds expected: at least confirm_runs and the windows' trusted floor, then as many
+    as an interval of +-precision needs at the rounds' expected spread (round_spread.py)."""
+    if not confirm_runs:
+        return 0
+    least = max(confirm_runs, trusted_rounds(noise, setup.confirm_precision))
+    if setup.round_spread is None:
+        return least
+    return expected_rounds(setup.round_spread.spread, setup.confirm_precision, least)
 
 
 def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float) -> float:
@@ -255,28 +282,48 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
                                          expected_round_s(trials))
     if setup.numerics_steps:
-        out["numerics check"] = _numerics_s(setup, finals)
+        out["numerics check"] = _numerics_s(setup, finals, base)
     if setup.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out
 
 
-def _numerics_s(setup: StudySetup, finals: list[FrozenTrial]) -> float:
+def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
     """As check_numerics runs them: each finalist whose knobs differ from its reference once,
-    each distinct reference twice, every run at that finalist's own steps (the confirmation
-    may drop some: counted all the same)."""
+    each distinct reference twice (the confirmation may drop some finalists: counted all the
+    same). A reference trains with the baseline's numerics at the finalist's batch size, so
+    its steps are the baseline's scaled by the batch (``_reference_step_s``), not the
+    finalist's: the README's CPU study's bf16 finalists' runs took 5-7 s each and their fp32
+    references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s
+    (2026-11-28)."""
     total, refs = 0.0, set()
+    steps = setup.numerics_steps
     for t in finals:
         attrs: dict[str, Any] = dict(trial_attrs(t))
         knobs = dict(attrs.get("knobs") or {})
         ref = reference_knobs(setup, knobs)
         if knobs == ref:
             continue
-        run_s = numerics_run_s(attrs, figure_window_s(t), setup.numerics_steps)
+        run_s = numerics_run_s(attrs, figure_window_s(t), steps)
+        total += run_s
         key = json.dumps(ref, sort_keys=True)
-        total += run_s * (1 if key in refs else 3)
+        if key not in refs:
+            own_step_s = float((attrs.get("step_ms") or {}).get("median") or 0.0) / 1e3
+            ref_step_s = max(own_step_s, _reference_step_s(base, int(knobs["batch_size"])))
+            total += 2 * (run_s + steps * (ref_step_s - own_step_s))
         refs.add(key)
     return total
+
+
+def _reference_step_s(base: FrozenTrial, batch: int) -> float:
+    """The baseline's median step scaled to ``batch`` samples: an upper figure, since a bigger
+    batch uses the cores better (the README's CPU study's batch-128 references took 8-10 s a
+    run, start-up included, where 10 steps at 4x the baseline's batch-32 step say 9.8 s
+    alone)."""
+    a = trial_attrs(base)
+    step_s = float((a.get("step_ms") or {}).get("median") or 0.0) / 1e3
+    base_batch = int((a.get("knobs") or {}).get("batch_size") or 0)
+    return step_s * batch / base_batch if base_batch else 0.0
 
 
 class CostClock:

@@ -24,7 +24,7 @@ from autotune.measure.launch import CPUS_ENV
 from autotune.measure.runner import Interrupted
 from autotune.results.compare import REGRESSION_EXIT, compare_studies, verdict
 from autotune.results.export import best_document, write_exports
-from autotune.results.record import set_study_attrs, trial_attrs
+from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.report_html import write_report
 from autotune.results.storage import open_storage
 from autotune.results.trials import counts
@@ -34,6 +34,7 @@ from autotune.search.cost import CostClock, plan_words
 from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
 from autotune.search.numerics import check_numerics
 from autotune.search.progress import StudyProgress
+from autotune.search.round_spread import round_spread
 from autotune.search.scaling import measure_scaling
 from autotune.search.setup import StopFlag, StudySetup, create_study
 from autotune.search.study import Driver
@@ -97,8 +98,20 @@ def run_worker(setup: StudySetup, storage: Any, n_trials: int,
     return 0
 
 
+def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, Any]]]:
+    """This study's own record where it ran before (run again with more trials, or resumed
+    after its confirmation): its confirmation measured the rounds' spread here."""
+    try:
+        attrs = study_attrs(optuna.load_study(study_name=setup.name, storage=storage))
+    except KeyError:
+        return []
+    return [("this study's earlier run", dict(attrs))]
+
+
 def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
               confirm_runs: int = 0) -> int:
+    setup.round_spread = round_spread(setup.env.device, setup.env.device_name,
+                                      [*_own_earlier(setup, storage), *setup.earlier])
     clock = CostClock(setup, n_trials, confirm_runs)
     log.info("%s", plan_words(setup, n_trials, confirm_runs))
     if workers == 1:

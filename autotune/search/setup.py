@@ -24,6 +24,7 @@ from autotune.measure.protocol import WindowResult
 from autotune.results.compile_cost import cache_env, effective_rate
 from autotune.results.storage import is_sqlite
 from autotune.search.pruning import BestFractionPruner
+from autotune.search.round_spread import RoundSpread
 
 
 @dataclass
@@ -60,6 +61,11 @@ class StudySetup:
     nightly_missing: str | None = None
     regression_pct: float = 10.0
     start_knobs: dict[str, Any] | None = None
+    #: How much the confirmation's rounds will vary (search/round_spread.py): from an earlier
+    #: confirmation on this device, or the device kind's measured figure; set as the run starts.
+    round_spread: RoundSpread | None = None
+    #: study.start_from's / compare_to's stored device and confirmation, for round_spread.
+    earlier: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     run_steps: int | None = None  # the objective includes compile time over this many steps
 
     @property
