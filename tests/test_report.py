@@ -28,9 +28,15 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     cwd = tmp_path_factory.mktemp("report")
+    # A machine without matplotlib's font cache, as on a user's first study: the report's plots
+    # import optuna.visualization, which imports matplotlib, and its "generated new
+    # fontManager" log line stays out of the user's output.
     proc = run_cli(["workload=mlp", "device=cpu", f"study.n_trials={N_TRIALS}", "study.name=rep",
-                    "study.confirm_runs=1", "study.confirm_top=2", *TINY_ARGS], cwd)
+                    "study.confirm_runs=1", "study.confirm_top=2", *TINY_ARGS], cwd,
+                   env={"MPLCONFIGDIR": str(cwd / "no-font-cache")})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (cwd / "no-font-cache").is_dir()  # matplotlib was imported and built its cache
+    assert "fontManager" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
     return cwd / "studies" / "rep", proc.stdout
 
 
