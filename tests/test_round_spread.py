@@ -71,6 +71,7 @@ def test_the_rounds_expected_reach_the_precision_at_that_spread() -> None:
     assert t975(n - 1) * 0.11 / math.sqrt(n) <= 0.05 < t975(n - 2) * 0.11 / math.sqrt(n - 1)
     assert expected_rounds(0.01, 0.05, 3) == 3 and expected_rounds(0.01, 0.05, 6) == 6
     assert expected_rounds(0.5, 0.05, 3) == MAX_ROUNDS
+    assert expected_rounds(0.5, 0.05, 40) == 40  # study.confirm_runs=40 run all 40
 
 
 def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(

@@ -18,8 +18,9 @@ those rounds to be trusted (confirm.trusted_rounds), then as many as an interval
 earlier confirmation's on this device, else the device kind's), never more than its budget
 allows. It is the part least known in advance (the README's CPU study's took 191-377 s of a
 300 s budget, a tie's extra rounds included, where counting the trusted rounds alone said
-~70 s), so its bound is said beside it. The numerics check runs each finalist and the reference twice, each a start-up and its
-steps (the first window's steps: the finalists' are re-estimated as the search ends). A
+~70 s), so its bound is said beside it. The numerics check runs each finalist and the
+reference twice, each a start-up and its steps (the first window's steps: the finalists' are
+re-estimated as the search ends). A
 compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The summary puts the measured wall time

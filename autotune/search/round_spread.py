@@ -94,9 +94,9 @@ def round_spread(device: str, device_name: str,
 
 
 def expected_rounds(spread: float, precision: float, least: int) -> int:
-    """The rounds at which an interval of rounds this spread reaches +-precision (at least
-    ``least``, at most MAX_ROUNDS)."""
+    """The rounds at which an interval of rounds this spread reaches +-precision: at least
+    ``least`` (study.confirm_runs run whatever the cap), else at most MAX_ROUNDS."""
     for n in range(max(least, MIN_ROUNDS), MAX_ROUNDS + 1):
         if t975(n - 1) * spread / math.sqrt(n) <= precision:
             return n
-    return MAX_ROUNDS
+    return max(least, MAX_ROUNDS)
