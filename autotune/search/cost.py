@@ -319,7 +319,7 @@ def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial)
 def _reference_step_s(base: FrozenTrial, batch: int) -> float:
     """The baseline's median step scaled to ``batch`` samples: an upper figure, since a bigger
     batch uses the cores better (the README's CPU study's batch-128 references took 8-10 s a
-    run, start-up included, where 10 steps at 4x the baseline's batch-32 step say 9.8 s
+    run, start-up included, where 10 steps at 4x the baseline's batch-32 step say 9.2 s
     alone)."""
     a = trial_attrs(base)
     step_s = float((a.get("step_ms") or {}).get("median") or 0.0) / 1e3

@@ -57,7 +57,7 @@ def measured_spread(confirmation: Mapping[str, Any] | None) -> float | None:
     to its end, the widest of them (None where none has MIN_ROUNDS rounds beside the
     baseline). A finalist dropped early for falling behind does not set how long the rounds
     run: a gpt study's dropped trial 4 spread 32.5% over its 6 rounds where trial 5, measured
-    through all 29, spread 12.9% (2026-11-28)."""
+    through all 29, spread 13.0% (2026-11-28)."""
     if not confirmation:
         return None
     runs = confirmation.get("runs") or {}
