@@ -73,6 +73,17 @@ def test_dead_storage_names_host_not_password(tmp_path: Path) -> None:
     assert "s3cretSENTINEL" not in proc.stderr + proc.stdout
 
 
+def test_storage_without_its_driver_says_what_to_install(tmp_path: Path) -> None:
+    """A URL whose driver module is missing is not a server that does not answer: the message
+    names the module and what to install, not the server to check."""
+    url = "postgresql+psycopg2://tuner:s3cretSENTINEL@127.0.0.1:9/nightly"  # psycopg 2: absent
+    proc = run_cli(["workload=mlp", "device=cpu", f"study.storage={url}"], tmp_path, timeout=120)
+    assert_usage_error(proc, "driver is not installed", "'psycopg2'", "autotune[postgres]",
+                       "postgresql+psycopg://", "No study data")
+    assert "server is running" not in proc.stderr
+    assert "s3cretSENTINEL" not in proc.stderr + proc.stdout
+
+
 def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "study.n_trials=3", "study.name=e2e", *TINY_ARGS],
                    tmp_path)

@@ -125,11 +125,29 @@ def _explain(url: str, exc: Exception) -> str:
     if password:
         detail = detail.replace(password, "***")
     detail = detail.split("(Background on this error")[0][:400]
+    if isinstance(exc, ImportError):
+        return _missing_driver(url, where, exc)
     return (
         f"Could not open study storage {redact(url)} ({where}): {detail}. "
         "Check that the server is running and reachable, the database exists and the user may "
         "connect; or use the default SQLite file by leaving study.storage unset. No study data "
         "was changed."
+    )
+
+
+def _missing_driver(url: str, where: str, exc: ImportError) -> str:
+    """SQLAlchemy found no module for the URL's driver. Telling that user to check the server
+    (the message for a server that does not answer) sends them to the wrong machine."""
+    cause = exc.__cause__ or exc.__context__
+    module = getattr(cause, "name", None) or "its driver module"
+    scheme = url.split("://", 1)[0]
+    install = ("pip install 'autotune[postgres]' (psycopg 3; then write the URL as "
+               "postgresql+psycopg://...)" if scheme.startswith("postgresql")
+               else f"install the Python driver SQLAlchemy expects for {scheme!r}")
+    return (
+        f"Could not open study storage {redact(url)} ({where}): the database driver is not "
+        f"installed in this Python (no module named {module!r}). To use it, {install}; or "
+        "use the default SQLite file by leaving study.storage unset. No study data was changed."
     )
 
 
