@@ -386,12 +386,17 @@ def test_each_round_says_where_the_intervals_stand_and_when_they_will_be_precise
     said = progress_words(4, [cand(4)], 6, 0.03, 40.0, 300.0)
     assert said.startswith("round 4 (40s): trial 1 1.15x (1.")
     assert f"~{need - 4} more round(s), ~{10 * (need - 4)}s (at this spread)" in said, said
+    told: set[str] = set()  # why the budget ends the rounds: said in full once, then short
     assert "more rounds than the budget allows (10s left)" in progress_words(
-        4, [cand(4)], 6, 0.03, 40.0, 50.0)
+        4, [cand(4)], 6, 0.03, 40.0, 50.0, said=told)
+    again = progress_words(5, [cand(5)], 6, 0.03, 45.0, 50.0, said=told)
+    assert again.endswith(": the budget ends them (5s left)") and "allows" not in again, again
     assert "the budget (30s) is spent" in progress_words(4, [cand(4)], 6, 0.03, 40.0, 30.0)
     # Past the rounds' cap with the budget to spare, the cap is what ends them.
-    capped = progress_words(4, [cand(4)], 6, 0.005, 4.0, 300.0)
+    capped = progress_words(4, [cand(4)], 6, 0.005, 4.0, 300.0, said=told)
     assert f"more than the {MAX_ROUNDS} rounds a confirmation runs: they stop there" in capped
+    assert progress_words(5, [cand(5)], 6, 0.005, 5.0, 300.0, said=told).endswith(
+        f": the {MAX_ROUNDS}-round cap ends them")
     assert "~2 more round(s), ~20s (the windows' noise trusts no fewer)" in progress_words(
         4, [cand(4)], 6, 0.5, 40.0, 300.0)
     assert progress_words(6, [cand(6)], 6, 0.5, 60.0, 300.0).endswith("of the +-50% asked")

@@ -136,6 +136,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
                 if spread else 0)
     log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s, expected,
                                  spread.words() if spread else ""))
+    said: set[str] = set()  # what the rounds' lines have explained once (confirm_words.py)
     while True:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)
@@ -151,7 +152,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor)
         log.info("  %s", progress_words(len(rounds.order), settled, floor,
                                         setup.confirm_precision, sum(rounds.seconds),
-                                        setup.confirm_budget_s, base.number))
+                                        setup.confirm_budget_s, base.number, said))
         if why:
             break
     settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor)
