@@ -492,3 +492,19 @@ def test_in_process_loading_is_offered_workers_once_not_their_settings_alone() -
     first = d["fixes"][0]
     assert first["knob"] == "num_workers" and first["with"] == {"persistent_workers": True}
     assert not {"persistent_workers", "prefetch_factor"} & set(_knobs_of(d["fixes"]))
+
+
+def test_a_verdict_with_no_fix_left_in_the_space_reads_as_a_sentence() -> None:
+    """Compute-bound with every fix already set or outside the space: the verdict says so in
+    words that follow its "try", and names what lies outside the space and why."""
+    from autotune.core.knobs import Domain
+
+    domains = {"amp": Domain(["off", "bf16"]), "channels_last": Domain([False, True]),
+               "batch_size": Domain([32, 64, 128]), "num_workers": Domain([0, 1, 2])}
+    knobs = {**BASE, "amp": "bf16", "channels_last": True, "batch_size": 128}
+    d = diagnose(_res(data_wait=0.01, peak_gb=1.0), knobs, "cpu", 16.0, image_inputs=True,
+                 domains=domains)
+    assert d["bottleneck"] == "cpu_compute" and d["fixes"] == [], d
+    assert "try a knob outside this study's space (none in it addresses this)." in d["summary"]
+    assert "try no knob" not in d["summary"]
+    assert "Not on offer here: batch_size=256" in d["summary"], d["summary"]

@@ -143,9 +143,11 @@ def bigger_batch(f: Fixes, knobs: Mapping[str, Any], ev: dict[str, Any], why: st
 
 
 def first_fixes(f: Fixes) -> str:
-    """The first two fixes as ``knob=value``, for a verdict's sentence."""
+    """The first two fixes as ``knob=value``, for a verdict's sentence ("try ...", "feed it
+    faster with ..."). Without one, words that read after any of those verbs: the README's CPU
+    study once said "try no knob in this study's space" (2026-11-28)."""
     if not f.items:
-        return "no knob in this study's space"
+        return "a knob outside this study's space (none in it addresses this)"
     return ", ".join(f"{x['knob']}={x['value']}" for x in f.items[:2])
 
 
