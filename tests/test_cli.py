@@ -84,6 +84,24 @@ def test_storage_without_its_driver_says_what_to_install(tmp_path: Path) -> None
     assert "s3cretSENTINEL" not in proc.stderr + proc.stdout
 
 
+def test_the_header_names_the_cpu_defaults_a_run_took() -> None:
+    """The CPU-sized defaults apply to the keys a user did not set, and the header says which:
+    a run given study.n_trials is not told its trials were defaulted."""
+    from autotune.cli.app import CPU_TRIALS, cpu_defaults_words
+
+    assert cpu_defaults_words("cpu", [], CPU_TRIALS) == (
+        f"CPU run: a CPU-sized window (window.* not set) and {CPU_TRIALS} trials "
+        "(study.n_trials not set)")
+    some = cpu_defaults_words("cpu", ["study.n_trials=1", "window.measure_steps=8",
+                                      "window.warmup_steps=1", "window.min_measure_steps=2"], 1)
+    assert some == "CPU run: CPU-sized window.measure_seconds=5.0, window.profile_steps=2 (not set)"
+    every = ["study.n_trials=3", *(f"window.{k}=1" for k in
+                                   ("warmup_steps", "measure_steps", "measure_seconds",
+                                    "min_measure_steps", "profile_steps"))]
+    assert cpu_defaults_words("cpu", every, 3) is None
+    assert cpu_defaults_words("cuda", [], 50) is None
+
+
 def test_study_exports_and_round_trips(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "study.n_trials=3", "study.name=e2e", *TINY_ARGS],
                    tmp_path)

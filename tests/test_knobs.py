@@ -149,6 +149,21 @@ def test_cpu_space_fixes_cuda_knobs_with_reasons(cpu_env: Env) -> None:
     assert "host_allocator" not in fixed  # searched on CPU (glibc)
 
 
+def test_the_header_says_each_reason_for_a_fixed_knob_once(cpu_env: Env) -> None:
+    """A one-process study fixes the seven DDP knobs for one reason: one line names them all,
+    and every fixed knob is still named with its value."""
+    from autotune.cli.app import fixed_lines
+
+    space = build_space(cpu_env, MLPWorkload(), {})
+    lines = fixed_lines(space.fixed)
+    reasons = [line.split(": ", 1)[1] for line in lines]
+    assert len(reasons) == len(set(reasons)) < len(space.fixed)
+    ddp = [line for line in lines if "no DistributedDataParallel" in line]
+    assert len(ddp) == 1 and "bucket_cap_mb=25" in ddp[0] and "comm_hook=none" in ddp[0], ddp
+    for name, (value, _) in space.fixed.items():
+        assert sum(f"{name}={value}" in line for line in lines) == 1, name
+
+
 def test_prefetch_factor_only_with_workers(cpu_env: Env) -> None:
     space = build_space(cpu_env, MLPWorkload(), {})
     study = optuna.create_study(direction="maximize")

@@ -249,8 +249,25 @@ def prepare(cfg: Config, overrides: list[str]) -> tuple[StudySetup, Any, int, in
     setup, workers, n_trials = build_setup(cfg, overrides)
     storage = open_storage(setup.storage)
     check_resumable(storage, setup, redact(str(setup.storage)))
-    _print_header(setup, workers, n_trials)
+    _print_header(setup, workers, cpu_defaults_words(setup.env.device, overrides, n_trials))
     return setup, storage, workers, n_trials
+
+
+def cpu_defaults_words(device: str, overrides: list[str], n_trials: int) -> str | None:
+    """Which of the CPU-sized defaults this run took, by name: a run given study.n_trials=1
+    was told "1 trials unless window.* / study.n_trials are set" (2026-11-28)."""
+    if device != "cpu":
+        return None
+    parts = []
+    window = sorted(set(CPU_WINDOW) - _overridden(overrides, "window."))
+    if window == sorted(CPU_WINDOW):
+        parts.append("a CPU-sized window (window.* not set)")
+    elif window:
+        parts.append("CPU-sized " + ", ".join(f"window.{k}={CPU_WINDOW[k]}" for k in window)
+                     + " (not set)")
+    if "n_trials" not in _overridden(overrides, "study."):
+        parts.append(f"{n_trials} trials (study.n_trials not set)")
+    return "CPU run: " + " and ".join(parts) if parts else None
 
 
 def run(cfg: Config, overrides: list[str]) -> int:
@@ -278,7 +295,16 @@ def objective_words(run_steps: int | None) -> str:
             f"tokens (Workload.tokens), else samples/s{over}")
 
 
-def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
+def fixed_lines(fixed: dict[str, tuple[Any, str]]) -> list[str]:
+    """The knobs the study does not search, one line per reason: a one-process CPU study
+    listed seven DDP knobs on seven lines with the same reason (2026-11-28)."""
+    by_why: dict[str, list[str]] = {}
+    for name, (value, why) in fixed.items():
+        by_why.setdefault(why, []).append(f"{name}={value}")
+    return [f"fixed {', '.join(knobs)}: {why}" for why, knobs in by_why.items()]
+
+
+def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None:
     e = s.env
     mem = f"{e.total_memory_gb:.1f} GB"
     print(f"autotune: study '{s.name}' on {e.device} ({e.device_name}, {mem}, torch {e.torch_version})")
@@ -286,9 +312,8 @@ def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
     if s.cpu_sized:
         print("  CPU run with no sizes set: using the workload's CPU-sized defaults "
               "(set any workload.* key to choose sizes yourself)")
-    if s.env.device == "cpu":
-        print(f"  CPU run: CPU-sized window and {n_trials} trials unless window.* / "
-              "study.n_trials are set")
+    if cpu_defaults:
+        print(f"  {cpu_defaults}")
     w = s.window
     print(f"  window: {w['warmup_steps']} warm-up steps, {w['measure_steps']} measured steps (at "
           f"least {w['min_measure_seconds']}s, at most {w['measure_seconds']}s); timeout "
@@ -300,8 +325,8 @@ def _print_header(s: StudySetup, workers: int, n_trials: int) -> None:
               f"({s.launch['backend']}, DistributedDataParallel) under PyTorch's elastic launcher, "
               f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads are "
               "searched per rank")
-    for name, (value, why) in s.space.fixed.items():
-        print(f"  fixed {name}={value}: {why}")
+    for line in fixed_lines(s.space.fixed):
+        print(f"  {line}")
     for name, (values, why) in s.space.narrowed.items():
         print(f"  {name} searched over {values} only: {why}")
     sys.stdout.flush()
