@@ -4,7 +4,7 @@
 # compile step. A second call would find the machine given back (it stays warm 30 s) and start
 # a fresh one, 1-3 of the loan's 15 minutes; one command of at most 10 minutes does not.
 #
-#   run: bash benchmarks/gpu_loan.sh     carry [".whl"], kind nvidia-h100-x1, timeout_s 600
+#   run: bash benchmarks/gpu_loan.sh     carry [".whl"], timeout_s 600 (an H100 or an H200)
 #   GPU_CHECK_DRY=1 OUT=/tmp/loan LIMIT_S=300 bash benchmarks/gpu_loan.sh   # on the CPU
 #
 # $OUT gets the check's own files (summary.txt, figures.md, install.log and a .tgz per step:
