@@ -167,6 +167,9 @@ def test_ranks_split_the_cores_and_the_space_is_searched_per_rank() -> None:
     assert max(two.domains["num_workers"].values) == share
     assert max(two.domains["cpu_threads"].values) == share
     assert two.baseline["cpu_threads"] == 1  # torchrun's OMP_NUM_THREADS=1 per rank
+    one_core = ranked(env, LaunchConfig(nproc_per_node=max(2, env.cpu_count)))
+    threads = build_space(one_core, MLPWorkload(), {}).fixed["cpu_threads"]
+    assert threads[0] == 1 and "ranks is pinned to one core" in threads[1], threads
     assert len(two.domains["bucket_cap_mb"].values) > 1
     assert len(two.domains["gradient_as_bucket_view"].values) == 2
 

@@ -182,6 +182,9 @@ def cpu_threads(env: Env, wl: Workload) -> Domain:
                       "the GPU does the arithmetic and more host threads only compete with the "
                       "workers (pin a count to search it)")
     n = max(1, env.cpu_count)
+    if n == 1:  # a 2-rank study on 2 cores said "fixed cpu_threads=1: pinned" (2026-11-28)
+        return Domain([1], f"each of the {env.ranks} ranks is pinned to one core of the node"
+                      if env.ranks > 1 else "this process can use one core")
     if n <= 8:
         return Domain(list(range(1, n + 1)))
     return Domain(sorted({2**k for k in range(n.bit_length()) if 2**k <= n} | {n}))
