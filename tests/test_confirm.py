@@ -469,3 +469,35 @@ def test_finalists_the_rounds_do_not_rank_leave_the_study_unmeasured() -> None:
     shaky = {**_H100_CONF, "runs": {**_H100_CONF["runs"], "7": [8000.0, 10400.0, 12500.0],
                                     "5": [1000.0, 1000.0, 1000.0]}}
     assert baseline_noise(shaky) is None and could_not_measure(_study_with(shaky))
+
+
+def test_a_round_beside_other_work_says_what_became_of_its_windows() -> None:
+    """A pair with a contended window is left out of its interval while 3 quiet rounds
+    remain: the round's line says which window and that it was left out, since the intervals
+    it prints are then the round before's (a 2-rank study's round 5, 2026-11-28)."""
+    from autotune.search.confirm_words import busy_words
+
+    quiet4 = [False] * 4
+    assert busy_words([2, 0, 3], {0: [*quiet4, False], 2: [*quiet4, False],
+                                  3: [*quiet4, False]}, base=0) == ""
+    said = busy_words([2, 0, 3], {0: [*quiet4, True], 2: [*quiet4, False],
+                                  3: [*quiet4, True]}, base=0)
+    assert said == "the baseline's window ran beside other work: left out of every interval"
+    said = busy_words([2, 0, 3], {0: [*quiet4, False], 2: [*quiet4, False],
+                                  3: [*quiet4, True]}, base=0)
+    assert said == "trial 3's window ran beside other work: left out of its interval"
+    said = busy_words([2, 0, 3], {0: [False, False, False], 2: [False, False, True],
+                                  3: [False, False, True]}, base=0)
+    assert said == ("the windows of trials 2, 3 ran beside other work: counted, as fewer than 3 "
+                    "quiet rounds remain")
+    # The words ride on the round's line.
+    from autotune.search.confirm_words import progress_words
+
+    def cand(n: int) -> Candidate:
+        return Candidate(1, paired_speedup([(110.0, 120.0)[i % 2] for i in range(n)],
+                                           [100.0] * n), 1, 1.0)
+
+    line = progress_words(5, [cand(4)], 6, 0.05, 50.0, 300.0, busy="trial 1's window ran "
+                          "beside other work: left out of its interval")
+    assert line.startswith("round 5 (50s; trial 1's window ran beside other work: left out of "
+                           "its interval): trial 1 1.15x"), line

@@ -46,7 +46,7 @@ from autotune.search.choose import (
     unsettled,
     window_noise,
 )
-from autotune.search.confirm_words import MAX_ROUNDS, progress_words, round_words
+from autotune.search.confirm_words import MAX_ROUNDS, busy_words, progress_words, round_words
 from autotune.search.round_spread import expected_rounds
 from autotune.search.setup import StopFlag, StudySetup
 
@@ -152,7 +152,8 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor)
         log.info("  %s", progress_words(len(rounds.order), settled, floor,
                                         setup.confirm_precision, sum(rounds.seconds),
-                                        setup.confirm_budget_s, base.number, said))
+                                        setup.confirm_budget_s, base.number, said,
+                                        busy_words(order, rounds.contended, base.number)))
         if why:
             break
     settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor)

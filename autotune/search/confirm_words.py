@@ -10,7 +10,7 @@ silent all the while in a log. A line per round shows where that time goes and w
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from autotune.results.intervals import MIN_ROUNDS, t975
 from autotune.search.choose import Candidate
@@ -65,9 +65,34 @@ def rounds_for(c: Candidate, precision: float) -> int | None:
     return MAX_ROUNDS + 1
 
 
+def busy_words(order: Sequence[int], contended: Mapping[int, Sequence[bool]], base: int) -> str:
+    """Which windows of the last round ran beside other work, and what became of them: such a
+    pair is left out of its interval while MIN_ROUNDS quiet ones remain (choose.interval_of).
+    Said, since a round left out changes no interval: a 2-rank study's round 5 printed round
+    4's intervals again, with no word why (2026-11-28)."""
+    busy = [n for n in order if contended.get(n) and contended[n][-1]]
+    if not busy:
+        return ""
+
+    def quiet(n: int) -> int:
+        return sum(not (a or b) for a, b in zip(contended[n], contended[base], strict=False))
+
+    if base in busy:
+        pairs, who, whose = [n for n in order if n != base], "the baseline's window", "every"
+    elif len(busy) == 1:
+        pairs, who, whose = busy, f"trial {busy[0]}'s window", "its"
+    else:
+        pairs, who, whose = busy, f"the windows of trials {', '.join(map(str, busy))}", "their"
+    if all(quiet(n) >= MIN_ROUNDS for n in pairs):
+        return f"{who} ran beside other work: left out of {whose} interval" + (
+            "s" if whose == "their" else "")
+    return (f"{who} ran beside other work: counted, as fewer than {MIN_ROUNDS} quiet rounds "
+            "remain")
+
+
 def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision: float,
                    spent_s: float, budget_s: float, base: int | None = None,
-                   said: set[str] | None = None) -> str:
+                   said: set[str] | None = None, busy: str = "") -> str:
     """After round ``done``: each finalist still in question, and when the rounds would end at
     the spread measured so far (a projection, said as one: the next rounds may be noisier).
     The baseline (trial ``base``), when it is a finalist, is 1.00x by definition: named so.
@@ -81,7 +106,7 @@ def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision:
                      f"trial {c.number} {c.interval.point:.2f}x"
                      + (f" ({c.interval.low:.2f}-{c.interval.high:.2f})" if c.interval.known
                         else "") for c in cands)
-    head = f"round {done} ({spent_s:.0f}s): {each}"
+    head = f"round {done} ({spent_s:.0f}s{'; ' + busy if busy else ''}): {each}"
     needs = [rounds_for(c, precision) for c in cands]
     if any(n is None for n in needs):
         return f"{head}; intervals from round {MIN_ROUNDS}"
