@@ -323,8 +323,8 @@ def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None
     if s.launch:
         print(f"  launch: every trial runs {s.launch['nproc_per_node']} ranks "
               f"({s.launch['backend']}, DistributedDataParallel) under PyTorch's elastic launcher, "
-              f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads are "
-              "searched per rank")
+              f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads "
+              "count per rank")
     for line in fixed_lines(s.space.fixed):
         print(f"  {line}")
     for name, (values, why) in s.space.narrowed.items():
