@@ -190,3 +190,14 @@ def test_windows_contended_by_steal_alone_say_so_once_over_their_range() -> None
     assert mixed == ("other processes used 1.0 of 2 cores during 1 of 2 windows, and the "
                      "trial's threads waited for a core 40% of the time they were ready to run "
                      "(the hypervisor took 6% of the CPU time (steal))")
+
+
+def test_a_ranks_one_core_is_named_in_the_singular() -> None:
+    """Under ranks a window's cores are its rank's own: a 2-rank study on 2 cores said "0.6 of
+    1 cores" (2026-11-28)."""
+    from autotune.results.trust import load_statement
+
+    one = {**BUSY, "cpus": 1, "other_cpu_cores": 0.6}
+    said = load_statement([one, {**QUIET, "cpus": 1}])
+    assert said is not None and said.startswith("other processes used 0.6 of 1 core during 1 of "
+                                                "2 windows"), said

@@ -49,8 +49,8 @@ def load_statement(loads: list[dict[str, Any]]) -> str | None:
     cpus = max(int(c.get("cpus") or 0) for c in loads)
     waits = [float(c.get("runqueue_wait_share") or 0.0) for c in busy]
     if round(others, 1) > 0:
-        words = (f"other processes used {others:.1f} of {cpus} cores during {len(busy)} of "
-                 f"{len(loads)} windows")
+        words = (f"other processes used {others:.1f} of {cpus} core{'s' if cpus != 1 else ''} "
+                 f"during {len(busy)} of {len(loads)} windows")  # 1: a rank's own core
     else:
         words = f"{len(busy)} of {len(loads)} windows were contended"
     if any(waits):
