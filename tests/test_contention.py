@@ -317,3 +317,23 @@ def test_a_remeasured_compiled_trial_keeps_its_first_windows_cold_compile(tmp_pa
     result = measure_settled(lambda r, d: next(eager), req, tmp_path, "trial 0", lambda: None,
                              retries=1, wait_s=0.0)
     assert "remeasured_compile_s" not in result.contention and result.compile_cache == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two cores")
+def test_a_window_pinned_to_one_core_counts_others_over_the_machine() -> None:
+    """A rank runs pinned to its share of the node while other processes are counted over all
+    of it: the reading keeps both, and the study's load statement names the machine's cores
+    (a 2-rank study on 2 cores said "0.6 of 1 cores", 2026-11-28)."""
+    from autotune.results.trust import load_statement
+
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        with cpu_hog():
+            load = _measure(2.0)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert load["cpus"] == 1 and load["machine_cpus"] == os.cpu_count(), load
+    said = load_statement([{**load, "contended": True}]) or ""
+    assert f" of {os.cpu_count()} cores during 1 of 1 windows" in said, said

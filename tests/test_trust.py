@@ -192,12 +192,15 @@ def test_windows_contended_by_steal_alone_say_so_once_over_their_range() -> None
                      "(the hypervisor took 6% of the CPU time (steal))")
 
 
-def test_a_ranks_one_core_is_named_in_the_singular() -> None:
-    """Under ranks a window's cores are its rank's own: a 2-rank study on 2 cores said "0.6 of
-    1 cores" (2026-11-28)."""
+def test_other_processes_are_counted_against_the_machines_cores_not_a_ranks() -> None:
+    """A rank's window runs on its own core (cpus 1) while other processes are counted over the
+    node: a 2-rank study on 2 cores said "0.6 of 1 cores" (2026-11-28). A record without
+    machine_cpus (older studies) keeps its cpus; one core is singular."""
     from autotune.results.trust import load_statement
 
-    one = {**BUSY, "cpus": 1, "other_cpu_cores": 0.6}
-    said = load_statement([one, {**QUIET, "cpus": 1}])
-    assert said is not None and said.startswith("other processes used 0.6 of 1 core during 1 of "
+    rank = {**BUSY, "cpus": 1, "machine_cpus": 2, "other_cpu_cores": 0.6}
+    said = load_statement([rank, {**QUIET, "cpus": 1, "machine_cpus": 2}])
+    assert said is not None and said.startswith("other processes used 0.6 of 2 cores during 1 of "
                                                 "2 windows"), said
+    lone = load_statement([{**BUSY, "cpus": 1, "other_cpu_cores": 0.6}])
+    assert lone is not None and lone.startswith("other processes used 0.6 of 1 core during"), lone

@@ -165,6 +165,7 @@ def between(a: Snapshot, b: Snapshot) -> dict[str, Any]:
     reasons: list[str] = []
     if a.busy_s is not None and b.busy_s is not None and b.total_s and a.total_s is not None:
         machine = os.cpu_count() or n
+        out["machine_cpus"] = machine  # what other_cpu_cores is a share of (a rank has fewer)
         own = max(0.0, b.own_cpu_s - a.own_cpu_s)
         other = max(0.0, (b.busy_s - a.busy_s) - own) / elapsed  # cores
         out["other_cpu_cores"] = round(other, 2)

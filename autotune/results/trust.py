@@ -46,11 +46,13 @@ def load_statement(loads: list[dict[str, Any]]) -> str | None:
     if not busy:
         return None
     others = statistics.fmean(float(c.get("other_cpu_cores") or 0.0) for c in busy)
-    cpus = max(int(c.get("cpus") or 0) for c in loads)
+    # Other processes' cores are counted over the machine: a rank's window (cpus 1, its own
+    # core) said "0.6 of 1 cores" on a 2-core node (2026-11-28). Older records lack the field.
+    cpus = max(int(c.get("machine_cpus") or c.get("cpus") or 0) for c in loads)
     waits = [float(c.get("runqueue_wait_share") or 0.0) for c in busy]
     if round(others, 1) > 0:
         words = (f"other processes used {others:.1f} of {cpus} core{'s' if cpus != 1 else ''} "
-                 f"during {len(busy)} of {len(loads)} windows")  # 1: a rank's own core
+                 f"during {len(busy)} of {len(loads)} windows")
     else:
         words = f"{len(busy)} of {len(loads)} windows were contended"
     if any(waits):
