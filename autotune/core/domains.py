@@ -22,6 +22,12 @@ class Domain:
     values: list[Any]
     # Why the domain is narrower than the knob's full range here (e.g. "CUDA only").
     reason: str | None = None
+    # Given the knob values chosen before this knob, why one of its values cannot run with
+    # them (None: it can). A value rule, where a knob's ``inactive`` rules out the whole knob:
+    # the values it refuses are never suggested, so no trial is spent failing on them.
+    refuses: Callable[[Mapping[str, Any], Any], str | None] | None = None
+    # The knobs (earlier in the registry) whose values ``refuses`` reads.
+    reads: tuple[str, ...] = ()
 
 
 def cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:
@@ -261,7 +267,24 @@ def attention(env: Env, wl: Workload) -> Domain:
             values.append(impl)
     if env.device != "cuda":
         out.append("sdpa_efficient and sdpa_cudnn (CUDA kernels only)")
-    return Domain(values, "not here: " + "; ".join(out) if out else "")
+    why = "not here: " + "; ".join(out) if out else ""
+    if env.device != "cuda":
+        return Domain(values, why)
+    return Domain(values, why, refuses=half_precision_attention, reads=("amp",))
+
+
+#: Attention kernels that CUDA runs in fp16 or bf16 only: pinned to one of them, an fp32
+#: forward fails with "No available kernel" (torch's SDPA dispatch; the flash-attn package
+#: raises likewise), so without autocast the trial would only fail.
+HALF_PRECISION_ATTENTION = ("sdpa_flash", "sdpa_cudnn", "flash_attention_2")
+
+
+def half_precision_attention(p: Mapping[str, Any], value: Any) -> str | None:
+    """The attention value rule on CUDA: flash and cuDNN kernels need amp=bf16 or fp16 (SDPA
+    is on autocast's lower-precision list, so under amp its inputs arrive in half precision)."""
+    if value in HALF_PRECISION_ATTENTION and p.get("amp", "off") == "off":
+        return f"{value} runs in fp16/bf16 only on CUDA: only with amp=bf16 or amp=fp16"
+    return None
 
 
 def activation_checkpointing(env: Env, wl: Workload) -> Domain:

@@ -168,16 +168,31 @@ class Space:
     def _suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for knob in KNOBS:
-            dom = self.domains[knob.name]
+            name, allowed = self.param(knob.name, values)
             if knob.inactive(values) is not None:
                 values[knob.name] = knob.off
-            elif len(dom.values) == 1:
-                values[knob.name] = dom.values[0]
-            elif knob.ordinal and _is_int_range(dom.values):
-                values[knob.name] = trial.suggest_int(knob.name, dom.values[0], dom.values[-1])
+            elif len(allowed) == 1:
+                values[knob.name] = allowed[0]
+            elif knob.ordinal and _is_int_range(allowed):
+                values[knob.name] = trial.suggest_int(name, allowed[0], allowed[-1])
             else:
-                values[knob.name] = trial.suggest_categorical(knob.name, dom.values)
+                values[knob.name] = trial.suggest_categorical(name, allowed)
         return values
+
+    def param(self, name: str, before: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        """The Optuna parameter a knob is searched as, given the values chosen before it, and
+        the values it may take there. Where a value rule (``Domain.refuses``) rules some out,
+        the rest are a parameter of their own (``attention without sdpa_flash/sdpa_cudnn``):
+        Optuna's samplers need one fixed set of choices per parameter name, and a value that
+        cannot run is then never proposed, rather than proposed and failed."""
+        dom = self.domains[name]
+        if dom.refuses is None:
+            return name, dom.values
+        kept = [v for v in dom.values if dom.refuses(before, v) is None]
+        if not kept or kept == dom.values:
+            return name, dom.values  # none left: the trial runs and fails with its reason
+        out = [str(v) for v in dom.values if v not in kept]
+        return f"{name} without {'/'.join(out)}", kept
 
     def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Fill every knob from searched params (e.g. a stored trial's) the way suggest would.
@@ -186,14 +201,16 @@ class Space:
         ``transform_split``), not the domain's first value."""
         values: dict[str, Any] = {}
         for knob in KNOBS:
-            dom = self.domains[knob.name]
+            name, allowed = self.param(knob.name, values)
             if knob.inactive(values) is not None:
                 values[knob.name] = knob.off
-            elif knob.name in params:
-                values[knob.name] = params[knob.name]
+            elif name in params:
+                values[knob.name] = params[name]
+            elif knob.name in params and params[knob.name] in allowed:
+                values[knob.name] = params[knob.name]  # stored before the value rule
             else:
-                old = self.absent.get(knob.name, dom.values[0])
-                values[knob.name] = old if old in dom.values else dom.values[0]
+                old = self.absent.get(knob.name, allowed[0])
+                values[knob.name] = old if old in allowed else allowed[0]
         return values
 
     def searched(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,11 +218,11 @@ class Space:
         ordinal domain's end is kept where the knob allows it (see ``beyond``)."""
         out: dict[str, Any] = {}
         for knob in KNOBS:
-            dom = self.domains[knob.name]
-            if knob.inactive(knobs) is None and len(dom.values) > 1 and knob.name in knobs:
+            name, allowed = self.param(knob.name, knobs)
+            if knob.inactive(knobs) is None and len(allowed) > 1 and knob.name in knobs:
                 value = knobs[knob.name]  # absent: stored before the knob existed
-                if value in dom.values or value in self.beyond(knob.name):
-                    out[knob.name] = value
+                if value in allowed or value in self.beyond(knob.name):
+                    out[name] = value
         return out
 
     def beyond(self, name: str) -> range:
@@ -249,12 +266,37 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
                     f"{', '.join(map(repr, bad))} not in {dom.values!r}{why}. "
                     f"{knob.doc}"
                 )
-            dom = Domain(asked, _override_reason(knob, asked, env))
+            dom = Domain(asked, _override_reason(knob, asked, env), dom.refuses, dom.reads)
         domains[knob.name] = dom
+    _narrow_for_rules(domains, env)
     baseline = _baseline(domains, env, wl)
     absent = {k.name: k.baseline(env, wl) if k.baseline else k.off for k in KNOBS}
     return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None),
                  absent)
+
+
+def _narrow_for_rules(domains: dict[str, Domain], env: Env) -> None:
+    """Where a knob's values run only with some values of the knobs its value rule reads,
+    those knobs keep only those values: ``knobs.attention=sdpa_flash`` on CUDA searches amp
+    over bf16 and fp16 (the baseline included), not off, under which every trial would fail.
+    Values that run under none are said before the study starts."""
+    for knob in KNOBS:
+        dom = domains[knob.name]
+        if dom.refuses is None:
+            continue
+        for name in dom.reads:
+            read = domains[name]
+            kept = [x for x in read.values
+                    if any(dom.refuses({name: x}, v) is None for v in dom.values)]
+            if not kept:
+                why = dom.refuses({name: read.values[0]}, dom.values[0])
+                raise KnobError(
+                    f"knobs.{knob.name}={dom.values!r} cannot run on {env.device} with "
+                    f"{name} in {read.values!r}: {why}. Widen knobs.{name}, or list a value "
+                    f"of {knob.name} that runs without it. {knob.doc}")
+            if kept != read.values:
+                domains[name] = Domain(kept, f"knobs.{knob.name}={dom.values!r} runs only with "
+                                       f"{name} in {kept!r}")
 
 
 def _override_reason(knob: Knob, asked: list[Any], env: Env) -> str:
@@ -277,7 +319,7 @@ def _limited(dom: Domain, limit: tuple[list[Any], str] | None) -> Domain:
         return dom
     allowed, why = limit
     kept = [v for v in dom.values if v in allowed]
-    return Domain(kept, why) if kept and kept != dom.values else dom
+    return replace(dom, values=kept, reason=why) if kept and kept != dom.values else dom
 
 
 #: study.keep_global_batch: the smallest micro-batch is the global batch / 2**this.
@@ -359,5 +401,7 @@ def _baseline(domains: Mapping[str, Domain], env: Env, wl: Workload) -> dict[str
             continue
         fallback = knob.baseline(env, wl) if knob.baseline else knob.off
         default = wl.defaults.get(knob.name, fallback)
-        values[knob.name] = default if default in dom.values else dom.values[0]
+        allowed = [v for v in dom.values if dom.refuses is None or dom.refuses(values, v) is None]
+        allowed = allowed or dom.values
+        values[knob.name] = default if default in allowed else allowed[0]
     return values
