@@ -6,7 +6,7 @@ Everything is built locally (nothing is downloaded): a Llama-style model from it
 word-level tokenizer, texts of 8 to ``max_len`` tokens, and the language-modelling collator
 that pads each batch to its longest sample (labels -100 on the padding)::
 
-    python examples/hf_lm.py [--trials 8] [--group] [--pack]
+    python examples/hf_lm.py [--trials 8] [--group] [--pack] [--device cuda] [--set KEY=VALUE ...]
 
 ``--group`` / ``--pack`` let the study search length grouping / padding-free packing (they
 change which samples share a batch, or its layout, so they are the user's call).
@@ -71,12 +71,12 @@ def model_config(tok: PreTrainedTokenizerFast, layers: int = 2, hidden: int = 12
 
 
 def users_trainer(output_dir: str, n: int = 512, max_len: int = 256, batch_size: int = 8,
-                  min_len: int = 8, **model_kw: Any) -> Trainer:
+                  min_len: int = 8, device: str = "cpu", **model_kw: Any) -> Trainer:
     """The user's Trainer as built before tuning."""
     tok = tokenizer()
     args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
                              num_train_epochs=1, logging_steps=10, report_to="none",
-                             save_strategy="no", use_cpu=True)
+                             save_strategy="no", use_cpu=device == "cpu")
     model = LlamaForCausalLM(model_config(tok, max_len=max_len, **model_kw))
     return Trainer(model=model, args=args, train_dataset=Texts(tok, n=n, min_len=min_len, max_len=max_len),
                    data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
@@ -88,16 +88,19 @@ def main() -> None:
     ap.add_argument("--name", default="hf-lm-example")
     ap.add_argument("--group", action="store_true", help="search length grouping")
     ap.add_argument("--pack", action="store_true", help="search padding-free packing")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a further autotune override (window.measure_seconds=3, ...)")
     a = ap.parse_args()
     from autotune.adapters import hf
 
-    trainer = users_trainer(tempfile.mkdtemp())
-    overrides = [f"study.n_trials={a.trials}", f"study.name={a.name}"]
+    trainer = users_trainer(tempfile.mkdtemp(), device=a.device)
+    overrides = [f"study.n_trials={a.trials}", f"study.name={a.name}", *a.set]
     if a.group:
         overrides.append("knobs.length_grouping=[false,true]")
     if a.pack:
         overrides.append("knobs.padding_free=[false,true]")
-    tuned = hf.tune(trainer, overrides=overrides, device="cpu")
+    tuned = hf.tune(trainer, overrides=overrides, device=a.device)
     print(tuned.training_args)
     tuned.apply(trainer).train()
 

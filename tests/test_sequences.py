@@ -307,3 +307,31 @@ def test_on_cuda_flash_and_cudnn_attention_are_never_proposed_without_amp() -> N
     assert pinned.baseline["amp"] in ("fp16", "bf16")
     # On the CPU the rule is off: CPU flash attention runs in fp32.
     assert build_space(_env(), gpt, {}).domains["attention"].refuses is None
+
+
+@pytest.mark.gpu
+def test_on_cuda_every_backend_trains_under_amp_checkpointing_and_graphs_and_fp32_flash_fails() -> None:
+    """Each SDPA backend this GPU has, under bf16 autocast, with activation checkpointing and
+    the whole step captured in a CUDA Graph (the recompute runs inside the capture, under the
+    same pinned backend), trains with finite losses. And the value rule's premise, on the
+    real device: flash pinned without amp fails, so the rule keeps it out (if this GPU's
+    torch ever runs it, this test says the rule has become too strict)."""
+    from autotune.core.env import probe
+    from autotune.core.sequences import sdpa_backends
+
+    env = probe("cuda")
+    gpt = GPTWorkload(vocab=512, seq_len=128, d_model=128, n_layer=2, n_head=4,
+                      n_sequences=256, batch_size=8)
+    base = build_space(env, gpt, {}).baseline
+    for backend in sdpa_backends("cuda"):
+        for ckpt in (False, True):
+            knobs = {**base, "attention": backend, "amp": "bf16", "cuda_graphs": True,
+                     "activation_checkpointing": ckpt}
+            run = Training(gpt, knobs, "cuda")
+            batches = iter(run.loader)
+            for _ in range(4):  # warm-up, capture, replays
+                loss = run.step(*run.to_device(*next(batches)))
+            assert torch.isfinite(loss).item(), (backend, ckpt)
+    fp32 = Training(gpt, {**base, "attention": "sdpa_flash", "amp": "off"}, "cuda")
+    with pytest.raises(RuntimeError, match="No available kernel"):
+        fp32.step(*fp32.to_device(*next(iter(fp32.loader))))

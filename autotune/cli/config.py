@@ -175,6 +175,7 @@ class KnobsConfig:
     optimizer_impl: Any = None
     tf32: Any = None
     cudnn_benchmark: Any = None
+    expandable_segments: Any = None
     host_allocator: Any = None
     cpu_threads: Any = None
     bucket_cap_mb: Any = None

@@ -196,6 +196,14 @@ def cpu_threads(env: Env, wl: Workload) -> Domain:
     return Domain(sorted({2**k for k in range(n.bit_length()) if 2**k <= n} | {n}))
 
 
+def allocator_env(env: Env, wl: Workload) -> bool:
+    """expandable_segments' baseline: on where the user's environment already sets it (then the
+    baseline measures what their training runs with today)."""
+    from autotune.core.host import expandable_in_env
+
+    return env.device == "cuda" and expandable_in_env()
+
+
 def torch_default_threads(env: Env, wl: Workload) -> int:
     """The baseline: the threads torch starts with here, as the user's training does today
     (one of the domain's values: the largest not above it)."""

@@ -81,6 +81,12 @@ KNOBS: list[Knob] = [
          "default either way).", domains.tf32, off=False),
     Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
          domains.cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
+    Knob("expandable_segments", "The CUDA caching allocator's expandable segments "
+         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): one segment grows in place instead "
+         "of new blocks per size, so batches of varying shape fragment less and the peak "
+         "reserved memory (what the memory limit reads) drops.",
+         domains.cuda_only([False, True], False, "the CUDA caching allocator's setting"),
+         off=False, baseline=domains.allocator_env),
     Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS) or "
          "retain (keep them for reuse: no page faults for the step's host tensors).",
          domains.host_allocator, off="default"),

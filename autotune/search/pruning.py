@@ -30,6 +30,7 @@ LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_mem
                 "pad_to_multiple_of")
 COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "transform_split", "amp", "compile", "cuda_graphs",
                  "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
+                 "expandable_segments",
                  "non_blocking", "host_allocator", "cpu_threads", "pad_to_multiple_of")
 # A ceiling is trusted to this relative error at least (its measured noise when larger):
 # ceilings are measured in isolation over a short window; on a shared 2-core VM they vary by
