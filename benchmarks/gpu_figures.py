@@ -1,4 +1,4 @@
-"""The GPU check's figures (issue 30), from the studies benchmarks/gpu_check.sh ran.
+"""The GPU check's figures, from the studies benchmarks/gpu_check.sh ran.
 
     python benchmarks/gpu_figures.py STUDIES_DIR OUT.md [--goal-speedup 22 --goal-ceiling 0.9]
 
