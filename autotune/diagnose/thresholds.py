@@ -1,6 +1,6 @@
 """The diagnosis's thresholds, each with the rule of thumb or measurement it comes from, so
-that a verdict can be
-traced to a number (used by ``autotune/diagnose/verdicts.py`` and ``autotune/diagnose/fixes.py``)."""
+that a verdict can be traced to a number (used by ``autotune/diagnose/verdicts.py`` and
+``autotune/diagnose/fixes.py``)."""
 
 #: Host waits on the DataLoader for this share of the step: input-bound. The loader
 #: wait (t2-t1) "should be much smaller" than the training time (t3-t2).
