@@ -59,7 +59,7 @@ PRESETS: dict[str, Preset] = {
                "channels_last": [False, True]},
         window=dict(CPU_WINDOW), budget=12, seeds=[0, 1, 2, 3, 4], grid_rounds=3,
         ab_rounds=1, spread=3),
-    # One H100/H200, est. under 20 minutes (not run yet): ResNet-18 at 224 px (seed 004), 64
+    # One H100/H200, est. under 20 minutes (not run yet): ResNet-18 at 224 px (the profiler tutorial's), 64
     # configurations. Workers 8/16, not 0: a window of the in-process PIL loader at 224 px
     # (the defaults row measures it) would take ~25 s of the budget per grid point.
     "gpu": Preset(

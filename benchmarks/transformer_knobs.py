@@ -1,4 +1,4 @@
-"""Issue 31's must-shows on this machine's CPU: a decoder LM (examples/hf_lm.py, a Llama-style
+"""Transformer training's own knobs on this machine's CPU: a decoder LM (examples/hf_lm.py, a Llama-style
 model built from its config, texts of varying length, the LM collator's padding) tuned through
 its real Trainer.
 
@@ -115,7 +115,7 @@ def section(results: dict[str, dict[str, Any]], command: str) -> str:
     import transformers
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## Transformer training's own knobs and tokens/s (issue 31; {now}, "
+    lines = [f"## Transformer training's own knobs and tokens/s ({now}, "
              f"{platform.processor() or platform.machine()}, 2 vCPUs, Python "
              f"{platform.python_version()}, torch {torch.__version__}, transformers "
              f"{transformers.__version__})", "", f"    {command}", ""]

@@ -1,5 +1,5 @@
 """A small decoder language model fine-tuned with a Hugging Face Trainer on samples of varying
-length: the workload of issue 31 (attention, activation checkpointing, length grouping,
+length: the workload of the language-model knobs (attention, activation checkpointing, length grouping,
 padding-free packing, tokens/s).
 
 Everything is built locally (nothing is downloaded): a Llama-style model from its config, a

@@ -1,6 +1,6 @@
 """What a study will cost, said before its search goes on, and what it cost, said at its end.
 
-A user who pays for GPU hours (or has a GPU lent for minutes) decides from this whether the study
+A user who pays for GPU hours (or holds a GPU for minutes) decides from this whether the study
 as configured fits. Before any window has run nothing says how long a step takes, so the header
 states the plan and its caps (``plan_words``); the first window of this run (the baseline, on a
 new study) is timed from the driver's side, start-up, build, warm-up, measurement, ceilings and

@@ -1,7 +1,8 @@
 """Stopping trials that cannot win, and the ceilings that prove it.
 
 Two kinds of evidence, cheapest first:
-- measured ceilings (seed 003's mock components): the loader alone and the step alone. A trial
+- measured ceilings (mock components: a trainer that discards batches, a loader that repeats
+  one): the loader alone and the step alone. A trial
   cannot train faster than either, so one whose ceiling is below the best trial's throughput
   is pruned. Ceilings are cached in the study per setting that affects them, so a later trial
   with a known-too-slow loader is pruned before its subprocess even starts;

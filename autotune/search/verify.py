@@ -52,8 +52,16 @@ class VerifyError(RuntimeError):
 
 @dataclass
 class Verified:
-    """What verify measured: each side's samples/sec per round, the realized speedup with its
-    interval, the study's, and the likely causes of a shortfall (empty when there is none)."""
+    """What ``autotune verify`` (``autotune.verify``) measured in the production path.
+
+    ``realized``: the exported configuration's speedup over the original settings in your
+    own training, with its 95% interval (``realized.point``, ``realized.low``,
+    ``realized.high``; ``realized.text()`` in words). ``study_speedup`` and ``study_text``:
+    the study's confirmed figure, for comparison; ``ratio``: the realized speedup as a share
+    of it (under 0.8, ``causes`` names what the production path adds). ``figures``: each
+    side's samples/sec (tokens/s for a token workload) per round. ``how``: which production
+    path ran (your ``Trainer.train``, your script, the runtime API). ``text()`` is the line
+    the command prints; ``as_dict()`` what ``verify.json`` keeps."""
 
     realized: Interval
     study_speedup: float | None
