@@ -120,7 +120,7 @@ def knob_effects(rows: list[dict[str, str]]) -> list[str]:
 def against_first_baseline(studies: Path, goal_speedup: float) -> list[str]:
     """The compile study's best over the first study's baseline: the first study's export
     with compile searched, set against the README command's baseline. Two studies of one
-    loan, minutes apart: the ratio of two medians, not a confirmed interval (the compile
+    GPU session, minutes apart: the ratio of two medians, not a confirmed interval (the compile
     study's own interval is the compile gain over the tuned eager step)."""
     first, compiled = studies / "gpu-resnet18" / "best.yaml", studies / "gpu-compile" / "best.yaml"
     if not (first.exists() and compiled.exists()):
