@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a further autotune override (window.measure_seconds=3, ...)")
+    ap.add_argument("--no-train", action="store_true",
+                    help="tune only: do not train the Trainer with the result afterwards")
     a = ap.parse_args()
     from autotune.adapters import hf
 
@@ -102,7 +104,8 @@ def main() -> None:
         overrides.append("knobs.padding_free=[false,true]")
     tuned = hf.tune(trainer, overrides=overrides, device=a.device)
     print(tuned.training_args)
-    tuned.apply(trainer).train()
+    if not a.no_train:
+        tuned.apply(trainer).train()
 
 
 if __name__ == "__main__":

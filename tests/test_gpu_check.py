@@ -10,6 +10,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
@@ -38,6 +40,7 @@ def _names(archive: Path) -> list[str]:
         return tar.getnames()
 
 
+@pytest.mark.timeout(2400)  # its steps' own budgets bound it; a busy machine takes longer
 def test_the_loan_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
     """The loan's one command (benchmarks/gpu_loan.sh): the check's steps (study, lm, tests,
     figures), then on the same machine compile, jpeg and ncu; at most 8 files come back."""
