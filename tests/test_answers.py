@@ -193,13 +193,15 @@ def test_both_answers_are_written_and_read_back(tmp_path: Path) -> None:
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["best_trial"] == n["big"] and best["training"]["this"]["answer"] == "any"
     words = best["training"]["words"]
-    assert words.startswith(best["speedup_text"] + " with batch_size 32 -> 128: 4x fewer "
+    figure, interval = best["speedup_text"].split(", ", 1)  # "2.40x", "95% CI ..., 3 rounds"
+    assert words.startswith(f"{figure} ({interval}) with batch_size 32 -> 128: 4x fewer "
                             "optimizer steps per epoch at the same learning rate; scale the "
                             "learning rate (linear rule: x4 with warm-up, Goyal et al. 2017, "
                             "https://arxiv.org/abs/1706.02677)")
     same_text = best["confirmation"]["same_training"]["speedup_text"]
     assert f"or take the same-training configuration (trial {n['same']}" in words
-    assert words.endswith(f"{same_text}, best-same-training.yaml")
+    same_figure, same_interval = same_text.split(", ", 1)
+    assert words.endswith(f"{same_figure} ({same_interval}), best-same-training.yaml")
     assert "amp off -> bf16" in words  # what it still changes: its arithmetic, said
 
     # The other answer is a best.yaml of its own: load_best round-trips it, and it states the

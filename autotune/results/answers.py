@@ -125,7 +125,7 @@ def answer_words(section: dict[str, Any], folder: str = "") -> str:
     this, other = section["this"], section.get("other")
     prefix = f"{folder.rstrip('/')}/" if folder else ""
     if this["changes"]:
-        said = f"{this['speedup_text']} with " + "; ".join(this["changes"].values())
+        said = f"{_figure(this['speedup_text'])} with " + "; ".join(this["changes"].values())
         if this.get("learning_rate"):
             said += f"; {this['learning_rate']}"
         if other is None:
@@ -133,18 +133,28 @@ def answer_words(section: dict[str, Any], folder: str = "") -> str:
                     f"faster than yours ({section.get('yours') or 'none measured'}): keep your "
                     "settings, or take these changes")
         return (said + f"; or take the same-training configuration (trial {other['trial']}"
-                f"{_numerics_words(other)}): {other['speedup_text']}, {prefix}{other['file']}")
+                f"{_numerics_words(other)}): {_figure(other['speedup_text'])}, "
+                f"{prefix}{other['file']}")
     if this["trial"] == section.get("baseline_trial"):
-        said = f"{this['speedup_text']}: your own configuration"
+        said = f"{_figure(this['speedup_text'])}: your own configuration"
     else:
-        said = f"{this['speedup_text']}: trial {this['trial']} trains the same model as yours"
+        said = (f"{_figure(this['speedup_text'])}: trial {this['trial']} trains the same model "
+                "as yours")
         said += _numerics_words(this) or " (speed knobs only)"
     if other is None:
         return said + "; no faster configuration that changes training was found"
-    return (said + f"; the fastest of all, trial {other['trial']}: {other['speedup_text']} with "
+    return (said + f"; the fastest of all, trial {other['trial']}: "
+            f"{_figure(other['speedup_text'])} with "
             + "; ".join(other["changes"].values())
             + (f" ({other['learning_rate']})" if other.get("learning_rate") else "")
             + f", {prefix}{other['file']}")
+
+
+def _figure(text: str | None) -> str:
+    """A speedup's words as a figure with its interval in brackets ("2.21x (95% CI
+    1.97-2.48x, 11 rounds)"), so the words after it read as the configuration's."""
+    head, sep, rest = str(text).partition(", ")
+    return f"{head} ({rest})" if sep and head.endswith("x") else str(text)
 
 
 def _numerics_words(entry: dict[str, Any]) -> str:
