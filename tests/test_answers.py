@@ -344,3 +344,27 @@ def test_verify_takes_the_same_training_answer(two_answers: tuple[Path, str]) ->
     assert not (folder / "verify.json").exists()  # best.yaml's own verification untouched
     sides = yaml.safe_load((folder / "verify-best-same-training" / "baseline.yaml").read_text())
     assert sides["knobs"]["batch_size"] == 8 and sides["knobs"]["num_workers"] == 0
+
+
+def test_a_same_training_answer_the_numerics_check_refuses_is_not_exported(
+        tmp_path: Path) -> None:
+    """The numerics check checks both answers; where it refuses the same-training one, that
+    answer is chosen again without it (never the refused configuration), and the overall
+    answer stands."""
+    from autotune.results.record import set_study_attrs
+    from autotune.results.trials import chosen_trial
+    from autotune.search import confirm as confirm_mod
+    from autotune.search.numerics import _repick_confirmation
+
+    setup, study, n = _planted(tmp_path)
+    confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))
+    results = {str(n["same"]): {"passed": False, "reason": "refused: planted"},
+               str(n["big"]): {"passed": True}}
+    set_study_attrs(study, {"numerics": {"steps": 3, "trials": results}})
+    _repick_confirmation(study, results)
+    conf = study.user_attrs["confirmation"]
+    assert conf["best_trial"] == n["big"]
+    assert conf["same_training"].get("best_trial") != n["same"]  # chosen again, without it
+    same, _ = chosen_trial(study, "same")
+    assert same is not None and same.number != n["same"]
+    assert same.number in (n["same_slow"], n["base"])
