@@ -42,96 +42,184 @@ class Knob:
     # Trial 0's value when the workload's defaults do not name the knob (default: ``off``);
     # also what a trial stored before the knob existed ran with (``Space.absent``).
     baseline: Callable[[Env, Workload], Any] | None = None
+    # What a value other than the user's does to the training itself, beside its speed
+    # (``effect``): why it changes what is trained (None: it does not). Required, so that no
+    # knob joins the registry unclassed: a study's same-training answer rests on it.
+    changes_training: str | None = field(kw_only=True)
+    # Why it changes the arithmetic (a lower precision, other kernels' rounding by design,
+    # other input arithmetic) while the samples, batches and optimizer steps stay the user's
+    # (None: it does not, beyond the last bits any kernel choice moves).
+    changes_numerics: str | None = field(default=None, kw_only=True)
+
+    @property
+    def effect(self) -> str:
+        """The knob's class: ``training``, ``numerics`` or ``speed`` (EFFECTS)."""
+        if self.changes_training:
+            return "training"
+        return "numerics" if self.changes_numerics else "speed"
+
+    @property
+    def effect_reason(self) -> str | None:
+        return self.changes_training or self.changes_numerics
+
+
+#: What each class of knob does to a user's training (the knob reference and the study's
+#: two answers say these).
+EFFECTS: dict[str, str] = {
+    "speed": "changes only how fast: the same samples in the same batches, the same optimizer "
+             "steps, the same precision (float sums may differ in their last bits, as with "
+             "any change of kernel or thread count).",
+    "numerics": "the same samples, batches and optimizer steps, computed with other "
+                "arithmetic (a lower precision, or other rounding by design): the losses differ "
+                "by rounding, and the numerics check (study.numerics_steps) refuses a "
+                "configuration beyond its tolerance before it is exported. A "
+                "same-training configuration may change these; pin them (knobs.amp=off) to "
+                "keep your own arithmetic.",
+    "training": "changes what is trained: how many optimizer steps an epoch takes, which "
+                "samples share a batch, or what the model holds. A same-training "
+                "configuration keeps these at your values.",
+}
 
 
 KNOBS: list[Knob] = [
     Knob("num_workers", "DataLoader worker processes (0 = load in the training process). "
          "Searched up to the usable cores; the agent goes past them, up to "
          f"{IO_WORKERS_PER_CORE} per core, for a loader it measured waiting on I/O.",
-         domains.workers, off=0, ordinal=True),
+         domains.workers, off=0, ordinal=True,
+         changes_training=None),
     Knob("prefetch_factor", "Batches each worker loads ahead.",
-         lambda env, wl: Domain([2, 4, 8]), inactive=domains.no_workers, off=None),
+         lambda env, wl: Domain([2, 4, 8]), inactive=domains.no_workers, off=None,
+         changes_training=None),
     Knob("persistent_workers", "Keep workers alive across epochs (no respawn at epoch start).",
-         lambda env, wl: Domain([False, True]), inactive=domains.no_workers, off=False),
+         lambda env, wl: Domain([False, True]), inactive=domains.no_workers, off=False,
+         changes_training=None),
     Knob("pin_memory", "Page-locked host batches: faster, asynchronous host-to-device copies.",
-         domains.cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False),
+         domains.cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False,
+         changes_training=None),
     Knob("non_blocking", "Asynchronous host-to-device copies: with pinned memory the host does "
          "not wait for the copy and goes on launching the step and loading the next batch.",
-         domains.cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False),
+         domains.cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False,
+         changes_training=None),
     Knob("batch_size", "Samples per step. Changes training dynamics: pin it if that matters.",
-         domains.batch_size),
+         domains.batch_size,
+         changes_training=("a larger batch takes fewer optimizer steps per epoch at the same "
+                           "learning rate (a smaller one more): the training dynamics change "
+                           "unless the learning rate follows (study.keep_global_batch keeps the "
+                           "batch per optimizer step instead)")),
     Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
-         "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32"),
+         "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32",
+         changes_training=None),
     Knob("transform_split", "Input stages run on the host per sample before the copy; the "
          "rest run on the device on the whole batch (0 = all on the device). The device "
          "resize (torchvision, bilinear, antialias) differs from PIL's by at most one grey "
          "level per pixel (tests/test_stages.py).", domains.transform_split, off=0, ordinal=True,
-         baseline=domains.all_on_host),
-    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", domains.amp, off="off"),
-    Knob("compile", "torch.compile mode (off = eager).", domains.compile, off="off"),
+         baseline=domains.all_on_host,
+         changes_training=None,
+         changes_numerics=("input stages on the device compute other pixels (the device resize "
+                           "is within one grey level of PIL's) and draw random augmentations "
+                           "from the device's generator")),
+    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", domains.amp, off="off",
+         changes_training=None,
+         changes_numerics=("activations in bf16 (8 mantissa bits) or fp16 (10, with loss "
+                           "scaling) instead of float32")),
+    Knob("compile", "torch.compile mode (off = eager).", domains.compile, off="off",
+         changes_training=None,
+         changes_numerics=("generated kernels fuse operations and keep fused intermediates at "
+                           "another precision than eager (Inductor computes low-precision "
+                           "pointwise ops in float32)")),
     Knob("cuda_graphs", "Capture the whole training step once and replay it (CUDA Graphs).",
-         domains.cuda_graphs, inactive=domains.graphs_inactive, off=False),
+         domains.cuda_graphs, inactive=domains.graphs_inactive, off=False,
+         changes_training=None),
     Knob("channels_last", "NHWC memory format for the model and its inputs.",
-         domains.channels_last, off=False),
-    Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing.",
-         lambda env, wl: Domain([True, False]), inactive=domains.graphed_step, off=True),
+         domains.channels_last, off=False,
+         changes_training=None),
+    Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing "
+         "(a parameter that gets no gradient in a step is then skipped by the optimizer "
+         "rather than decayed; the same for a model that uses every parameter each step).",
+         lambda env, wl: Domain([True, False]), inactive=domains.graphed_step, off=True,
+         changes_training=None),
     Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
-         domains.optimizer_impl, off="default"),
+         domains.optimizer_impl, off="default",
+         changes_training=None),
     Knob("tf32", "Allow TF32 for float32 matmuls (cuDNN convolutions use TF32 by PyTorch's "
-         "default either way).", domains.tf32, off=False),
+         "default either way).", domains.tf32, off=False,
+         changes_training=None,
+         changes_numerics="float32 matrix multiplications with 10-bit mantissa inputs"),
     Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
-         domains.cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
+         domains.cuda_only([False, True], False, "cuDNN algorithm search"), off=False,
+         changes_training=None),
     Knob("expandable_segments", "The CUDA caching allocator's expandable segments "
          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): one segment grows in place instead "
          "of new blocks per size, so batches of varying shape fragment less and the peak "
          "reserved memory (what the memory limit reads) drops.",
          domains.cuda_only([False, True], False, "the CUDA caching allocator's setting"),
-         off=False, baseline=domains.allocator_env),
+         off=False, baseline=domains.allocator_env, changes_training=None),
     Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS) or "
          "retain (keep them for reuse: no page faults for the step's host tensors).",
-         domains.host_allocator, off="default"),
+         domains.host_allocator, off="default",
+         changes_training=None),
     Knob("cpu_threads", "torch intra-op (and, where not yet started, inter-op) threads of the "
          "training process; each DataLoader worker gets its share of the cores, at most as "
          "many (0 = the cores the workers leave free; CUDA's setting).",
-         domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads),
+         domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads,
+         changes_training=None),
     Knob("bucket_cap_mb", "DDP: MiB of gradients per all-reduce bucket (25 by default): "
          "smaller buckets start communicating earlier in backward, larger ones send fewer "
-         "messages.", domains.ddp_only([1, 5, 25, 100], 25), off=25, ordinal=True),
+         "messages.", domains.ddp_only([1, 5, 25, 100], 25), off=25, ordinal=True,
+         changes_training=None),
     Knob("gradient_as_bucket_view", "DDP: gradients are views into the all-reduce buckets (no "
-         "copy into them, less memory).", domains.ddp_only([False, True], False), off=False),
+         "copy into them, less memory).", domains.ddp_only([False, True], False), off=False,
+         changes_training=None),
     Knob("batched_grad_copy", "DDP: copy each bucket's gradients into it in one batched copy "
          "and one division when the bucket is ready, instead of per parameter (fewer kernels "
          "for models of many small parameters; torch 2.14 and later).",
-         domains.batched_grad_copy, off=False),
+         domains.batched_grad_copy, off=False,
+         changes_training=None),
     Knob("static_graph", "DDP: the model uses the same parameters every step, so DDP can skip "
          "its per-step graph checks and reorder buckets.",
-         domains.ddp_only([False, True], False), off=False),
+         domains.ddp_only([False, True], False), off=False,
+         changes_training=None),
     Knob("broadcast_buffers", "DDP: copy rank 0's buffers (BatchNorm's running statistics) to "
          "every rank before each forward (forward_sync_buffers from torch 2.14). Off: each rank "
-         "keeps its own running statistics.", domains.ddp_only([True, False], True), off=True),
+         "keeps its own running statistics.", domains.ddp_only([True, False], True), off=True,
+         changes_training=("off: each rank keeps its own buffers (BatchNorm's running "
+                           "statistics) instead of rank 0's: a model that reads its buffers in "
+                           "training, or is evaluated or saved on a rank other than 0, holds "
+                           "other values")),
     Knob("comm_hook", "DDP: the gradients' all-reduce as is (none) or compressed to fp16 or bf16 "
          "(half the bytes, summed in that precision). Opt-in: it changes the numerics.",
-         domains.comm_hook, off="none"),
+         domains.comm_hook, off="none",
+         changes_training=None,
+         changes_numerics="gradients summed across ranks in fp16 or bf16 instead of float32"),
     Knob("accumulation_no_sync", "DDP with gradient accumulation (study.keep_global_batch): "
          "skip the all-reduce on each micro-batch but the cycle's last (no_sync), one "
          "all-reduce per optimizer step instead of one per micro-batch, as the Hugging Face "
-         "Trainer and Lightning do.", domains.ddp_only([False, True], False), off=False),
+         "Trainer and Lightning do.", domains.ddp_only([False, True], False), off=False,
+         changes_training=None),
     Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
          "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
          "and backward (sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
-         domains.attention, off="default"),
+         domains.attention, off="default",
+         changes_training=None),
     Knob("activation_checkpointing", "Recompute each layer's activations in backward instead of "
          "keeping them (non-reentrant): slower steps, less memory, room for a bigger batch.",
-         domains.activation_checkpointing, off=False),
+         domains.activation_checkpointing, off=False,
+         changes_training=None),
     Knob("length_grouping", "Batch samples of similar length together (the Trainer's "
          "group_by_length sampler): less padding. Opt-in: it changes which samples share a batch.",
-         domains.length_grouping, off=False),
+         domains.length_grouping, off=False,
+         changes_training=("samples of similar length share a batch instead of a random mix: "
+                           "other batches, so other gradients in every step")),
     Knob("padding_free", "Pack each batch's samples into one row with positions restarting per "
          "sample (DataCollatorWithFlattening): no padding computed. Opt-in.",
-         domains.padding_free, off=False),
+         domains.padding_free, off=False,
+         changes_training=None,
+         changes_numerics=("the same samples and the same predicted tokens, packed in one row "
+                           "(positions restart per sample): other kernels' shapes and rounding")),
     Knob("pad_to_multiple_of", "A padding collator pads each batch's sequences to a multiple of "
          "this (null: to the longest): 8 for tensor cores, larger for fewer distinct shapes.",
-         domains.pad_to_multiple_of, inactive=domains.packed, off=None),
+         domains.pad_to_multiple_of, inactive=domains.packed, off=None,
+         changes_training=None),
 ]
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 

@@ -43,7 +43,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.diagnose.thresholds import CONTENDED_WAIT_S
 from autotune.results.record import trial_attrs
-from autotune.results.trials import baseline_trial, finalists, window_noise
+from autotune.results.trials import (
+    baseline_trial,
+    finalists,
+    same_training_finalists,
+    window_noise,
+)
 from autotune.search.confirm import (
     TIE_BUDGET_SHARE,
     expected_round_s,
@@ -88,11 +93,15 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     parts = [f"{n_trials} trial windows (each measures {w['min_measure_seconds']:g}-"
              f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
     top = setup.confirm_top
+    parts.append("one more trial where the best changes what is trained (its speed and "
+                 "numerics knobs at your batch size)")
     if confirm_runs:
-        # trials.finalists: the top ones, and up to as many more within FINALIST_BAND.
+        # trials.finalists: the top ones, and up to as many more within FINALIST_BAND; then
+        # up to two that train the same model (trials.same_training_finalists).
         parts.append(f"a confirmation of at least {confirm_runs} rounds of up to "
-                     f"{max(1, min(2 * top + 1, n_trials))} windows (your configuration and "
-                     f"{top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their figures are close), at "
+                     f"{max(1, min(2 * top + 3, n_trials + 1))} windows (your configuration "
+                     f"and {top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their "
+                     "figures are close, and up to 2 that train the same model as yours), at "
                      f"most {setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
         parts.append(f"a numerics check ({setup.numerics_steps} steps of each finalist, and "
@@ -273,6 +282,7 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     base = baseline_trial(study)
     if not finals or base is None:
         return {}
+    finals += same_training_finalists(study, finals)  # the same-training answer's (confirm.py)
     trials = list({t.number: t for t in [*finals, base]}.values())
     out: dict[str, float] = {}
     if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then

@@ -154,8 +154,14 @@ def _shipped_workload(name: str) -> Any:
     return instantiate(node)
 
 
+def effect_lines(knob: Any) -> list[str]:
+    """A knob's class (speed, numerics or training) and why, as the reference states it."""
+    why = f": {knob.effect_reason}." if knob.effect_reason else ": only how fast it trains."
+    return [f"**Effect on training: {knob.effect}**{why}", ""]
+
+
 def knobs_markdown() -> str:
-    from autotune.core.knobs import KNOBS
+    from autotune.core.knobs import EFFECTS, KNOBS
 
     envs = _reference_envs()
     wl = _shipped_workload("resnet18")
@@ -166,9 +172,20 @@ def knobs_markdown() -> str:
            "values). The values below are what the registry's own domain rules give for the "
            "`resnet18` workload on three reference machines; a study prints its own at the "
            "start, and knobs that cannot apply on the device are fixed with the reason (in "
-           "best.yaml under `fixed_knobs`).", ""]
+           "best.yaml under `fixed_knobs`).", "",
+           "## What each knob does to training", "",
+           "Every knob is classed by what a value other than yours does to the training "
+           "itself. A study confirms two answers: the fastest configuration, and the fastest "
+           "that trains the same model as yours (training knobs at your values; "
+           "`study.training` says which one best.yaml holds, the other is written beside it "
+           "as `best-same-training.yaml` or `best-any-training.yaml`).", "",
+           "| class | what it means | knobs |", "|---|---|---|"]
+    for effect, meaning in EFFECTS.items():
+        names = ", ".join(f"[{k.name}](#{k.name})" for k in KNOBS if k.effect == effect)
+        out.append(f"| {effect} | {_cell(meaning)} | {names} |")
+    out.append("")
     for knob in KNOBS:
-        out += [f"## {knob.name}", "", knob.doc, "",
+        out += [f"## {knob.name}", "", knob.doc, "", *effect_lines(knob),
                 "| machine | values searched | why narrower |", "|---|---|---|"]
         for label, env in envs:
             dom = knob.domain(env, wl)
