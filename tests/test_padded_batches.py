@@ -75,11 +75,11 @@ def test_the_labels_say_where_a_batch_without_a_mask_is_padded() -> None:
     assert "position_ids" in packed and not has_padding(packed)
 
 
-def test_a_plain_function_collator_that_pads_opens_grouping_and_packing() -> None:
+def test_a_plain_function_collator_that_pads_opens_grouping_and_packing(cpu_env: Any) -> None:
     """The Hugging Face adapter reads the padding from the batches of a plain function, a
     class without the setting and transformers' own collator alike; pad_to_multiple_of is
     offered only where the collator takes it."""
-    env = _env()
+    env = cpu_env
     for collate in (pad_collate, PadsWithoutTheSetting(), labels_only_collate):
         wl = _trainer_workload(collate)
         assert wl.pads_batches and wl.input_shapes["padded"] > 0, collate
@@ -101,15 +101,15 @@ def test_a_plain_function_collator_that_pads_opens_grouping_and_packing() -> Non
     assert listed.domains["pad_to_multiple_of"].values == [None, 8]
 
 
-def test_batches_without_padding_are_not_padded_sequences() -> None:
+def test_batches_without_padding_are_not_padded_sequences(cpu_env: Any) -> None:
     """The same function over samples of one length: nothing to group or pack, and the
     domain says what the batches showed."""
     trainer_wl = _trainer_workload(pad_collate, min_len=16, max_len=16)
     assert trainer_wl.input_shapes["distinct"] == 1 and not trainer_wl.pads_batches
-    dom = build_space(_env(), trainer_wl, {}).domains["length_grouping"]
+    dom = build_space(cpu_env, trainer_wl, {}).domains["length_grouping"]
     assert dom.values == [False] and "hold no padding" in str(dom.reason)
     with pytest.raises(KnobError, match="length_grouping"):
-        build_space(_env(), trainer_wl, {"length_grouping": BOTH})
+        build_space(cpu_env, trainer_wl, {"length_grouping": BOTH})
 
 
 def test_a_plain_workload_is_read_from_its_own_batches() -> None:
@@ -151,8 +151,3 @@ def test_a_decoder_with_a_function_collator_is_tuned_in_tokens_with_its_padding(
     packed = [r for r in rows if r["knob.padding_free"] == "True"]
     assert packed and all(float(r["padding_share"]) == 0.0 for r in packed)
 
-
-def _env() -> Any:
-    from tests.test_sequences import _env as probed
-
-    return probed()
