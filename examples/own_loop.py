@@ -3,7 +3,7 @@ N steps, checkpoints) with a study's result applied by your own lines: each knob
 ``autotune.Runtime`` call that returns what the line needs (DataLoader arguments, the placed
 model, optimizer arguments, an autocast context, a GradScaler, zero_grad).
 
-    python examples/own_loop.py tune                                    # studies/own-loop/best.yaml
+    python examples/own_loop.py tune [OVERRIDE ...]                     # studies/own-loop/best.yaml
     python examples/own_loop.py train studies/own-loop/best.yaml        # your loop, tuned
     autotune verify studies/own-loop --script examples/own_loop.py train studies/own-loop/best.yaml
 
@@ -75,8 +75,8 @@ class OwnLoopWorkload(autotune.Workload):
 # --8<-- [end:workload]
 
 
-def tune(quick: bool) -> None:
-    overrides = ["study.name=own-loop"]
+def tune(quick: bool, more: list[str]) -> None:
+    overrides = ["study.name=own-loop", *more]  # more: the command line's, e.g. knobs.amp=off
     if quick:  # a smoke test's windows: for a real study, leave these out
         overrides += ["study.n_trials=2", "window.warmup_steps=2", "window.measure_steps=6",
                       "window.measure_seconds=2", "window.min_measure_steps=2",
@@ -152,6 +152,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tune", help="run the study of this model")
     t.add_argument("--quick", action="store_true", help="tiny windows, 2 trials: a smoke test")
+    t.add_argument("overrides", nargs="*", help="autotune overrides, e.g. knobs.cpu_threads=1")
     r = sub.add_parser("train", help="train with a study's best.yaml")
     r.add_argument("best", help="the study's best.yaml (autotune verify sets AUTOTUNE_BEST)")
     r.add_argument("--steps", type=int, default=600)
@@ -159,7 +160,7 @@ def main() -> None:
     r.add_argument("--checkpoints", type=Path, default=Path("checkpoints"))
     a = ap.parse_args()
     if a.command == "tune":
-        tune(a.quick)
+        tune(a.quick, a.overrides)
     else:
         train(a.best, a.steps, a.eval_every, a.checkpoints)
 
