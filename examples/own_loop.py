@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import autotune
 
 # --8<-- [start:model]
-FEATURES, CLASSES = 64, 10
+FEATURES, HIDDEN, CLASSES = 256, 1024, 10
 LR, MAX_NORM = 1e-3, 1.0
 
 
@@ -39,8 +39,8 @@ def datasets(n: int = 8192, seed: int = 0) -> tuple[TensorDataset, TensorDataset
 
 
 def network() -> nn.Module:
-    return nn.Sequential(nn.Linear(FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                         nn.Linear(256, CLASSES))
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN),
+                         nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
 # --8<-- [end:model]
 
 

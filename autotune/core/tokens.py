@@ -74,7 +74,7 @@ def count_tokens(inputs: Any) -> TokenCount | None:
     return TokenCount(int(torch.count_nonzero(mask)), computed)
 
 
-def _by_labels(inputs: Mapping[str, Any], ids: torch.Tensor) -> TokenCount | None:
+def _by_labels(inputs: Mapping[str, Any], ids: torch.Tensor) -> TokenCount:
     """Right padding read from the labels alone: each row's trailing run of ignored labels
     (-100), when the runs differ between rows (rows padded to the batch's longest). Runs of one
     length in every row are not padding (labels shifted by the user, the last one ignored); a
@@ -83,10 +83,9 @@ def _by_labels(inputs: Mapping[str, Any], ids: torch.Tensor) -> TokenCount | Non
     computed = ids.numel()
     labels = inputs.get("labels")
     if (not isinstance(labels, torch.Tensor) or tuple(labels.shape) != tuple(ids.shape)
-            or ids.dim() != 2 or "position_ids" in inputs):
+            or ids.dim() != 2 or "position_ids" in inputs or labels.device.type != "cpu"):
+        # Labels already on a device are not read (that would wait on it): every id counts.
         return TokenCount(computed, computed)
-    if labels.device.type != "cpu":
-        return None
     # The trailing run's length per row: ignored positions counted from the right until the
     # first kept one (a cumulative product of the flipped "ignored" flags).
     trailing = labels.eq(IGNORED).flip(-1).int().cumprod(-1).sum(-1)
