@@ -471,7 +471,7 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
         )
     if knob.name == "pad_to_multiple_of":
         return (value is None or (isinstance(value, int) and not isinstance(value, bool)
-                                  and value > 0)) and "does not pad" not in (dom.reason or "")
+                                  and value > 0)) and "takes no pad_to_multiple_of" not in (dom.reason or "")
     if knob.name == "comm_hook":  # opt-in: the listed hooks, where there are ranks
         return value in ("none", *COMM_HOOKS) and "list values" in (dom.reason or "")
     if knob.name in ("length_grouping", "padding_free"):  # opt-in: any listed bool, where it applies
