@@ -151,3 +151,17 @@ def test_a_decoder_with_a_function_collator_is_tuned_in_tokens_with_its_padding(
     packed = [r for r in rows if r["knob.padding_free"] == "True"]
     assert packed and all(float(r["padding_share"]) == 0.0 for r in packed)
 
+
+
+def test_a_framework_that_cannot_apply_grouping_refuses_it_when_listed(cpu_env: Any) -> None:
+    """A workload's knob_limits (its framework's reach) bound the values a user may list for
+    an opt-in knob too: the Lightning adapter keeps the DataModule's sampler, so a study that
+    measured length grouping would export a configuration its Lightning export cannot apply."""
+    from autotune.adapters.lightning_workload import LightningWorkload
+
+    class Limited(TinyLlamaLM):
+        knob_limits = {"length_grouping": LightningWorkload.knob_limits["length_grouping"]}
+
+    assert build_space(cpu_env, TinyLlamaLM(n=32, collate="pad"), {"length_grouping": BOTH})
+    with pytest.raises(KnobError, match="does not regroup batches by length"):
+        build_space(cpu_env, Limited(n=32, collate="pad"), {"length_grouping": BOTH})

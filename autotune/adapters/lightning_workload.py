@@ -98,6 +98,8 @@ class LightningWorkload(Workload):
         "set_to_none": ([True], "Lightning's optimizer_zero_grad calls zero_grad(), which sets "
                                 "gradients to None"),
         "non_blocking": ([True], "Lightning copies batches to CUDA with non_blocking=True"),
+        "length_grouping": ([False], "the Lightning adapter keeps the DataModule's own sampler "
+                                     "(its prepared loader does not regroup batches by length)"),
     }
     #: The verify side for this workload: the user's Trainer.fit (autotune/search/verify.py).
     verifier = "autotune.adapters.lightning_verify"

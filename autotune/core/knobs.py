@@ -348,13 +348,18 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
     narrows). An override outside the valid domain is an error that names the valid values."""
     domains: dict[str, Domain] = {}
     for knob in KNOBS:
-        dom = _limited(knob.domain(env, wl), wl.knob_limits.get(knob.name))
+        limit = wl.knob_limits.get(knob.name)
+        dom = _limited(knob.domain(env, wl), limit)
         want = overrides.get(knob.name)
         if want is not None:
             asked = list(want) if isinstance(want, (list, tuple)) else [want]
-            bad = [v for v in asked if not _valid(knob, dom, v)]
+            # The framework's reach bounds what a user may list too (an opt-in knob's domain
+            # is its default alone until listed).
+            beyond = [v for v in asked if limit is not None and v not in limit[0]]
+            bad = [v for v in asked if not _valid(knob, dom, v) or v in beyond]
             if bad:
-                why = f" ({dom.reason})" if dom.reason else ""
+                why = f" ({limit[1] if beyond and limit else dom.reason})" \
+                    if (beyond and limit) or dom.reason else ""
                 raise KnobError(
                     f"knobs.{knob.name}={want!r} is not valid on {env.device}: "
                     f"{', '.join(map(repr, bad))} not in {dom.values!r}{why}. "
