@@ -63,9 +63,12 @@ from autotune.search.round_spread import RoundSpread, expected_rounds
 from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
-#: Runs of a numerics check besides one per finalist: the reference twice (its run-to-run
-#: deviation bounds the tolerance, search/numerics.py), taken as one reference for all.
+#: Runs of a numerics check besides one per answer checked: the reference twice (its
+#: run-to-run deviation bounds the tolerance, search/numerics.py), one per batch size.
 REFERENCE_RUNS = 2
+#: Answers the numerics check runs before the search says which: best.yaml's, and the one
+#: that trains the same model where that differs (search/numerics.py checks no other).
+ANSWERS_CHECKED = 2
 
 
 def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
@@ -104,8 +107,9 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
                      "figures are close, and up to 2 that train the same model as yours), at "
                      f"most {setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
-        parts.append(f"a numerics check ({setup.numerics_steps} steps of each finalist, and "
-                     "twice of your configuration at its batch size)")
+        parts.append(f"a numerics check ({setup.numerics_steps} steps of each configuration "
+                     "to export, the next only if one is refused, and twice of your "
+                     "configuration at its batch size)")
     if setup.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")
@@ -218,7 +222,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
-    numerics_s = ((setup.confirm_top + REFERENCE_RUNS)
+    numerics_s = (ANSWERS_CHECKED * (1 + REFERENCE_RUNS)
                   * numerics_run_s(first, window_s, setup.numerics_steps))
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
     # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
@@ -282,7 +286,9 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     base = baseline_trial(study)
     if not finals or base is None:
         return {}
-    finals += same_training_finalists(study, finals)  # the same-training answer's (confirm.py)
+    same = same_training_finalists(study, finals)  # the same-training answer's (confirm.py)
+    leaders = [finals[0], *same[:1]]  # what numerics.py checks: each answer's leader so far
+    finals = [*finals, *same]
     trials = list({t.number: t for t in [*finals, base]}.values())
     out: dict[str, float] = {}
     if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then
@@ -293,16 +299,15 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
                                          expected_round_s(trials))
     if setup.numerics_steps:
-        out["numerics check"] = _numerics_s(setup, finals, base)
+        out["numerics check"] = _numerics_s(setup, leaders, base)
     if setup.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out
 
 
 def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
-    """As check_numerics runs them: each finalist whose knobs differ from its reference once,
-    each distinct reference twice (the confirmation may drop some finalists: counted all the
-    same). A reference trains with the baseline's numerics at the finalist's batch size, so
+    """As check_numerics runs them: each answer's trial whose knobs differ from its reference
+    once, each distinct reference twice (a refused answer's next one is not foreseen). A reference trains with the baseline's numerics at the finalist's batch size, so
     its steps are the baseline's scaled by the batch (``_reference_step_s``), not the
     finalist's: the README's CPU study's bf16 finalists' runs took 5-7 s each and their fp32
     references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s
