@@ -20,7 +20,8 @@ def my_dataset():
 
 
 def my_model():
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    return nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
 
 
 # --- 1. what you train, and how you train it today ------------------------------------------------
