@@ -186,7 +186,8 @@ def ranked(env: Env, launch: Any, workers: int = 1) -> Env:
     share = max(1, env.cpu_count // (nproc * max(1, workers)))
     if nproc * nnodes == 1:
         return env if workers <= 1 else dataclasses.replace(env, cpu_count=share)
-    return dataclasses.replace(env, cpu_count=share, torch_threads=1, ranks=nproc * nnodes)
+    return dataclasses.replace(env, cpu_count=share, torch_threads=1, ranks=nproc * nnodes,
+                               nodes=nnodes)
 
 
 def launch_spec(launch: Any, env: Env) -> dict[str, Any]:

@@ -177,6 +177,7 @@ class KnobsConfig:
     cudnn_benchmark: Any = None
     host_allocator: Any = None
     cpu_threads: Any = None
+    sharding: Any = None
     bucket_cap_mb: Any = None
     gradient_as_bucket_view: Any = None
     batched_grad_copy: Any = None
@@ -184,6 +185,11 @@ class KnobsConfig:
     broadcast_buffers: Any = None
     comm_hook: Any = None
     accumulation_no_sync: Any = None
+    fsdp_wrap_blocks: Any = None
+    fsdp_param_dtype: Any = None
+    fsdp_reduce_dtype: Any = None
+    fsdp_prefetch: Any = None
+    fsdp_cpu_offload: Any = None
     attention: Any = None
     activation_checkpointing: Any = None
     length_grouping: Any = None

@@ -1,5 +1,5 @@
 """CHILD side, one rank of a trial: the ranks' agreements, and how much of a step waits on
-gradient communication.
+gradient communication (a sharded model's all-gathers and reduce-scatters: measure/shard_comm.py).
 
 The exposed share is measured, not read off timestamps: where ranks share a node's cores,
 gloo's threads time-slice with backward, so a profile's all-reduce spans overlap work they
@@ -94,23 +94,27 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
     # single micro-steps would be an unsynced one. Each timed unit is then a whole cycle (one
     # all-reduce in it, wherever it starts), per micro-step.
     cycle = run.grad_accum if run.knobs.get("accumulation_no_sync") else 1
+    ddp = DdpLog(run.ddp)
+    if run.fsdp is not None:
+        from autotune.measure.shard_comm import sharded_timer
 
-    def timed(sync: bool) -> float:
-        run.sync_grads = sync
-        barrier()
-        clock.sync(run.device)
-        t0 = time.perf_counter()
-        for _ in range(cycle):
-            run.step(inputs, targets)
-        clock.sync(run.device)
-        ms = (time.perf_counter() - t0) * 1e3 / cycle
-        if sync:
-            ddp.read()  # outside the timed step
-        return ms
+        timed = sharded_timer(run, inputs, targets, clock, cycle, barrier)
+    else:
+        def timed(sync: bool) -> float:
+            run.sync_grads = sync
+            barrier()
+            clock.sync(run.device)
+            t0 = time.perf_counter()
+            for _ in range(cycle):
+                run.step(inputs, targets)
+            clock.sync(run.device)
+            ms = (time.perf_counter() - t0) * 1e3 / cycle
+            if sync:
+                ddp.read()  # outside the timed step
+            return ms
 
     synced: list[float] = []
     unsynced: list[float] = []
-    ddp = DdpLog(run.ddp)
     start = time.perf_counter()
     try:
         for pair in range(pairs):
@@ -145,7 +149,15 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
             # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
             # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
             "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False)),
-            **ddp.figures()}
+            **(sharded_figures(run, inputs, targets, cycle) if run.fsdp is not None
+               else ddp.figures())}
+
+
+def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int) -> dict[str, Any]:
+    """A sharded model's collectives, timed in a short profile (measure/shard_comm.py)."""
+    from autotune.measure.shard_comm import collectives
+
+    return {"sharding": run.knobs.get("sharding"), **collectives(run, inputs, targets, cycle)}
 
 
 def _lower_index(n: int, alpha: float) -> int:
