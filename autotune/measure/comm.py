@@ -155,9 +155,14 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
 
 def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int) -> dict[str, Any]:
     """A sharded model's collectives, timed in a short profile (measure/shard_comm.py)."""
+    from autotune.core import sharding
     from autotune.measure.shard_comm import collectives
 
-    return {"sharding": run.knobs.get("sharding"), **collectives(run, inputs, targets, cycle)}
+    layers = run.workload.shard_layers or run.workload.checkpoint_layers
+    found = sharding.blocks(run.model, layers)
+    types = sorted({type(getattr(m, "_checkpoint_wrapped_module", m)).__name__ for m in found})
+    return {"sharding": run.knobs.get("sharding"), "block_types": types, "blocks": len(found),
+            **collectives(run, inputs, targets, cycle)}
 
 
 def _lower_index(n: int, alpha: float) -> int:

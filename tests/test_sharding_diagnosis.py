@@ -1,0 +1,115 @@
+"""The diagnosis of sharded trials and of the phases beside the verdict: pure functions over
+the plain data a window returns (nothing launched here; tests/test_sharding.py and
+tests/test_launched_honest.py measure real ranks)."""
+
+from __future__ import annotations
+
+from autotune.cli.app import ranked
+from autotune.cli.config import LaunchConfig
+from autotune.core.env import Env
+from autotune.core.knobs import build_space, without_accumulation
+from autotune.diagnose.verdicts import diagnose
+from autotune.workloads.gpt import GPTWorkload
+from autotune.workloads.mlp import MLPWorkload
+
+BASE = {"samples_per_sec": 100.0, "step_ms": {"median": 100.0}, "peak_memory_gb": 0.5,
+        "timers": {"data_wait": 0.01, "compute": 0.8, "optimizer": 0.1}}
+
+
+def _space(env: Env, wl: object = None, **over: object):  # type: ignore[no-untyped-def]
+    return without_accumulation(build_space(ranked(env, LaunchConfig(nproc_per_node=2)),
+                                            wl or GPTWorkload().cpu_sized(), over))
+
+
+def test_a_sharded_step_waiting_on_its_collectives_gets_fsdp_fixes(cpu_env: Env) -> None:
+    """Communication-bound at the lower bound: the all-gathers and reduce-scatters named with
+    their profiled counts and times, and the fixes FSDP2's own recipe gives, in order."""
+    space = _space(cpu_env)
+    knobs = {**space.baseline, "sharding": "full_shard", "batch_size": 8}
+    comm = {"exposed_share": 0.42, "exposed_ms": 42.0, "exposed_share_low": 0.31,
+            "all_gathers": 5.0, "all_gather_ms": 9.4, "reduce_scatters": 3.0,
+            "reduce_scatter_ms": 14.0, "sharding": "full_shard"}
+    verdict = diagnose({**BASE, "comm": comm}, knobs, "cpu", 10, domains=space.domains)
+    assert verdict["bottleneck"] == "communication"
+    assert "FSDP2's collectives (5 all-gathers, 9.4 ms and 3 reduce-scatters, 14.0 ms a step)" \
+        in verdict["summary"]
+    fixes = [(f["knob"], f["value"]) for f in verdict["fixes"]]
+    assert fixes[:4] == [("fsdp_prefetch", 1), ("sharding", "shard_grad_op"),
+                         ("fsdp_wrap_blocks", 2), ("batch_size", 16)]
+    assert ("fsdp_param_dtype", "bf16") in fixes
+    named = [f["knob"] for f in verdict["fixes"]] + [r["knob"] for r in verdict["ruled_out"]]
+    assert "bucket_cap_mb" not in named and "gradient_as_bucket_view" not in named
+    # The same share under its lower bound's threshold: not the verdict, but named beside it.
+    noisy = diagnose({**BASE, "comm": {**comm, "exposed_share_low": 0.1}}, knobs, "cpu", 10,
+                     domains=space.domains)
+    assert noisy["bottleneck"] != "communication"
+    assert "Also large: FSDP2's all-gathers and reduce-scatters add 42% of the step" in noisy["summary"]
+    assert ("fsdp_prefetch", 1) in [(f["knob"], f["value"]) for f in noisy["fixes"]]
+
+
+def test_every_large_phase_is_named_not_only_the_dominant_one(cpu_env: Env) -> None:
+    """The 2-rank DDP study of a wide MLP: 25.8% exposed, lower bound 24.2%, under the
+    verdict's 25%: the all-reduce is named beside the compute verdict, with its fixes after
+    the verdict's; a small share and a phase that is the verdict's own are not repeated."""
+    space = _space(cpu_env, MLPWorkload())
+    knobs = {**space.baseline, "batch_size": 32}
+    comm = {"exposed_share": 0.258, "exposed_ms": 25.8, "exposed_share_low": 0.242}
+    result = {**BASE, "comm": comm, "timers": {**BASE["timers"], "optimizer": 0.3}}
+    verdict = diagnose(result, knobs, "cpu", 10, domains=space.domains)
+    assert verdict["bottleneck"] == "cpu_compute"
+    assert ("Also large: the gradient all-reduce adds 26% of the step (25.8 ms; at least 24%, "
+            "under the 25% the communication verdict needs); the optimizer step takes 30% of "
+            "the step.") in verdict["summary"]
+    knobs_fixed = [f["knob"] for f in verdict["fixes"]]
+    assert "gradient_as_bucket_view" in knobs_fixed
+    assert knobs_fixed.index("gradient_as_bucket_view") > knobs_fixed.index("optimizer_impl")
+    quiet = diagnose({**BASE, "comm": {**comm, "exposed_share": 0.05}}, knobs, "cpu", 10,
+                     domains=space.domains)
+    assert "Also large" not in quiet["summary"]
+    waiting = diagnose({**BASE, "timers": {**BASE["timers"], "data_wait": 0.5}}, knobs, "cpu", 10,
+                       domains=space.domains)
+    assert waiting["bottleneck"] == "input_pipeline" and "Also large" not in waiting["summary"]
+
+
+def test_ranks_over_their_memory_are_offered_sharding_with_a_releasing_allocator(
+        cpu_env: Env) -> None:
+    space = _space(cpu_env)
+    knobs = {**space.baseline, "batch_size": 16}
+    over = {**BASE, "peak_memory_gb": 1.9}
+    verdict = diagnose(over, knobs, "cpu", 2.0, domains=space.domains)
+    assert verdict["bottleneck"] == "memory"
+    first = verdict["fixes"][0]
+    assert (first["knob"], first["value"], first["with"]) == (
+        "sharding", "full_shard", {"host_allocator": "release"})
+    sharded = diagnose(over, {**knobs, "sharding": "full_shard"}, "cpu", 2.0,
+                       domains=space.domains)
+    assert (sharded["fixes"][0]["knob"], sharded["fixes"][0]["value"]) == ("host_allocator", "release")
+    # One process: nothing to shard, and the verdict does not say it is ruled out.
+    alone = build_space(cpu_env, GPTWorkload().cpu_sized(), {})
+    single = diagnose(over, {**alone.baseline, "batch_size": 16}, "cpu", 2.0, domains=alone.domains)
+    assert "sharding" not in [f["knob"] for f in single["fixes"] + single["ruled_out"]]
+
+
+def test_a_rank_over_the_limit_is_named_and_the_fsdp_arguments_export() -> None:
+    from autotune.measure.protocol import WindowResult
+    from autotune.results.sharding_export import fsdp_section
+    from autotune.search.units import over_limit, result_line
+
+    r = WindowResult(outcome="ok", peak_memory_gb=2.13, ranks=[
+        {"rank": 0, "peak_memory_gb": 2.12}, {"rank": 1, "peak_memory_gb": 2.13}])
+    assert over_limit(r, 1.9) == ("rank 1 peaked at 2.13 GB, over the 1.90 GB limit per rank "
+                                  "(rank 0: 2.12 GB)")
+    assert "OVER LIMIT (rank 1 peaked at 2.13 GB" in result_line(r, 1.9)
+    launch = {"nproc_per_node": 2, "nnodes": 1}
+    knobs = {"sharding": "shard_grad_op", "fsdp_param_dtype": "bf16", "fsdp_wrap_blocks": 2,
+             "fsdp_prefetch": 1, "accumulation_no_sync": False}
+    section = fsdp_section(launch, knobs, {"block_types": ["LlamaDecoderLayer"]})
+    assert section == {
+        "reshard_after_forward": False,
+        "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
+        "offload_policy": None, "mesh_shape": [2], "mesh_dim_names": ["shard"],
+        "block_types": ["LlamaDecoderLayer"], "blocks_per_group": 2, "prefetch": 1,
+        "accumulation_no_sync": False}
+    assert fsdp_section(launch, {"sharding": "no_shard"}) is None
+    assert fsdp_section({"nproc_per_node": 2, "nnodes": 2}, {"sharding": "hybrid_shard"}
+                        )["mesh_shape"] == [2, 2]
