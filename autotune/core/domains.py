@@ -303,6 +303,8 @@ def sharding(env: Env, wl: Workload) -> Domain:
     if env.ranks <= 1:
         return Domain(["no_shard"], "one process: nothing to shard (launch.nproc_per_node=N "
                       "runs every trial as N ranks)")
+    if env.device != "cuda" and wl.cpu_sharding:
+        return Domain(["no_shard"], wl.cpu_sharding)
     if env.nodes > 1:
         return Domain(["no_shard", "full_shard", "shard_grad_op", "hybrid_shard"])
     return Domain(["no_shard", "full_shard", "shard_grad_op"],

@@ -49,10 +49,11 @@ def sharded(knobs: Mapping[str, Any]) -> bool:
 def blocks(model: nn.Module, layers: Sequence[type] = ()) -> list[nn.Module]:
     """The model's blocks, outermost first found, in registration order (a transformer's
     forward order): modules of the ``layers`` types (``Workload.shard_layers``), else those
-    whose class is named in the model's ``_no_split_modules`` (a Hugging Face model's decoder
-    layers). A block inside activation checkpointing's wrapper is taken with its wrapper, as
-    torchtitan shards it."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
+    whose class is named in a ``_no_split_modules`` of the model or of a module inside it (a
+    Hugging Face model's decoder layers, in it or in a LightningModule holding it). A block
+    inside activation checkpointing's wrapper is taken with its wrapper, as torchtitan shards
+    it."""
+    names = {n for m in model.modules() for n in (getattr(m, "_no_split_modules", None) or ())}
     types = tuple(layers)
 
     def is_block(m: nn.Module) -> bool:
@@ -124,15 +125,16 @@ def fully_shard_arguments(knobs: Mapping[str, Any], root: bool = False) -> dict[
 
 
 def shard(model: nn.Module, knobs: Mapping[str, Any], device: torch.device,
-          layers: Sequence[type] = ()) -> nn.Module:
+          layers: Sequence[type] = (), mesh: Any = None) -> nn.Module:
     """The placed model sharded in place: ``fully_shard`` on each group of blocks, then the
     root, and the prefetch the knobs ask for. Build the optimizer from the returned model's
     parameters afterwards (they are the shards). A model without named blocks is one group,
-    the root's: it runs, with neither the memory saving nor the overlap of per-block groups."""
+    the root's: it runs, with neither the memory saving nor the overlap of per-block groups.
+    ``mesh``: a framework's own (Lightning's data-parallel mesh); default: the knobs'."""
     from torch.distributed.fsdp import fully_shard
 
     kwargs = fully_shard_arguments(knobs)
-    mesh = device_mesh(knobs, device)
+    mesh = mesh if mesh is not None else device_mesh(knobs, device)
     units = groups(blocks(model, layers), int(knobs.get("fsdp_wrap_blocks") or 1))
     for unit in units:
         fully_shard(unit if len(unit) > 1 else unit[0], mesh=mesh, **kwargs)
