@@ -138,3 +138,22 @@ def test_the_blocks_are_found_by_type_by_hugging_face_name_and_inside_checkpoint
                                              num_hidden_layers=3, num_attention_heads=2))
     assert [type(m).__name__ for m in blocks(llama)] == ["LlamaDecoderLayer"] * 3
     assert blocks(torch.nn.Linear(2, 2)) == []
+
+
+def test_a_sharded_models_blocks_are_still_found_by_their_own_name() -> None:
+    """fully_shard swaps each block's class for an FSDP subclass: the blocks of a sharded
+    Hugging Face model are found by their own name, and named so in the export."""
+    from autotune.measure.comm import _unsharded_name
+
+    with torch.device("meta"):
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                             num_hidden_layers=2, num_attention_heads=2))
+    layer = llama.model.layers[0]
+    from torch.distributed.fsdp import FSDPModule
+
+    # as fully_shard does
+    layer.__class__ = type("FSDPLlamaDecoderLayer", (FSDPModule, type(layer)), {})
+    assert len(blocks(llama)) == 2
+    assert _unsharded_name(layer) == "LlamaDecoderLayer"

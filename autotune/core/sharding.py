@@ -58,7 +58,10 @@ def blocks(model: nn.Module, layers: Sequence[type] = ()) -> list[nn.Module]:
 
     def is_block(m: nn.Module) -> bool:
         inner = getattr(m, "_checkpoint_wrapped_module", m)
-        return isinstance(inner, types) if types else type(inner).__name__ in names
+        # By name through the class's bases: fully_shard swaps a block's class for a subclass
+        # of it (FSDPLlamaDecoderLayer), so a sharded model's blocks are still found.
+        return isinstance(inner, types) if types else any(
+            c.__name__ in names for c in type(inner).__mro__)
 
     found: list[nn.Module] = []
 

@@ -160,7 +160,7 @@ def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int) -> dict[str
 
     layers = run.workload.shard_layers or run.workload.checkpoint_layers
     found = sharding.blocks(run.model, layers)
-    types = sorted({type(getattr(m, "_checkpoint_wrapped_module", m)).__name__ for m in found})
+    types = sorted({_unsharded_name(getattr(m, "_checkpoint_wrapped_module", m)) for m in found})
     return {"sharding": run.knobs.get("sharding"), "block_types": types, "blocks": len(found),
             **collectives(run, inputs, targets, cycle)}
 
@@ -247,3 +247,11 @@ class DdpLog:
         out["ddp_overlap_share"] = (round(min(1.0, out["ddp_overlap_ms"] / comm_ms), 4)
                                     if comm_ms > 0 else None)
         return {**out, "ddp_steps": len(self.rows), "ddp_note": None}
+
+
+def _unsharded_name(module: Any) -> str:
+    """A block's own class name: fully_shard swaps its class for ``FSDP<name>``, a subclass
+    of FSDPModule and of it."""
+    name = type(module).__name__
+    own = name.removeprefix("FSDP")
+    return own if own != name and any(c.__name__ == own for c in type(module).__mro__) else name
