@@ -113,3 +113,15 @@ def test_a_rank_over_the_limit_is_named_and_the_fsdp_arguments_export() -> None:
     assert fsdp_section(launch, {"sharding": "no_shard"}) is None
     assert fsdp_section({"nproc_per_node": 2, "nnodes": 2}, {"sharding": "hybrid_shard"}
                         )["mesh_shape"] == [2, 2]
+
+
+def test_sharded_finalists_are_checked_in_numerics_families_of_their_own() -> None:
+    from autotune.search.numerics import DEFAULT_TOLERANCE, families
+
+    ref = {"sharding": "no_shard", "fsdp_param_dtype": "fp32", "fsdp_reduce_dtype": "fp32",
+           "fsdp_wrap_blocks": 1, "fsdp_prefetch": 0}
+    assert families({**ref, "sharding": "full_shard", "fsdp_prefetch": 2}, ref) == ["sharding"]
+    assert families({**ref, "sharding": "full_shard", "fsdp_param_dtype": "bf16"}, ref) == [
+        "sharding", "fsdp_param_dtype"]
+    assert families({**ref, "fsdp_reduce_dtype": "bf16"}, ref) == ["fsdp_reduce_dtype"]
+    assert DEFAULT_TOLERANCE["fsdp_param_dtype"] == DEFAULT_TOLERANCE["amp"]

@@ -137,8 +137,10 @@ class StudyConfig:
     numerics_tolerance: dict[str, float] = _key(default_factory=dict, help=(
         "Largest relative loss deviation allowed, by the knob families a configuration "
         "changes (the loosest applies). Keys: default, amp, compile, cuda_graphs, "
-        "device_transform, tf32; defaults (default 0.05, amp 0.10, the others 0.05) and their "
-        "measured starting points in autotune/search/numerics.py."))
+        "device_transform, tf32, attention, padding_free, comm_hook, sharding, "
+        "fsdp_param_dtype, fsdp_reduce_dtype; defaults (default 0.05, amp and fsdp_param_dtype "
+        "0.10, the others 0.05) and their measured starting points in "
+        "autotune/search/numerics.py."))
     start_from: str | None = _key(None, help=(
         "Enqueue this earlier study's best configuration right after the baseline (same "
         "storage rule as `compare_to`)."))
