@@ -322,10 +322,13 @@ def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
     print(f"  objective: {objective_words(s.run_steps)}")
     if s.launch:
+        shardings = s.space.domains["sharding"].values
+        held = ("DistributedDataParallel" if shardings == ["no_shard"] else "FSDP2, fully_shard"
+                if "no_shard" not in shardings else "DistributedDataParallel or FSDP2 as sharding says")
         print(f"  launch: every trial runs {s.launch['nproc_per_node']} ranks "
-              f"({s.launch['backend']}, DistributedDataParallel) under PyTorch's elastic launcher, "
+              f"({s.launch['backend']}, {held}) under PyTorch's elastic launcher, "
               f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads "
-              "count per rank")
+              "count per rank; the memory limit holds per rank")
     for line in fixed_lines(s.space.fixed):
         print(f"  {line}")
     for name, (values, why) in s.space.narrowed.items():

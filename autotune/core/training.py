@@ -196,9 +196,11 @@ class Training:
         apply_process_knobs(self.knobs)
         self.loader: Any = build_loader(workload, self.knobs, seed)
         model = place_model(workload.model(), self.knobs, self.device, workload.checkpoint_layers)
-        if distributed.world_size() > 1:
+        if distributed.world_size() > 1 or (sharding.sharded(self.knobs)
+                                            and torch.distributed.is_initialized()):
             # Several ranks (a trial launched as the production run is): DDP or FSDP2 as the
-            # knobs say, before the optimizer, whose parameters a sharded model replaces.
+            # knobs say, before the optimizer, whose parameters a sharded model replaces (a
+            # sharded model also on a process group of one rank: one GPU's check).
             model = distributed.wrap(model, self.knobs, self.device,
                                      workload.ddp_arguments(model, self.knobs),
                                      workload.shard_layers or workload.checkpoint_layers)
