@@ -92,7 +92,10 @@ def main(out: str) -> None:
         grads = _grads(run.model)  # before the optimizer steps on them
         seen["grads"] = grads.tolist()
         if name in ("ddp", "full_shard", "no_sync"):  # the window's counterfactual here
-            timed = comm.exposed(run, iter(micro * 100), Clock(run.device), 10.0, 60.0, pairs=4)
+            beats: list[int] = []
+            timed = comm.exposed(run, iter(micro * 100), Clock(run.device), 10.0, 60.0, pairs=4,
+                                 beat=beats.append)
+            seen["beats"] = beats  # the watchdog heard of every timed unit
             seen["counterfactual"] = {k: timed.get(k) for k in (
                 "micro_steps_per_unit", "synced_step_ms", "unsynced_step_ms", "all_gathers",
                 "reduce_scatters", "all_gather_ms", "reduce_scatter_ms", "collectives_source")}

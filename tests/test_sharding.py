@@ -65,6 +65,8 @@ def test_each_sharding_knob_is_applied_on_real_ranks(tmp_path: Path) -> None:
     assert cf["all_gather_ms"] > 0 and cf["reduce_scatter_ms"] > 0
     assert cf["collectives_source"] == "gloo"
     assert full["grads_after_counterfactual"] == full["grads"]
+    # A beat after each timed unit (4 pairs) and each profiled step: long steps, no stall.
+    assert full["beats"] == [1, 2, 3, 4, 5, 6, 7, 8, 1, 2] and ddp["beats"] == list(range(1, 9))
     no_sync = seen["no_sync"]["counterfactual"]
     assert no_sync["micro_steps_per_unit"] == 2 and no_sync["reduce_scatters"] < 5
     assert seen["no_sync"]["grads_after_counterfactual"] == seen["no_sync"]["grads"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -68,7 +69,8 @@ def _gather(values: list[float]) -> list[list[float]]:
 
 
 def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s: float,
-            pairs: int = COMM_PAIRS) -> dict[str, Any]:
+            pairs: int = COMM_PAIRS,
+            beat: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
     """The step with and without the gradient all-reduce, on one cached device batch, and the
     share of the window's median step (``window_step_ms``, loader waits included: the run's
     step) that the all-reduce adds, with a lower bound.
@@ -82,7 +84,9 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
     verdict compares with its threshold: a noisy median alone called a compute-heavy model
     communication-bound. On a noisy 2-vCPU VM the lockstep step is well above either rank's
     median: that is the ranks' jitter (``rank_gap_ms``, over the fastest rank), real but not
-    communication that gradient_as_bucket_view or bigger buckets could hide.
+    communication that gradient_as_bucket_view or bigger buckets could hide. ``beat(n)``
+    after each timed unit tells the trial's watchdog that long steps are not a stall (20
+    steps of a sharded 67M-parameter Llama on a loaded 2-core VM outlasted its 120 s limit).
 
     Beside it, DDP's own timing of the same synced steps (``DdpLog``: ``ddp_comm_ms``,
     ``ddp_overlap_ms``, ``ddp_compute_ms``, ``ddp_overlap_share``): a cross-check of where
@@ -123,7 +127,9 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
                 break
             first = pair % 2 == 0  # the synced step first in every other pair
             a = timed(first)
+            beat(2 * pair + 1)
             b = timed(not first)
+            beat(2 * pair + 2)
             synced.append(a if first else b)
             unsynced.append(b if first else a)
     finally:
@@ -149,11 +155,12 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
             # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
             # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
             "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False)),
-            **(sharded_figures(run, inputs, targets, cycle) if run.fsdp is not None
+            **(sharded_figures(run, inputs, targets, cycle, beat) if run.fsdp is not None
                else ddp.figures())}
 
 
-def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int) -> dict[str, Any]:
+def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int,
+                    beat: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
     """A sharded model's collectives, timed in a short profile (measure/shard_comm.py)."""
     from autotune.core import sharding
     from autotune.measure.shard_comm import collectives
@@ -162,7 +169,7 @@ def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int) -> dict[str
     found = sharding.blocks(run.model, layers)
     types = sorted({_unsharded_name(getattr(m, "_checkpoint_wrapped_module", m)) for m in found})
     return {"sharding": run.knobs.get("sharding"), "block_types": types, "blocks": len(found),
-            **collectives(run, inputs, targets, cycle)}
+            **collectives(run, inputs, targets, cycle, beat=beat)}
 
 
 def _lower_index(n: int, alpha: float) -> int:

@@ -60,7 +60,8 @@ def sharded_timer(run: Any, inputs: Any, targets: Any, clock: Any, cycle: int,
 
 
 def collectives(run: Any, inputs: Any, targets: Any, cycle: int = 1,
-                steps: int = COLLECTIVE_STEPS) -> dict[str, Any]:
+                steps: int = COLLECTIVE_STEPS,
+                beat: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
     """The real step's all-gathers and reduce-scatters from a profile of ``steps`` units of
     ``cycle`` micro-steps' forward and backward (an accumulation cycle as the run takes it,
     so that it ends reduced and resharded): per micro-step, their time (ms) and count.
@@ -73,10 +74,11 @@ def collectives(run: Any, inputs: Any, targets: Any, cycle: int = 1,
             activities.append(ProfilerActivity.CUDA)
         with profile(activities=activities) as prof:
             try:
-                for _ in range(steps):
+                for step in range(steps):
                     for micro in range(cycle):
                         run._micro = micro
                         run.forward_backward(inputs, targets)
+                    beat(step + 1)  # the watchdog: long steps are not a stall
             finally:
                 run._micro = 0
             if torch.device(run.device).type == "cuda":

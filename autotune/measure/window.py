@@ -135,7 +135,8 @@ def _after_window(req: TrialRequest, run: Training, batches: Batches, clock: Clo
     if ranks > 1 and win.get("comm", True):  # a confirmation or scaling window skips it
         progress.beat("comm", result.steps, force=True)
         result.comm = comm.exposed(run, batches, clock, result.step_ms["median"],
-                                    float(win["measure_seconds"]))
+                                    float(win["measure_seconds"]),
+                                    beat=lambda n: progress.beat("comm", n, force=True))
     if req.ceilings.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
