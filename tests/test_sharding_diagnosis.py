@@ -4,6 +4,8 @@ tests/test_launched_honest.py measure real ranks)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.cli.app import ranked
 from autotune.cli.config import LaunchConfig
 from autotune.core.env import Env
@@ -125,3 +127,44 @@ def test_sharded_finalists_are_checked_in_numerics_families_of_their_own() -> No
         "sharding", "fsdp_param_dtype"]
     assert families({**ref, "fsdp_reduce_dtype": "bf16"}, ref) == ["fsdp_reduce_dtype"]
     assert DEFAULT_TOLERANCE["fsdp_param_dtype"] == DEFAULT_TOLERANCE["amp"]
+
+
+def test_a_baseline_over_the_memory_limit_is_never_kept_and_the_export_says_so() -> None:
+    """The DDP baseline does not fit its ranks, the sharded finalist does and is slower (gloo
+    on a CPU): the confirmation exports the finalist, not the baseline, and best.yaml's
+    speedup says it is the fastest that fits, at its measured fraction of the baseline."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.results.export import best_document
+    from autotune.results.intervals import paired_speedup
+    from autotune.results.record import set_study_attrs
+    from autotune.search.choose import candidates_of, decide, still_racing
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"sharding": CategoricalDistribution(["no_shard", "full_shard"])}
+    for n, (sharding, value, peak) in enumerate((("no_shard", 2.0, 1.85), ("full_shard", 1.6, 1.1))):
+        study.add_trial(optuna.trial.create_trial(
+            params={"sharding": sharding}, distributions=dist, value=value,
+            user_attrs={"knobs": {"sharding": sharding, "batch_size": 4}, "outcome": "ok",
+                        "samples_per_sec": value, "peak_memory_gb": peak,
+                        "source": "baseline" if n == 0 else "agent"},
+            system_attrs={"constraints": [peak - 1.7]}))
+    runs = {"0": [2.0, 2.1, 2.0, 1.9], "1": [1.6, 1.7, 1.6, 1.55]}
+    record: dict[str, Any] = {
+        "method": "rounds", "finalists": [1], "baseline_trial": 0, "baseline_fits": False,
+        "rounds": 4, "order": [[0, 1]] * 4, "runs": runs,
+        "intervals": {"1": {**paired_speedup(runs["1"], runs["0"]).as_dict(), "changed": 1,
+                            "peak_memory_gb": 1.1}},
+        "dropped": [], "stopped": "precision", "precision": 0.05, "failures": []}
+    decided = decide(record, still_racing(candidates_of(record)), 0.05)
+    assert decided["best_trial"] == 1 and decided["established"] is False
+    set_study_attrs(study, {"confirmation": decided, "memory_limit_gb": 1.7})
+    doc = best_document(study, "sqlite://")
+    assert doc is not None and doc["best_trial"] == 1
+    assert doc["speedup_text"].startswith("0.8")
+    assert "of your own configuration (trial 0), which is over the memory limit: this is the " \
+        "fastest configuration measured that fits" in doc["speedup_text"]
+    # The same rounds with a baseline that fits: it is kept, as before.
+    kept = decide({**record, "baseline_fits": True}, still_racing(candidates_of(record)), 0.05)
+    assert kept["best_trial"] == 0

@@ -30,7 +30,14 @@ from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.sharding_export import fsdp_section, sharding_words
 from autotune.results.storage import redact
-from autotune.results.trials import baseline_trial, chosen_trial, counts, ranked_trials, rate
+from autotune.results.trials import (
+    baseline_trial,
+    chosen_trial,
+    counts,
+    over_limit,
+    ranked_trials,
+    rate,
+)
 from autotune.results.tried_fixes import fix_words
 from autotune.results.trust import could_not_measure, load_statement, window_loads
 
@@ -171,6 +178,13 @@ def shapes_words(shapes: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _speedup_text(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, Any]) -> str | None:
+    if base is not None and over_limit(base) and best.number != base.number:
+        # Your own configuration does not fit: the figure is the fitting one's against it.
+        ratio = conf.get("speedup_text") or (
+            f"{best.value / base.value:.2f}x, one search window each"
+            if base.value and best.value else "not measured")
+        return (f"{ratio} of your own configuration (trial {base.number}), which is over the "
+                "memory limit: this is the fastest configuration measured that fits")
     if conf.get("speedup_text"):
         if conf.get("leader") == conf.get("baseline_trial"):
             return (f"none: your own configuration (trial {conf.get('leader')}) measured fastest "
