@@ -168,3 +168,22 @@ def test_a_baseline_over_the_memory_limit_is_never_kept_and_the_export_says_so()
     # The same rounds with a baseline that fits: it is kept, as before.
     kept = decide({**record, "baseline_fits": True}, still_racing(candidates_of(record)), 0.05)
     assert kept["best_trial"] == 0
+
+
+def test_a_busy_machines_statement_does_not_keep_a_baseline_that_does_not_fit() -> None:
+    from autotune.results.trust import could_not_measure
+
+    conf = {"established": False, "baseline_fits": False, "precision": 0.05, "rounds": 3,
+            "stopped": "budget", "precise": False,
+            "window_noise": 0.05, "spent_s": 536.0, "budget_s": 300.0,
+            "intervals": {"6": {"speedup": 0.77, "ci_low": 0.5, "ci_high": 1.1, "rounds": 3}},
+            "loads": [{"contended": True, "other_cpu_cores": 0.8, "cpus": 2}] * 4}
+    import optuna
+
+    from autotune.results.record import set_study_attrs
+
+    study = optuna.create_study()
+    set_study_attrs(study, {"confirmation": conf})
+    said = could_not_measure(study) or ""
+    assert "your own configuration is over the memory limit: the fastest finalist that fits " \
+        "is exported" in said and "your own configuration stays" not in said
