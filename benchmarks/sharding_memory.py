@@ -118,10 +118,14 @@ def main() -> None:
         load = os.getloadavg()[0]
         when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         params = rows[0]["ranks"][0]["params_m"]
+        import torch
+
+        from autotune.core.env import cpu_model
+
         prepend_section(
             f"## A rank's peak memory on the CPU, by sharding and host allocator ({when}, "
-            f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
-            f"average {load:.1f} at the end)\n\n"
+            f"{cpu_model() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+            f"{torch.__version__}, load average {load:.1f} at the end)\n\n"
             f"    PYTHONPATH=. python benchmarks/sharding_memory.py --steps {args.steps} --write\n\n"
             f"2 gloo ranks under torchrun, one core each; the {params:.0f}M-parameter Llama of "
             "examples/fsdp_train.py (batch 4 x 128 tokens, AdamW), built and stepped by the "
