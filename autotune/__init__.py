@@ -1,8 +1,11 @@
 """autotune: profiled, automatic tuning of PyTorch training speed.
 
-The public surface: running a study from Python (``tune``, ``verify``), what a production run
-imports (``Runtime``, ``load_best``, ``Meter``, ``Training``) and what a user implements
-(``Workload``, ``Stage``). The package's parts are its subpackages (README "Layout").
+The public surface: running a study from Python (``tune``, ``verify`` and what it returns,
+``Verified``), what a production run imports (``Runtime``, ``load_best``, ``Meter``,
+``Training``), what a user implements (``Workload``, ``Stage``), and every exception and
+warning the documentation tells a user to catch (``StudyError`` and its kinds, ``CannotTravel``,
+``WorkloadError``, ``VerifyError``, the production warnings). The package's parts are its
+subpackages (docs/contributing.md, "Layout").
 
 Each name is imported on first use (PEP 562): the ``autotune`` command starts its fork server
 (which imports torch, seconds on a small machine) before the driver imports torch itself, so
@@ -28,33 +31,39 @@ if TYPE_CHECKING:
         RegressionFound,
         StudyError,
         StudyInterrupted,
+        VerifyError,
         tune,
         verify,
     )
+    from autotune.core.shipping import CannotTravel
     from autotune.core.stages import Stage
     from autotune.core.training import Training
-    from autotune.core.workload import Workload
+    from autotune.core.workload import Workload, WorkloadError
     from autotune.production.best import BestConfig, load_best
     from autotune.production.environment_check import EnvironmentChanged
     from autotune.production.meter import Meter, SlowerThanMeasured
     from autotune.production.runtime import KnobOverridden, Runtime
+    from autotune.search.verify import Verified
 
 #: Where each public name lives.
 _WHERE = {
     "Stage": "autotune.core.stages", "Training": "autotune.core.training",
-    "Workload": "autotune.core.workload", "BestConfig": "autotune.production.best",
+    "Workload": "autotune.core.workload", "WorkloadError": "autotune.core.workload",
+    "CannotTravel": "autotune.core.shipping", "Verified": "autotune.search.verify",
+    "BestConfig": "autotune.production.best",
     "load_best": "autotune.production.best",
     "EnvironmentChanged": "autotune.production.environment_check",
     "Meter": "autotune.production.meter", "SlowerThanMeasured": "autotune.production.meter",
     "KnobOverridden": "autotune.production.runtime", "Runtime": "autotune.production.runtime",
     **dict.fromkeys(("tune", "verify", "StudyError", "ConfigError", "NothingExported",
-                     "RegressionFound", "CouldNotMeasure", "StudyInterrupted"),
+                     "RegressionFound", "CouldNotMeasure", "StudyInterrupted", "VerifyError"),
                     "autotune.cli.api"),
 }
 
-__all__ = ["BestConfig", "ConfigError", "CouldNotMeasure", "EnvironmentChanged", "KnobOverridden",
-           "Meter", "NothingExported", "RegressionFound", "Runtime", "SlowerThanMeasured", "Stage",
-           "StudyError", "StudyInterrupted", "Training", "Workload", "__version__", "load_best",
+__all__ = ["BestConfig", "CannotTravel", "ConfigError", "CouldNotMeasure", "EnvironmentChanged",
+           "KnobOverridden", "Meter", "NothingExported", "RegressionFound", "Runtime",
+           "SlowerThanMeasured", "Stage", "StudyError", "StudyInterrupted", "Training",
+           "Verified", "VerifyError", "Workload", "WorkloadError", "__version__", "load_best",
            "tune", "verify"]
 
 

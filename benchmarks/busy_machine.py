@@ -1,4 +1,4 @@
-"""The README's main command on an idle machine and beside CPU hogs (issue 20's must-shows).
+"""The README's main command on an idle machine and beside CPU hogs.
 
 Each run is the README's own command, ``autotune workload=resnet18``, in a study of its own
 (``study.name=<label>-<i>``, outputs under ``--out``), with nothing else started by this

@@ -1,6 +1,6 @@
 """The environment a benchmark starts autotune in: the checkout under test first on the path,
 what PYTHONPATH already held kept after it. A benchmark that replaced PYTHONPATH lost the
-dependencies a GPU machine keeps there (/tmp/site: ../shared/gpu/README.md), as the tests'
+dependencies a GPU machine keeps there (/tmp/site, on the project's GPU machines), as the tests'
 children did under torch 2.11's image (tests/conftest.child_env, 2026-11-27)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The communication verdict's two sides, run again and again (issue 29): a compute-heavy model
+"""The communication verdict's two sides, run again and again: a compute-heavy model
 with few parameters (tests/workloads_user.ConvHeavy, about 5,000 parameters, a ~180 ms step
 on one core per rank) must not be called communication-bound, and a wide MLP (3 layers of
 1024, little compute per sample) must be. Each run is a one-trial study of 2 ranks (gloo, one
@@ -65,7 +65,7 @@ def section(rows: dict[str, list[dict[str, str]]], command: str, stress: bool) -
     import torch
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## The communication verdict, run again and again (issue 29; {now}, "
+    lines = [f"## The communication verdict, run again and again ({now}, "
              f"{platform.machine()}, 2 vCPUs, Python {platform.python_version()}, torch "
              f"{torch.__version__}, gloo, 2 ranks{', beside stress-ng --cpu 2' if stress else ''})",
              "", f"    {command}", "",

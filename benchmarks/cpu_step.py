@@ -1,7 +1,7 @@
 """The ResNet-18 training step alone on this CPU, per knob setting: samples/sec and page faults.
 
 Each configuration runs in its own process (host_allocator is process-wide), through
-autotune.Training on one cached batch (seed 003's compute ceiling), so the figures isolate what
+autotune.Training on one cached batch (the compute ceiling's mock loader), so the figures isolate what
 the step's knobs do: amp, channels_last, batch size, torch.compile, host_allocator.
 
     python benchmarks/cpu_step.py --image-size 64 --steps 6

@@ -1,4 +1,4 @@
-"""The shared-cores case (issue 29): four ways to set each rank's loader workers and threads,
+"""The shared-cores case: four ways to set each rank's loader workers and threads,
 side by side in a real ``torchrun --nproc_per_node=2`` of examples/ddp_train.py, whose samples
 are read with latency, in randomized interleaved rounds with intervals.
 

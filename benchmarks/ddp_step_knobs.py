@@ -1,4 +1,4 @@
-"""The DDP step knobs and launch.scaling (issue 29) on a communication-bound workload, through
+"""The DDP step knobs and launch.scaling on a communication-bound workload, through
 the product itself: a study of 2 ranks (gloo, one core each) of a wide MLP (3 layers of 1024:
 3.2 M parameters, 13 MB all-reduced per step, little compute per sample), every knob pinned to
 the baseline's value but the one measured, searched over [off, on]; the confirmation's paired
@@ -83,7 +83,7 @@ def section(results: dict[str, dict[str, Any]], command: str) -> str:
     import torch
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## DDP step knobs and scaling efficiency (issue 29; {now}, "
+    lines = [f"## DDP step knobs and scaling efficiency ({now}, "
              f"{platform.processor() or platform.machine()}, 2 vCPUs, Python "
              f"{platform.python_version()}, torch {torch.__version__}, gloo, 2 ranks)", "",
              f"    {command}", ""]

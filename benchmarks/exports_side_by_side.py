@@ -1,7 +1,7 @@
 """Do several studies' exports really differ, and does a speedup hold from one period to the next?
 
 Repeated studies of one workload can export configurations that differ in a knob or two
-(issue 20: five idle runs of the README's command exported batch 64 or 128, 0 or 1 worker).
+(five idle runs of the README's command exported batch 64 or 128, 0 or 1 worker).
 Each study's interval says how sure it is *within its own minutes*; it cannot see a shift that
 lasts the whole study. This measures the exports and the first study's baseline side by side
 in randomized interleaved rounds (as confirmation does, through the same trial window), in

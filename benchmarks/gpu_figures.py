@@ -1,4 +1,4 @@
-"""The GPU check's figures (issue 30), from the studies benchmarks/gpu_check.sh ran.
+"""The GPU check's figures, from the studies benchmarks/gpu_check.sh ran.
 
     python benchmarks/gpu_figures.py STUDIES_DIR OUT.md [--goal-speedup 22 --goal-ceiling 0.9]
 
@@ -8,7 +8,10 @@ against the goal, any ceiling a trial beat (a measurement bug: an upper bound ca
 the compile cost and every compiled trial that was pruned, the baseline's and the export's
 diagnoses, the confirmation (rounds, why it stopped, window noise), the study's expected and
 measured wall time, and the NVML readings of every window. A study that is missing or cut
-short says so in its section: the page is written whatever ran.
+short says so in its section: the page is written whatever ran. A language-model study's
+figures are in tokens/s, with the attention value of every trial and the peak memory by
+expandable_segments; the compile study (the first study's export with compile searched) is
+also set against the first study's baseline, the README's 22x goal.
 """
 
 from __future__ import annotations
@@ -30,19 +33,26 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def rate_key(doc: dict[str, Any]) -> tuple[str, str]:
+    """The figure a study's best.yaml states (tokens/s for a language model) and its unit."""
+    unit = (doc.get("metrics") or {}).get("unit") or "samples/s"
+    return ("tokens_per_sec" if unit == "tokens/s" else "samples_per_sec"), unit
+
+
 def headline(doc: dict[str, Any], goal_speedup: float, goal_ceiling: float) -> list[str]:
     """Speedup and share of the step-alone ceiling, each set against its goal."""
     m, base = doc.get("metrics") or {}, doc.get("baseline") or {}
     ceilings = doc.get("ceilings") or {}
-    best = m.get("samples_per_sec")
+    key, unit = rate_key(doc)
+    best = m.get(key)
     compute = ceilings.get("compute")
     share = best / compute if best and compute else None
     speedup = doc.get("speedup")
     lines = [
         f"- device: {(doc.get('device') or {}).get('name')} "
         f"(torch {(doc.get('device') or {}).get('torch')}, CUDA {(doc.get('device') or {}).get('cuda')})",
-        f"- baseline {_fmt(base.get('samples_per_sec'), 1)} samples/s -> best (trial "
-        f"{doc.get('best_trial')}) {_fmt(best, 1)} samples/s",
+        f"- baseline {_fmt(base.get(key), 1)} {unit} -> best (trial "
+        f"{doc.get('best_trial')}) {_fmt(best, 1)} {unit}",
         f"- speedup: {doc.get('speedup_text') or _fmt(speedup)}; goal {goal_speedup:g}x: "
         + ("met" if speedup and speedup >= goal_speedup else "not met"),
         f"- ceilings: {ceilings or 'none measured'}; best / step-alone (compute) ceiling: "
@@ -80,6 +90,53 @@ def cost(doc: dict[str, Any]) -> list[str]:
     lines.append(f"- compile: {doc.get('compile') or 'no compiled trial'}")
     lines.append(f"- pruning: {study.get('pruning')}")
     return lines
+
+
+def knob_effects(rows: list[dict[str, str]]) -> list[str]:
+    """Per trial, the knobs whose GPU behaviour the check is there to see: the attention
+    implementation (a backend its dtype cannot run would fail: no trial should) and the
+    allocator's expandable segments against the peak memory it reserved."""
+    cols = [c for c in ("knob.attention", "knob.amp", "knob.activation_checkpointing",
+                        "knob.expandable_segments", "knob.compile", "peak_memory_gb",
+                        "compile_s") if rows and c in rows[0]]
+    if not rows or not any(c in cols for c in ("knob.attention", "knob.expandable_segments")):
+        return []
+    out = ["", "| trial | state | " + " | ".join(c.removeprefix("knob.") for c in cols) + " |",
+           "|---" * (2 + len(cols)) + "|"]
+    out += [f"| {r['number']} | {r['state']} | " + " | ".join(r.get(c, "") for c in cols) + " |"
+            for r in rows]
+    kernel = [r["number"] for r in rows if "No available kernel" in (r.get("reason") or "")]
+    out.append(f"\ntrials failed for an attention kernel their dtype cannot run: "
+               f"{', '.join(kernel) if kernel else 'none'}")
+    for flag in ("False", "True"):
+        peaks = [float(r["peak_memory_gb"]) for r in rows if r.get("state") == "COMPLETE"
+                 and r.get("knob.expandable_segments") == flag and r.get("peak_memory_gb")]
+        if peaks:
+            out.append(f"expandable_segments={flag}: {len(peaks)} trials, peak memory median "
+                       f"{statistics.median(peaks):.2f} GB (max {max(peaks):.2f})")
+    return out
+
+
+def against_first_baseline(studies: Path, goal_speedup: float) -> list[str]:
+    """The compile study's best over the first study's baseline: the first study's export
+    with compile searched, set against the README command's baseline. Two studies of one
+    GPU session, minutes apart: the ratio of two medians, not a confirmed interval (the compile
+    study's own interval is the compile gain over the tuned eager step)."""
+    first, compiled = studies / "gpu-resnet18" / "best.yaml", studies / "gpu-compile" / "best.yaml"
+    if not (first.exists() and compiled.exists()):
+        return []
+    a, b = yaml.safe_load(first.read_text()), yaml.safe_load(compiled.read_text())
+    base = (a.get("baseline") or {}).get("samples_per_sec")
+    best = (b.get("metrics") or {}).get("samples_per_sec")
+    if not (base and best):
+        return []
+    ratio = best / base
+    return ["## compile against the README command's baseline", "",
+            f"- gpu-compile's best {best:,.1f} samples/s (compile={(b.get('knobs') or {}).get('compile')})"
+            f" / gpu-resnet18's baseline {base:,.1f} samples/s = {ratio:.2f}x; goal "
+            f"{goal_speedup:g}x: {'met' if ratio >= goal_speedup else 'not met'}",
+            f"- the compile gain over the tuned eager step, confirmed: {b.get('speedup_text') or b.get('speedup')}",
+            ""]
 
 
 def trial_rows(rows: list[dict[str, str]]) -> list[str]:
@@ -122,7 +179,7 @@ def study_section(directory: Path, goal_speedup: float, goal_ceiling: float) -> 
     states = [r.get("state") for r in rows]
     lines.append(f"- trials.csv: {len(rows)} trials "
                  + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(filter(None, states)))))
-    return lines + trial_rows(rows) + [""]
+    return lines + trial_rows(rows) + knob_effects(rows) + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     page = ["# GPU check figures", ""]
     for d in dirs:
         page += study_section(d, args.goal_speedup, args.goal_ceiling)
+    if args.studies.is_dir():
+        page += against_first_baseline(args.studies, args.goal_speedup)
     if not dirs:
         page.append(f"no study under {args.studies}")
     args.out.write_text("\n".join(page) + "\n")

@@ -1,4 +1,4 @@
-"""The input-pipeline verdict with its loader profile, on two JPEG pipelines (issue 22): an
+"""The input-pipeline verdict with its loader profile, on two JPEG pipelines: an
 ImageFolder with RandomResizedCrop + flip, and the shipped JPEG workload's input stages feeding a
 tiny model. Prints each baseline window's verdict and first fix.
 

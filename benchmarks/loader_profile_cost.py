@@ -1,4 +1,4 @@
-"""What the loader profile costs (issue 22): the same in-process loader pass timed plain and
+"""What the loader profile costs: the same in-process loader pass timed plain and
 under the profiler (autotune/measure/loader_profile.py), alternated, on an ImageFolder
 pipeline with RandomResizedCrop + flip (JPEG files written here), and what it finds.
 

@@ -59,7 +59,7 @@ PRESETS: dict[str, Preset] = {
                "channels_last": [False, True]},
         window=dict(CPU_WINDOW), budget=12, seeds=[0, 1, 2, 3, 4], grid_rounds=3,
         ab_rounds=1, spread=3),
-    # One H100/H200, est. under 20 minutes (not run yet): ResNet-18 at 224 px (seed 004), 64
+    # One H100/H200, est. under 20 minutes (not run yet): ResNet-18 at 224 px (the profiler tutorial's), 64
     # configurations. Workers 8/16, not 0: a window of the in-process PIL loader at 224 px
     # (the defaults row measures it) would take ~25 s of the budget per grid point.
     "gpu": Preset(
@@ -71,7 +71,7 @@ PRESETS: dict[str, Preset] = {
                "transform_split": [1, 3], "amp": ["off", "bf16"],
                "compile": ["off"], "cuda_graphs": [False], "channels_last": [False, True],
                "set_to_none": [True], "optimizer_impl": ["default"], "tf32": [True],
-               "cudnn_benchmark": [True]},
+               "cudnn_benchmark": [True], "expandable_segments": [False]},
         window={"warmup_steps": 10, "measure_steps": 40, "measure_seconds": 5.0},
         budget=16, seeds=[0, 1, 2, 3, 4],
         note="compile is searched by no strategy here (a cold compile costs ~1 min a window); "
@@ -84,7 +84,8 @@ PRESETS: dict[str, Preset] = {
                "transfer_dtype": ["float32"], "amp": ["off", "bf16"], "compile": ["off"],
                "cuda_graphs": [False], "set_to_none": [True],
                "optimizer_impl": ["default", "fused"], "tf32": [True], "cudnn_benchmark": [False],
-               "attention": ["sdpa"], "activation_checkpointing": [False]},
+               "expandable_segments": [False], "attention": ["sdpa"],
+               "activation_checkpointing": [False]},
         window={"warmup_steps": 10, "measure_steps": 40, "measure_seconds": 5.0},
         budget=16, seeds=[0, 1, 2, 3, 4],
         note="compile is searched by no strategy here; the recipe alone compiles"),

@@ -1,4 +1,4 @@
-"""Side by side, through one trial window, in one run: the study's baseline, seed 004's hand
+"""Side by side, through one trial window, in one run: the study's baseline, the hand
 recipe and autotune's best, re-measured in turn (A/B/C, A/B/C, ...) so drift on the machine
 hits all three alike; the median of each and its speedup over the baseline's median.
 
@@ -42,7 +42,8 @@ def _window(request: dict[str, Any], knobs: dict[str, Any], where: Path) -> Wind
 
 
 def _recipe(request: dict[str, Any], limit_gb: float, work: Path) -> dict[str, Any]:
-    """Seed 004's recipe, its batch halved until a window fits in memory."""
+    """The hand recipe (Chaim Rand, "PyTorch Model Performance Analysis and Optimization", 2023),
+    its batch halved until a window fits in memory."""
     env = probe(request["device"])
     workload = build_workload(request["workload"])
     if request["cpu_sized"]:
@@ -72,7 +73,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         entries = {"baseline": baseline,
-                   "seed 004 recipe": _recipe(request, doc["memory_limit_gb"], work),
+                   "hand recipe": _recipe(request, doc["memory_limit_gb"], work),
                    "autotune": dict(best.knobs)}
         figures: dict[str, list[float]] = {name: [] for name in entries}
         for i in range(a.rounds):

@@ -5,7 +5,8 @@ For one workload, device and a stated reduced space (``PRESETS``), through autot
 window (``run_window``: a fresh subprocess per window) and its own study driver:
 
 - ``defaults``: the workload's configuration (autotune's trial 0);
-- ``recipe``: seed 004's hand recipe, fixed: all cores as workers, pinned + non_blocking, the
+- ``recipe``: the hand recipe of Chaim Rand's "PyTorch Model Performance Analysis and
+  Optimization" (2023), fixed: all cores as workers, pinned + non_blocking, the
   largest power-of-two batch that fits (halved on OOM), uint8 transfer with device normalize
   (for a workload with input stages, ``transform_split`` at its float conversion), set_to_none, AMP (bf16 where supported, else fp16 on CUDA) and compile, each resolved
   against this device's valid domains (on CPU: no pinning, no compile); knobs the recipe does
@@ -104,7 +105,7 @@ def grid_points(space: Space) -> list[dict[str, Any]]:
 
 
 def recipe_knobs(env: Env, setup: StudySetup) -> dict[str, Any]:
-    """Seed 004's recipe on this device (see the module docstring)."""
+    """The hand recipe on this device (see the module docstring)."""
     full = build_space(env, build_workload(setup.workload_spec), {})
     d = full.domains
 

@@ -1,4 +1,4 @@
-"""Issue 31's must-shows on this machine's CPU: a decoder LM (examples/hf_lm.py, a Llama-style
+"""Transformer training's own knobs on this machine's CPU: a decoder LM (examples/hf_lm.py, a Llama-style
 model built from its config, texts of varying length, the LM collator's padding) tuned through
 its real Trainer.
 
@@ -12,6 +12,11 @@ its real Trainer.
    trial recorded, and the confirmed answer on whether checkpointing plus the bigger batch pays.
 
     python benchmarks/transformer_knobs.py [--only search,grouping,packing,memory] [--out DIR]
+        [--collator lm|function]
+
+``--collator function``: the Trainer's collator is a plain ``collate(features)`` function that
+pads (examples/hf_lm.pad_collate) instead of transformers' LM collator; the padding is read
+from its batches all the same.
 
 Appends a section to docs/benchmarks.md (machine, date, command, figures from the studies'
 own records).
@@ -71,11 +76,11 @@ def studies() -> dict[str, dict[str, Any]]:
     }
 
 
-def run(name: str, spec: dict[str, Any], out: Path) -> dict[str, Any]:
+def run(name: str, spec: dict[str, Any], out: Path, collator: str = "lm") -> dict[str, Any]:
     from autotune.adapters import hf
     from autotune.cli.api import CouldNotMeasure
 
-    trainer = users_trainer(tempfile.mkdtemp(), **spec["model"])
+    trainer = users_trainer(tempfile.mkdtemp(), **spec["model"], collator=collator)
     t0 = time.time()
     said = ""
     try:
@@ -110,12 +115,14 @@ def table(rows: list[dict[str, Any]], knobs: list[str]) -> list[str]:
     return out
 
 
-def section(results: dict[str, dict[str, Any]], command: str) -> str:
+def section(results: dict[str, dict[str, Any]], command: str, collator: str = "lm") -> str:
     import torch
     import transformers
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## Transformer training's own knobs and tokens/s (issue 31; {now}, "
+    made_by = ("a plain function collator that pads" if collator == "function" else
+               "DataCollatorForLanguageModeling")
+    lines = [f"## Transformer training's own knobs and tokens/s ({made_by}; {now}, "
              f"{platform.processor() or platform.machine()}, 2 vCPUs, Python "
              f"{platform.python_version()}, torch {torch.__version__}, transformers "
              f"{transformers.__version__})", "", f"    {command}", ""]
@@ -144,10 +151,12 @@ def main() -> None:
     ap.add_argument("--only", default="search,grouping,packing,memory")
     ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp()) / "studies")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--collator", choices=["lm", "function"], default="lm")
     a = ap.parse_args()
     wanted = a.only.split(",")
-    results = {n: run(n, s, a.out) for n, s in studies().items() if n in wanted}
-    text = section(results, "python benchmarks/transformer_knobs.py " + " ".join(sys.argv[1:]))
+    results = {n: run(n, s, a.out, a.collator) for n, s in studies().items() if n in wanted}
+    text = section(results, "python benchmarks/transformer_knobs.py " + " ".join(sys.argv[1:]),
+                   a.collator)
     print(text)
     if not a.no_write:
         prepend_section(text)

@@ -1,6 +1,6 @@
 """The trial window against a plain training loop, with the same knobs, quiet and beside a CPU hog.
 
-Issue 20: beside `stress-ng --cpu 1` on a 2-core VM a plain ResNet-18 64 px step (batch 32)
+Beside `stress-ng --cpu 1` on a 2-core VM a plain ResNet-18 64 px step (batch 32)
 took 902 ms and autotune's window 3,576 ms for the same configuration. This measures both, each
 in a fresh process, in turn (A B A B ...), so a user can see what the window itself adds:
 

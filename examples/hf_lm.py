@@ -1,12 +1,15 @@
 """A small decoder language model fine-tuned with a Hugging Face Trainer on samples of varying
-length: the workload of issue 31 (attention, activation checkpointing, length grouping,
-padding-free packing, tokens/s).
+length: the transformer knobs (attention, activation checkpointing, length grouping,
+padding-free packing) measured in tokens/s.
 
 Everything is built locally (nothing is downloaded): a Llama-style model from its config, a
-word-level tokenizer, texts of 8 to ``max_len`` tokens, and the language-modelling collator
-that pads each batch to its longest sample (labels -100 on the padding)::
+word-level tokenizer, texts of 8 to ``max_len`` tokens, and a collator that pads each batch to
+its longest sample (labels -100 on the padding): transformers' language-modelling collator, or
+with ``--collator function`` a plain ``collate(features)`` function of the user's, as many
+training scripts write one (autotune reads the padding from the batches, not the collator)::
 
-    python examples/hf_lm.py [--trials 8] [--group] [--pack]
+    python examples/hf_lm.py [--trials 8] [--group] [--pack] [--collator function]
+                             [--device cuda] [--set KEY=VALUE ...] [--no-train]
 
 ``--group`` / ``--pack`` let the study search length grouping / padding-free packing (they
 change which samples share a batch, or its layout, so they are the user's call).
@@ -70,16 +73,31 @@ def model_config(tok: PreTrainedTokenizerFast, layers: int = 2, hidden: int = 12
                        max_position_embeddings=max_len, pad_token_id=tok.pad_token_id, **kw)
 
 
+def pad_collate(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """A plain collate function that pads each batch to its longest sample: ids padded with
+    the pad token (0), the attention mask 0 on the padding, labels -100 there."""
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.zeros(len(features), longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, f in enumerate(features):
+        ids[row, :len(f["input_ids"])] = torch.tensor(f["input_ids"])
+        mask[row, :len(f["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
 def users_trainer(output_dir: str, n: int = 512, max_len: int = 256, batch_size: int = 8,
-                  min_len: int = 8, **model_kw: Any) -> Trainer:
-    """The user's Trainer as built before tuning."""
+                  min_len: int = 8, collator: str = "lm", device: str = "cpu",
+                  **model_kw: Any) -> Trainer:
+    """The user's Trainer as built before tuning; ``collator``: ``lm`` (transformers'
+    DataCollatorForLanguageModeling) or ``function`` (``pad_collate``)."""
     tok = tokenizer()
     args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
                              num_train_epochs=1, logging_steps=10, report_to="none",
-                             save_strategy="no", use_cpu=True)
+                             save_strategy="no", use_cpu=device == "cpu")
     model = LlamaForCausalLM(model_config(tok, max_len=max_len, **model_kw))
     return Trainer(model=model, args=args, train_dataset=Texts(tok, n=n, min_len=min_len, max_len=max_len),
-                   data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+                   data_collator=pad_collate if collator == "function" else
+                   DataCollatorForLanguageModeling(tok, mlm=False))
 
 
 def main() -> None:
@@ -88,18 +106,26 @@ def main() -> None:
     ap.add_argument("--name", default="hf-lm-example")
     ap.add_argument("--group", action="store_true", help="search length grouping")
     ap.add_argument("--pack", action="store_true", help="search padding-free packing")
+    ap.add_argument("--collator", choices=["lm", "function"], default="lm",
+                    help="transformers' LM collator, or the plain function pad_collate")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a further autotune override (window.measure_seconds=3, ...)")
+    ap.add_argument("--no-train", action="store_true",
+                    help="tune only: do not train the Trainer with the result afterwards")
     a = ap.parse_args()
     from autotune.adapters import hf
 
-    trainer = users_trainer(tempfile.mkdtemp())
-    overrides = [f"study.n_trials={a.trials}", f"study.name={a.name}"]
+    trainer = users_trainer(tempfile.mkdtemp(), collator=a.collator, device=a.device)
+    overrides = [f"study.n_trials={a.trials}", f"study.name={a.name}", *a.set]
     if a.group:
         overrides.append("knobs.length_grouping=[false,true]")
     if a.pack:
         overrides.append("knobs.padding_free=[false,true]")
-    tuned = hf.tune(trainer, overrides=overrides, device="cpu")
+    tuned = hf.tune(trainer, overrides=overrides, device=a.device)
     print(tuned.training_args)
-    tuned.apply(trainer).train()
+    if not a.no_train:
+        tuned.apply(trainer).train()
 
 
 if __name__ == "__main__":

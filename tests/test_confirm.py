@@ -44,7 +44,8 @@ def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: 
     ranked = sorted((t for t in study.trials if t.value is not None),
                     key=lambda t: t.value, reverse=True)
     finals = conf["finalists"]
-    assert 2 <= len(finals) <= 4 and finals[0] == ranked[0].number  # confirm_top=2, +band
+    # confirm_top=2, +band; then up to 2 for the same-training answer (results/trials.py)
+    assert 2 <= len(finals) <= 4 + 2 and finals[0] == ranked[0].number
     assert study.trials[finals[0]].user_attrs["knobs"] != study.trials[finals[1]].user_attrs["knobs"]
     # Every round measured each finalist and the baseline once; precision 10 is met by the
     # first interval, but a precision stop needs the rounds the windows' own noise makes

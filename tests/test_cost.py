@@ -33,9 +33,11 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     # A busy machine's exit 4 still states and exports the wall time: the subject here.
     assert ran_to_the_end(proc.returncode, out), out[-3000:]
     assert "expected wall time: 5 trial windows" in out  # before any window
-    # Up to 3 windows: the finalists are the top one and one more within FINALIST_BAND.
-    assert ("a confirmation of at least 3 rounds of up to 3 windows (your configuration and 1 "
-            "finalist, up to 2 where their figures are close)") in out
+    # Up to 5 windows: the finalists are the top one and one more within FINALIST_BAND, and
+    # up to 2 that train the same model as the baseline.
+    assert ("a confirmation of at least 3 rounds of up to 5 windows (your configuration and 1 "
+            "finalist, up to 2 where their figures are close, and up to 2 that train the same "
+            "model as yours)") in out
     # After the first window: 5 trials at its time, or, where it was read beside another load
     # and measured again, the first trial's time and 4 more at one of its windows.
     assert "expected wall time ~" in out

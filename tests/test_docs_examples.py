@@ -1,6 +1,8 @@
 """The tutorials' code runs as the pages show it (docs/tutorials/*.py, included verbatim in the
 pages by pymdownx.snippets): a renamed key or a changed signature fails here, not for a user.
-Each runs a real tiny study on the CPU in an empty directory."""
+Each runs a real short study on the CPU in an empty directory, with the numerics check on and
+the confirmation asked for its default precision: what a user copies from a tutorial keeps
+both (short windows and a short confirmation budget are what make it short)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.cli.config import StudyConfig
 from tests.conftest import ROOT, child_env
 
 TUTORIALS = {
+    "quickstart.py": ("quickstart", "getting-started.md"),
     "hf_trainer.py": ("hf-trainer-docs", "guide/huggingface.md"),
     "lightning_module.py": ("lightning-docs", "guide/lightning.md"),
     "own_workload.py": ("my-model-docs", "guide/own-workload.md"),
@@ -32,3 +36,15 @@ def test_tutorial_runs_as_written(script: str, tmp_path: Path) -> None:
     best = yaml.safe_load((tmp_path / "studies" / study / "best.yaml").read_text())
     assert best["speedup_text"] and best["knobs"]
     assert (tmp_path / "studies" / study / "report.html").exists()
+    # The numerics check ran, and the confirmation asked for the default precision.
+    assert best["numerics"]["steps"] == StudyConfig.numerics_steps > 0
+    assert best["confirmation"]["precision"] == StudyConfig.confirm_precision
+
+
+@pytest.mark.parametrize("script", sorted(TUTORIALS))
+def test_tutorial_keeps_the_numerics_check_and_the_default_precision(script: str) -> None:
+    text = (ROOT / "docs" / "tutorials" / script).read_text()
+    if script == "quickstart.py":  # and the notebook, checked once
+        text += (ROOT / "docs" / "tutorials" / "notebook.ipynb").read_text()
+    for key in ("study.numerics_steps", "study.confirm_precision", "study.confirm_runs"):
+        assert key not in text, f"{script} overrides {key}: a user would copy it"

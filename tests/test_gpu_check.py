@@ -10,57 +10,94 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 
-def _rehearse(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _rehearse(tmp_path: Path, script: Path = SCRIPT,
+              **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "out"
     proc = subprocess.run(
-        ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=1500,
+        ["bash", str(script)], capture_output=True, text=True, timeout=2400,
         env={**os.environ, "GPU_CHECK_DRY": "1", "OUT": str(out), "WORK": str(tmp_path / "work"),
              "PYTHON": sys.executable, **env})
     return proc, out
 
 
+STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile")
+
+
 def _status(summary: str) -> dict[str, str]:
     return {line.split(":")[0]: line.split(":")[1].split()[0]
-            for line in summary.splitlines() if ":" in line and line.split(":")[0] in
-            ("study", "tests", "jpeg", "ncu", "figures", "compile")}
+            for line in summary.splitlines() if ":" in line and line.split(":")[0] in STEPS}
 
 
-def test_the_gpu_check_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
-    # Budgets several times what each step takes idle (study ~80 s, jpeg ~40 s): the rehearsal
-    # proves the plumbing, and a busy CI machine must not cut it.
+def _names(archive: Path) -> list[str]:
+    with tarfile.open(archive) as tar:
+        return tar.getnames()
+
+
+@pytest.mark.timeout(2400)  # its steps' own budgets bound it; a busy machine takes longer
+def test_the_loan_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
+    """The loan's one command (benchmarks/gpu_loan.sh): the check's steps (study, lm, tests,
+    figures), then on the same machine compile, jpeg and ncu; at most 8 files come back."""
+    # Budgets several times what each step takes idle (study ~80 s, lm ~60 s, jpeg ~40 s):
+    # the rehearsal proves the plumbing, and a busy CI machine must not cut it.
     # One test file stands for the tests step: on the CPU every gpu-marked test skips, and the
     # step's plumbing (one pytest per file, its log and archive) is the same for one file as
-    # for all eleven (which cost 45 s of collection here).
-    proc, out = _rehearse(tmp_path, TOTAL_S="1200", BUDGET_study="600", BUDGET_jpeg="300",
-                          BUDGET_tests="200", BUDGET_figures="60",
-                          TEST_FILES="tests/test_sync_rule.py")
-    summary = (out / "summary.txt").read_text()
+    # for all of them.
+    proc, out = _rehearse(
+        tmp_path, SCRIPT.with_name("gpu_loan.sh"), CHECK_S="1400", LIMIT_S="2300",
+        TOTAL_S="1380", BUDGET_study="600", BUDGET_lm="500", BUDGET_tests="200",
+        BUDGET_figures="60", RERUN_BUDGET_compile="400", RERUN_BUDGET_jpeg="300",
+        RERUN_BUDGET_ncu="60", TEST_FILES="tests/test_sync_rule.py")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "summary.txt").read_text()
+    with tarfile.open(out / "rerun.tgz") as tar:
+        tar.extractall(tmp_path / "rerun", filter="data")
+    inner = tmp_path / "rerun" / "gpu_rerun"
+    rerun = (inner / "summary.txt").read_text()
     status = _status(summary)
     # A study on 2 busy cores may end "could not measure" (exit 4): it ran through all the same.
     assert status.pop("study") in ("PASS", "DONE"), summary
-    assert status == {"tests": "PASS", "jpeg": "PASS", "ncu": "SKIP", "figures": "PASS"}, summary
+    assert status.pop("lm") in ("PASS", "DONE"), summary
+    assert status == {"tests": "PASS", "figures": "PASS"}, summary
+    again = _status(rerun)
+    assert again.pop("compile") in ("PASS", "DONE"), summary
+    assert again == {"jpeg": "PASS", "ncu": "SKIP", "figures": "PASS"}, summary
     # The ncu step says why it could not run: a CPU study has no Nsight commands.
-    assert "ncu: SKIP" in summary and "profile CUDA devices only" in summary
+    assert "ncu: SKIP" in rerun and "profile CUDA devices only" in rerun
     # install.log: where optuna, hydra and nvtx were missing and installed from .whl/, as on a
     # GPU machine (benchmarks/gpu_image.sh rehearses with its software).
-    files = sorted(p.name for p in out.iterdir() if p.name != "install.log")
-    assert files == ["figures.md", "jpeg.tgz", "ncu.tgz", "study.tgz", "summary.txt", "tests.tgz"]
+    files = sorted(p.name for p in out.iterdir())
+    assert set(files) - {"install.log"} == {"figures.md", "lm.tgz", "rerun.tgz", "study.tgz",
+                                           "summary.txt", "tests.tgz"}, files
     assert len(files) <= 8
-    with tarfile.open(out / "study.tgz") as tar:
-        names = tar.getnames()
+    names = _names(out / "study.tgz")
     assert "logs/study.log" in names and "studies/gpu-resnet18/best.yaml" in names
     assert "studies/gpu-resnet18/trials.csv" in names
     assert not any(n.endswith("trace.json") for n in names)  # tens of MB on a GPU
+    # The language model through the Hugging Face adapter, in tokens/s.
+    assert "studies/gpu-lm/trials.csv" in _names(out / "lm.tgz")
     figures = (out / "figures.md").read_text()
-    assert "## gpu-resnet18" in figures and "## gpu-jpeg" in figures
+    assert "## gpu-resnet18" in figures and "## gpu-lm" in figures and "tokens/s" in figures
     assert "3 rounds" in figures and "goal 22x" in figures and "wall time:" in figures
+    assert "attention kernel their dtype cannot run: none" in figures
+    assert "check: exit 0" in summary
     assert "confirmed" not in summary  # the summary is one line a step, the detail is in the logs
+    # The second phase: the compile study pinned to the first study's export, the JPEG study.
+    log = inner / "compile.tgz"
+    compile_names = _names(log)
+    assert "studies/gpu-compile/best.yaml" in compile_names, compile_names
+    with tarfile.open(log) as tar:
+        text = tar.extractfile("logs/compile.log").read().decode()  # type: ignore[union-attr]
+    pinned = next(ln for ln in text.splitlines() if "pinned from studies/gpu-resnet18" in ln)
+    assert " knobs.batch_size=" in pinned and "knobs.compile" not in pinned
+    assert "## gpu-compile" in (inner / "figures.md").read_text()
+    assert "## compile against the README command's baseline" in (inner / "figures.md").read_text()
 
 
 def test_a_step_past_its_budget_is_cut_and_still_returns_what_it_has(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ knobs, where to read more; not Hydra's generic text."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from autotune.core.knobs import KNOBS
@@ -22,3 +23,23 @@ def test_help_names_autotune_workloads_and_knobs(tmp_path: Path) -> None:
         assert f"  {knob.name} " in out, knob.name
     assert "README.md" in out
     assert "_target_: workloads" not in out  # not the resolved config dump
+
+
+def test_help_lists_every_exit_code_the_code_defines(tmp_path: Path) -> None:
+    """Each end of a study has an exit code (autotune.cli.api's exceptions carry them); the
+    help names every one, beside the exception Python raises for it."""
+    import autotune.cli.api as api
+
+    proc = run_cli(["--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    codes = proc.stdout.split("Exit codes", 1)[1]
+    ends = [c for c in vars(api).values()
+            if isinstance(c, type) and issubclass(c, api.StudyError) and c is not api.StudyError]
+    assert {"NothingExported", "ConfigError", "RegressionFound", "CouldNotMeasure",
+            "VerifyError"} <= {c.__name__ for c in ends}
+    for exc in ends:
+        assert exc.__name__ in codes, exc.__name__
+        assert re.search(rf"^ +{exc.code} {{2,}}\S", codes, re.M), (exc.__name__, exc.code)
+    for code in (0, 130, 143):  # done; interrupted (StudyInterrupted carries the signal's)
+        assert str(code) in codes
+    assert "StudyInterrupted" in codes

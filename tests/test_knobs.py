@@ -231,3 +231,70 @@ def test_a_trial_stored_before_a_knob_existed_resumes_with_what_it_ran(cpu_env: 
     study.optimize(lambda t: 1.0, n_trials=1)
     assert tried(study, space.complete(space.searched(old)), space)
     assert not tried(study, {**space.complete(space.searched(old)), "transform_split": 0}, space)
+
+
+def test_expandable_segments_is_named_out_on_the_cpu_and_exported_as_environment(
+        cpu_env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA allocator's expandable segments: fixed off on the CPU with why; a GPU
+    study's value reaches a framework's process as PYTORCH_CUDA_ALLOC_CONF (the adapters'
+    environment), and a user whose environment already sets it is measured with it."""
+    from dataclasses import replace
+
+    from autotune.adapters import environment
+    from autotune.core import host
+
+    space = build_space(cpu_env, MLPWorkload(), {})
+    value, why = space.fixed["expandable_segments"]
+    assert value is False and "CUDA only" in why
+    assert environment({"expandable_segments": True})["PYTORCH_CUDA_ALLOC_CONF"] == \
+        "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in environment({"expandable_segments": False})
+    cuda = replace(cpu_env, device="cuda", cuda_capability=(9, 0), gpu_count=1)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128,expandable_segments:True")
+    assert host.expandable_in_env()
+    assert build_space(cuda, MLPWorkload(), {}).baseline["expandable_segments"] is True
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    assert build_space(cuda, MLPWorkload(), {}).baseline["expandable_segments"] is False
+    assert build_space(cuda, MLPWorkload(), {}).domains["expandable_segments"].values == \
+        [False, True]
+
+
+EXPANDABLE_PROBE = """
+import json, sys, torch
+from autotune.core.host import apply_process_knobs
+knobs = {"tf32": False, "cudnn_benchmark": False, "host_allocator": "default",
+         "cpu_threads": None, "expandable_segments": sys.argv[1] == "on"}
+apply_process_knobs(knobs)
+keep = []
+for i in range(1, 40):  # batches of growing, varying size: what fragments the allocator
+    x = torch.empty(i * (3 << 20) + (i % 3) * 4096, dtype=torch.uint8, device="cuda")
+    if i % 4 == 0:
+        keep.append(torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))
+    del x
+segs = torch.cuda.memory_snapshot()
+print(json.dumps({"expandable": any(s.get("is_expandable") for s in segs),
+                  "reserved_gb": torch.cuda.max_memory_reserved() / 2**30,
+                  "allocated_gb": torch.cuda.max_memory_allocated() / 2**30}))
+"""
+
+
+@pytest.mark.gpu
+def test_expandable_segments_reaches_the_cuda_allocator_and_the_peak_it_reserves() -> None:
+    """Applied in a fresh process (as a trial is), the allocator's segments are expandable;
+    the peak reserved memory (the window's peak reading) is printed for both settings, the
+    figure the GPU check records."""
+    import json
+    import subprocess
+    import sys
+
+    out = {}
+    for mode in ("off", "on"):
+        done = subprocess.run([sys.executable, "-c", EXPANDABLE_PROBE, mode], check=True,
+                              capture_output=True, text=True, timeout=120,
+                              env={**__import__("os").environ, "PYTORCH_CUDA_ALLOC_CONF": ""})
+        out[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    print("expandable_segments peak reserved:", out)
+    assert out["on"]["expandable"] and not out["off"]["expandable"]
+    # The same allocations: the reserved peak can only be as large as what was allocated at
+    # most; expandable segments keep it closer to that (printed, not asserted: a figure).
+    assert out["on"]["allocated_gb"] == pytest.approx(out["off"]["allocated_gb"], rel=0.01)

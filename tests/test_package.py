@@ -17,7 +17,8 @@ from autotune.core.workload import build_workload, resolve_target
 PUBLIC = ["Runtime", "load_best", "BestConfig", "Workload", "Stage", "Meter", "Training",
           "KnobOverridden", "EnvironmentChanged", "SlowerThanMeasured", "__version__",
           "tune", "verify", "StudyError", "ConfigError", "NothingExported", "RegressionFound",
-          "CouldNotMeasure", "StudyInterrupted"]
+          "CouldNotMeasure", "StudyInterrupted", "VerifyError", "Verified", "CannotTravel",
+          "WorkloadError"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

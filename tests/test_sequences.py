@@ -258,3 +258,80 @@ def test_the_hf_export_names_the_model_settings_no_training_argument_holds(tmp_p
         num_attention_heads=2, num_key_value_heads=2,
         attn_implementation=files["model_settings.yaml"]["attn_implementation"]))
     assert built.config._attn_implementation == "sdpa"
+
+
+def _cuda_env() -> Any:
+    """A CUDA machine as the registry sees it (the domains read the Env, not the device)."""
+    from dataclasses import replace
+
+    return replace(_env(), device="cuda", device_name="NVIDIA H200", cuda_capability=(9, 0),
+                   bf16=True, gpu_count=1, total_memory_gb=139.0)
+
+
+def test_on_cuda_flash_and_cudnn_attention_are_never_proposed_without_amp() -> None:
+    """CUDA's flash and cuDNN attention kernels run in fp16/bf16 only: pinned to one of them
+    an fp32 step fails ("No available kernel"). The value rule keeps them out of every trial
+    without amp, so the sampler, the agent's proposals and the baseline never spend a trial
+    on them; with amp they stay in the search."""
+    import optuna
+
+    from autotune.core.domains import HALF_PRECISION_ATTENTION
+
+    env = _cuda_env()
+    gpt = GPTWorkload().cpu_sized()
+    space = build_space(env, gpt, {})
+    assert {"sdpa_flash", "sdpa_efficient"} <= set(space.domains["attention"].values)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        knobs = space.suggest(trial)
+        seen.add((knobs["amp"], knobs["attention"]))
+        if knobs["amp"] == "off":
+            assert knobs["attention"] not in HALF_PRECISION_ATTENTION, knobs
+        study.tell(trial, 1.0)
+        # What was stored reads back the same (a resumed study, the agent, the exports).
+        assert space.complete(study.trials[-1].params)["attention"] == knobs["attention"]
+    assert ("bf16", "sdpa_flash") in seen and ("off", "sdpa_efficient") in seen
+    # The agent's proposal of a refused pair keeps amp and drops the kernel it cannot run.
+    proposal = space.complete(space.searched({**space.baseline, "amp": "off",
+                                              "attention": "sdpa_flash"}))
+    assert proposal["amp"] == "off" and proposal["attention"] not in HALF_PRECISION_ATTENTION
+    # A user's own pin that can only fail is said before the study starts.
+    with pytest.raises(KnobError, match="fp16/bf16 only on CUDA"):
+        build_space(env, gpt, {"attention": "sdpa_flash", "amp": "off"})
+    # Pinned to flash, amp is searched over what flash runs with, from the baseline on.
+    pinned = build_space(env, gpt, {"attention": "sdpa_flash"})
+    assert pinned.domains["amp"].values == ["fp16", "bf16"]
+    assert "runs only with amp in" in pinned.domains["amp"].reason
+    assert pinned.baseline["amp"] in ("fp16", "bf16")
+    # On the CPU the rule is off: CPU flash attention runs in fp32.
+    assert build_space(_env(), gpt, {}).domains["attention"].refuses is None
+
+
+@pytest.mark.gpu
+def test_on_cuda_every_backend_trains_under_amp_checkpointing_and_graphs_and_fp32_flash_fails() -> None:
+    """Each SDPA backend this GPU has, under bf16 autocast, with activation checkpointing and
+    the whole step captured in a CUDA Graph (the recompute runs inside the capture, under the
+    same pinned backend), trains with finite losses. And the value rule's premise, on the
+    real device: flash pinned without amp fails, so the rule keeps it out (if this GPU's
+    torch ever runs it, this test says the rule has become too strict)."""
+    from autotune.core.env import probe
+    from autotune.core.sequences import sdpa_backends
+
+    env = probe("cuda")
+    gpt = GPTWorkload(vocab=512, seq_len=128, d_model=128, n_layer=2, n_head=4,
+                      n_sequences=256, batch_size=8)
+    base = build_space(env, gpt, {}).baseline
+    for backend in sdpa_backends("cuda"):
+        for ckpt in (False, True):
+            knobs = {**base, "attention": backend, "amp": "bf16", "cuda_graphs": True,
+                     "activation_checkpointing": ckpt}
+            run = Training(gpt, knobs, "cuda")
+            batches = iter(run.loader)
+            for _ in range(4):  # warm-up, capture, replays
+                loss = run.step(*run.to_device(*next(batches)))
+            assert torch.isfinite(loss).item(), (backend, ckpt)
+    fp32 = Training(gpt, {**base, "attention": "sdpa_flash", "amp": "off"}, "cuda")
+    with pytest.raises(RuntimeError, match="No available kernel"):
+        fp32.step(*fp32.to_device(*next(iter(fp32.loader))))

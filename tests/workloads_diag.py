@@ -6,6 +6,8 @@
   the loader computes.
 - ``ComputeWorkload``: a small in-memory dataset and a wide MLP: compute-bound.
 - ``BigActivationWorkload``: a 64 MiB activation per step, cheap arithmetic: page faults.
+- ``TwoAnswersWorkload``: slow reads and a fixed cost per step: a larger batch and workers
+  are fastest, workers alone the fastest that trains the same model.
 - ``SyncWorkload``: the loss reads many small tensors with ``.item()`` (CUDA: a host-device
   sync each): sync-bound. GPU test only.
 
@@ -194,6 +196,24 @@ class SlowStepWorkload(ComputeWorkload):
     def __init__(self, step_s: float = 0.3):
         super().__init__(batch_size=8, width=64, n=64)
         self.step_s = step_s
+
+    def model(self) -> nn.Module:
+        return _Sleeps(super().model(), self.step_s)
+
+
+class TwoAnswersWorkload(SleepyLoaderWorkload):
+    """Each item sleeps ``item_ms`` (a slow read: DataLoader workers read in parallel) and each
+    step ``step_ms`` (a fixed cost per step: a larger batch pays it less often). The fastest
+    configuration takes a larger batch and workers; the fastest that trains the same model
+    takes the workers alone at the user's batch: two answers known in advance, held by sleeps
+    so a busy machine does not reorder them."""
+
+    name = "two-answers"
+
+    def __init__(self, batch_size: int = 8, item_ms: float = 3.0, step_ms: float = 25.0,
+                 n: int = 512):
+        super().__init__(batch_size=batch_size, sleep_ms=item_ms, n=n)
+        self.step_s = step_ms / 1e3
 
     def model(self) -> nn.Module:
         return _Sleeps(super().model(), self.step_s)

@@ -50,11 +50,16 @@ def environment(knobs: Mapping[str, Any]) -> dict[str, str]:
     env = dict(RETAIN_ENV) if knobs.get("host_allocator") == "retain" else {}
     if knobs.get("cpu_threads"):
         env["OMP_NUM_THREADS"] = str(int(knobs["cpu_threads"]))
+    if knobs.get("expandable_segments"):
+        from autotune.core.host import ALLOC_CONF, EXPANDABLE
+
+        env[ALLOC_CONF] = EXPANDABLE
     return env
 
 
 #: Knobs no framework argument holds: the adapters set them in the user's process.
 IN_PROCESS = {"host_allocator": "default", "cpu_threads": None, "cudnn_benchmark": False,
+              "expandable_segments": False,
               "pad_to_multiple_of": None, "attention": "default", "padding_free": False}
 
 

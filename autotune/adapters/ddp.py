@@ -1,4 +1,4 @@
-"""The adapters under torchrun (launch.nproc_per_node=N, issue 29): what the Hugging Face
+"""The adapters under torchrun (launch.nproc_per_node=N): what the Hugging Face
 Trainer and Lightning's DDPStrategy do with DistributedDataParallel, mirrored in the trials,
 and the study's DDP arguments handed back in each framework's own terms.
 

@@ -131,15 +131,18 @@ class HFWorkload(Workload):
                 f"{' and '.join(OPTIM_IMPL)} (PyTorch's AdamW); other optimizers are not supported.")
         self.data, self.collator = data, collator
         user_collator = sequences.unwrapped(collator)  # inside the Trainer's column remover
-        self.pads_batches = hasattr(user_collator, "pad_to_multiple_of")
+        self.pads_to_multiple = hasattr(user_collator, "pad_to_multiple_of")
         flattening = type(user_collator).__name__ == "DataCollatorWithFlattening"
-        self.pads_batches = self.pads_batches or flattening
         self.defaults = {**_defaults(self.full_args),
                          "pad_to_multiple_of": getattr(user_collator, "pad_to_multiple_of", None),
                          "attention": self.attention_now, "padding_free": flattening}
         self.input_shapes = measure_shapes(data, collator, self.defaults["batch_size"])
         self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
                               else bool(static_shapes))
+        # Padded sequences as the batches say (an attention_mask with zeros, labels -100 on
+        # the padding), whatever collates them: a transformers collator, a plain function, a
+        # class of the user's; a packing collator already removed the padding it would add.
+        self.pads_batches = self.input_shapes["padded"] > 0 or flattening
         if self.defaults["length_grouping"]:
             # Checked by the command line before any trial (cli/app.py) under launch.nproc_per_node.
             self.not_launchable = (

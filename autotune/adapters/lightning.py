@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -75,7 +75,10 @@ class LightningTuned:
     train_dataloaders: Any = None
 
     def apply(self, module: nn.Module, datamodule: Any = None) -> tuple[nn.Module, Any]:
-        """``(prepare_module(module), prepare_datamodule(datamodule))``: pass both to fit."""
+        """``(prepare_module(module), prepare_datamodule(datamodule))``: pass both to fit.
+        Idempotent: the objects ``tune`` prepared (``self.module``, ``self.datamodule``), or
+        any object applied before, are prepared again in place of the earlier preparation,
+        never on top of it (each hook wrapped once, the module compiled once)."""
         return (prepare_module(module, self.best),
                 prepare_datamodule(datamodule, self.best) if datamodule is not None else None)
 
@@ -132,13 +135,19 @@ def prepare_module(module: nn.Module, best: Any) -> nn.Module:
     optimizer's fused/foreach implementation (on what ``configure_optimizers`` returns) and
     ``torch.compile`` (Lightning unwraps the compiled module and compiles its training_step);
     for a sharded study, ``configure_model`` shards it as the trials did (adapters/fsdp.py).
-    Returns the module to pass to ``fit``."""
+    Returns the module to pass to ``fit``. A module prepared before (by ``tune``, or by this
+    function with this or another study's result; compiled or not) is prepared afresh: its
+    hooks are wrapped once, around the module's own, and it is compiled once."""
+    inner = getattr(module, "_orig_mod", None)  # torch.compile's wrapper holds the module
+    if isinstance(inner, nn.Module) and _ORIGINALS in vars(inner):
+        module = inner  # compiled by an earlier preparation: start from the module itself
     doc = lightning_document(best)
     knobs = best_document(best)["knobs"]
     apply_process_knobs(knobs)
     torch.set_float32_matmul_precision(doc["float32_matmul_precision"])
     if doc["module"]["channels_last"]:
         module = module.to(memory_format=torch.channels_last)
+    _restore(module, "configure_optimizers")
     if knobs.get("optimizer_impl", "default") != "default":
         _optimizers_with(module, knobs)
     _check_at_train_start(module, best_document(best))
@@ -149,10 +158,43 @@ def prepare_module(module: nn.Module, best: Any) -> nn.Module:
     return module
 
 
+#: Where a prepared object keeps the hooks autotune replaced on it (``{name: the object's own
+#: attribute, or None for its class's method}``), so that preparing it again wraps the
+#: object's own hook, not autotune's wrapper of it.
+_ORIGINALS = "_autotune_originals"
+
+
+def _own(obj: Any, name: str) -> Any:
+    """``obj.<name>`` as it was before autotune first wrapped it."""
+    originals = vars(obj).setdefault(_ORIGINALS, {})  # vars(): not an nn.Module attribute
+    if name not in originals:
+        originals[name] = vars(obj).get(name)
+    own = originals[name]
+    return own if own is not None else getattr(type(obj), name).__get__(obj)
+
+
+def _wrap(obj: Any, name: str, method: Callable[..., Any]) -> None:
+    """Set ``obj.<name>`` to ``method`` bound to ``obj`` (a wrapper of ``_own(obj, name)``)."""
+    _own(obj, name)  # remembered before it is replaced
+    setattr(obj, name, types.MethodType(method, obj))
+
+
+def _restore(obj: Any, name: str) -> None:
+    """Undo an earlier preparation's wrapper of ``obj.<name>``, if there is one."""
+    originals = vars(obj).get(_ORIGINALS, {})
+    if name not in originals:
+        return
+    own = originals.pop(name)
+    if own is None:
+        vars(obj).pop(name, None)
+    else:
+        setattr(obj, name, own)
+
+
 def _optimizers_with(module: Any, knobs: dict[str, Any]) -> None:
     """``configure_optimizers`` wrapped: what it returns (schedulers and all), with each
     optimizer's implementation set in place (training.set_optimizer_impl, as in the trials)."""
-    original = module.configure_optimizers
+    original = _own(module, "configure_optimizers")
 
     def configure_optimizers(self: Any) -> Any:
         out = original()
@@ -160,7 +202,7 @@ def _optimizers_with(module: Any, knobs: dict[str, Any]) -> None:
             set_optimizer_impl(opt, knobs)
         return out
 
-    module.configure_optimizers = types.MethodType(configure_optimizers, module)
+    _wrap(module, "configure_optimizers", configure_optimizers)
 
 
 def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
@@ -168,7 +210,7 @@ def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
     builds): checked when training starts (the train loader is built by then), with one
     KnobOverridden warning naming each setting that differs from the measured one and the
     line that applies it."""
-    original = module.on_train_start
+    original = _own(module, "on_train_start")
     want = lightning_trainer_kwargs(doc)
     loader_want = dataloader_kwargs(doc)
 
@@ -195,7 +237,7 @@ def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
                       "through prepare_loader)")
         original()
 
-    module.on_train_start = types.MethodType(on_train_start, module)
+    _wrap(module, "on_train_start", on_train_start)
 
 
 def _train_loader(trainer: Any) -> Any:
@@ -226,11 +268,12 @@ def prepare_loader(loader: DataLoader, best: Any) -> DataLoader:
 
 def prepare_datamodule(datamodule: Any, best: Any) -> Any:
     """``datamodule`` whose ``train_dataloader()`` returns its own loader rebuilt with the
-    measured arguments (``prepare_loader``); the DataModule object itself is returned."""
-    original = datamodule.train_dataloader
+    measured arguments (``prepare_loader``); the DataModule object itself is returned. A
+    DataModule prepared before is prepared afresh: its own loader is rebuilt once."""
+    original = _own(datamodule, "train_dataloader")
 
     def train_dataloader(self: Any) -> DataLoader:
         return prepare_loader(original(), best)
 
-    datamodule.train_dataloader = types.MethodType(train_dataloader, datamodule)
+    _wrap(datamodule, "train_dataloader", train_dataloader)
     return datamodule

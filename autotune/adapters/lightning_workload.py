@@ -105,6 +105,8 @@ class LightningWorkload(Workload):
         "set_to_none": ([True], "Lightning's optimizer_zero_grad calls zero_grad(), which sets "
                                 "gradients to None"),
         "non_blocking": ([True], "Lightning copies batches to CUDA with non_blocking=True"),
+        "length_grouping": ([False], "the Lightning adapter keeps the DataModule's own sampler "
+                                     "(its prepared loader does not regroup batches by length)"),
     }
     #: The verify side for this workload: the user's Trainer.fit (autotune/search/verify.py).
     verifier = "autotune.adapters.lightning_verify"
@@ -137,13 +139,14 @@ class LightningWorkload(Workload):
             )
         self.image_inputs = image_inputs
         collate = self.loader.collate_fn
-        self.pads_batches = hasattr(collate, "pad_to_multiple_of")
+        self.pads_to_multiple = hasattr(collate, "pad_to_multiple_of")
         self.defaults = {**_loader_defaults(self.loader), "amp": PRECISION_AMP[str(precision)],
                          "pad_to_multiple_of": getattr(collate, "pad_to_multiple_of", None)}
         self.input_shapes = measure_shapes(self.loader.dataset, collate,
                                            self.defaults["batch_size"])
         self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
                               else bool(static_shapes))
+        self.pads_batches = self.input_shapes["padded"] > 0  # as the batches say (core/tokens.py)
 
     def _new_module(self) -> Any:
         return self._checked(load_object(self.module_path, self.module_args, "module"))

@@ -34,9 +34,10 @@ from autotune.core.shipping import ToShip, workload_parts
 from autotune.core.workload import Workload
 from autotune.production.best import BestConfig, load_best
 from autotune.results.compare import REGRESSION_EXIT
+from autotune.search import verify as verify_module
 from autotune.search.failfast import NOTHING_EXPORTED
 from autotune.search.run import COULD_NOT_MEASURE, run_study
-from autotune.search.verify import Verified, VerifyError
+from autotune.search.verify import Verified
 from autotune.search.verify import verify as verify_rounds
 
 log = logging.getLogger("autotune")
@@ -80,6 +81,15 @@ class CouldNotMeasure(StudyError):
     code = COULD_NOT_MEASURE
 
 
+class VerifyError(StudyError, verify_module.VerifyError):
+    """``autotune verify`` could not measure a side of its rounds: the study's folder lacks its
+    trial records, a ``--script`` never stepped autotune's ``Meter``, or one side's training
+    exited with an error (the message names that side's log). Exit code 2 from the command
+    line; ``best`` is None."""
+
+    code = 2
+
+
 class StudyInterrupted(KeyboardInterrupt):
     """Ctrl-C / SIGTERM (a notebook's interrupt): the running trial was stopped and recorded;
     the same call resumes the study."""
@@ -121,8 +131,10 @@ def verify(study: str | Path, *, rounds: int = 5, steps: int | None = None,
     path, interleaved with the original settings (autotune/search/verify.py): ``study`` is a
     best.yaml, its folder, or a study name under studies/. ``script``: your training script
     and its arguments, run as they are (it must build ``autotune.Runtime`` and step its
-    ``meter()``). Returns the rounds' figures, the realized speedup with its interval beside
-    the study's, and what the production path adds where it falls short."""
+    ``meter()``). Returns a ``Verified``: the rounds' figures, the realized speedup with its
+    interval beside the study's, and what the production path adds where it falls short.
+    Raises ``ConfigError`` when ``study`` names no study, and ``VerifyError`` when a side
+    cannot be measured."""
     path = Path(study)
     if not path.exists() and (Path("studies") / str(study)).exists():
         path = Path("studies") / str(study)
@@ -133,8 +145,8 @@ def verify(study: str | Path, *, rounds: int = 5, steps: int | None = None,
         try:
             return verify_rounds(path, rounds=rounds, steps=steps, warmup=warmup, script=script,
                                  nproc_per_node=nproc_per_node)
-        except VerifyError as exc:
-            raise StudyError(str(exc)) from None
+        except verify_module.VerifyError as exc:
+            raise VerifyError(str(exc)) from None
 
 
 def _result(code: int, best: BestConfig | None, out_dir: Path) -> BestConfig:

@@ -28,6 +28,7 @@ from autotune.results.storage import (
     redact,
     resolve_url,
 )
+from autotune.results.trials import ANSWER_FILES, ANSWERS
 from autotune.search.conditions import ChangedConditions, check_resumable
 from autotune.search.numerics import check_tolerance
 from autotune.search.run import run_study
@@ -135,6 +136,10 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         raise UsageError(f"memory.limit_gb={cfg.memory.limit_gb} must be positive.")
     if not 0 < cfg.memory.limit_fraction <= 1:
         raise UsageError(f"memory.limit_fraction={cfg.memory.limit_fraction} must be in (0, 1].")
+    if cfg.study.training not in ANSWERS:
+        raise UsageError(f"study.training={cfg.study.training!r} is not valid: use 'any' "
+                         "(best.yaml holds the fastest configuration, whatever it changes in "
+                         "training) or 'same' (the fastest that trains the same model as yours).")
     limit = cfg.memory.limit_gb or cfg.memory.limit_fraction * env.total_memory_gb
     setup = StudySetup(
         name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
@@ -147,7 +152,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
         global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
         numerics_tolerance=_tolerance(cfg), launch=launch_spec(cfg.launch, env),
-        scaling=bool(cfg.launch.scaling),
+        scaling=bool(cfg.launch.scaling), training=cfg.study.training,
     )
     _nightly(setup, cfg)
     return setup, workers, n_trials
@@ -296,6 +301,17 @@ def objective_words(run_steps: int | None) -> str:
             f"tokens (Workload.tokens), else samples/s{over}")
 
 
+def training_words(setting: str) -> str:
+    """The header's statement of study.training: which answer best.yaml will hold."""
+    if setting == "same":
+        return ("answers: best.yaml holds the fastest configuration that trains the same model "
+                "as yours (study.training=same; the knob reference classes each knob); the "
+                f"fastest of all is confirmed beside it ({ANSWER_FILES['any']})")
+    return ("answers: best.yaml holds the fastest configuration, whatever it changes in "
+            "training (study.training=any, the default); the fastest that trains the same "
+            f"model as yours is confirmed beside it ({ANSWER_FILES['same']})")
+
+
 def fixed_lines(fixed: dict[str, tuple[Any, str]]) -> list[str]:
     """The knobs the study does not search, one line per reason: a one-process CPU study
     listed seven DDP knobs on seven lines with the same reason (2026-11-28)."""
@@ -321,6 +337,7 @@ def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None
           f"{w['timeout_s']}s per trial")
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
     print(f"  objective: {objective_words(s.run_steps)}")
+    print(f"  {training_words(s.training)}")
     if s.launch:
         shardings = s.space.domains["sharding"].values
         held = ("DistributedDataParallel" if shardings == ["no_shard"] else "FSDP2, fully_shard"

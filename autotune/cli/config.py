@@ -125,6 +125,15 @@ class StudyConfig:
         "micro-batch (G, G/2, ... G/8) and G / batch_size gradient-accumulation steps keep "
         "every trial's optimizer step at G samples (best.yaml: global_batch, grad_accum). "
         "false: batch_size is searched freely (it changes training dynamics)."))
+    training: str = _key("any", help=(
+        "Which of the study's two answers best.yaml holds. `any`: the fastest configuration, "
+        "whatever it changes in training (a larger batch: fewer optimizer steps per epoch at "
+        "the same learning rate). `same`: the fastest that trains the same model as yours "
+        "(knobs of class speed and numerics only, your batch size, or your global batch "
+        "under `keep_global_batch`; each knob's class is in the knob reference). Both are "
+        "confirmed with their own interval; the other is written beside best.yaml as "
+        "best-same-training.yaml (any) or best-any-training.yaml (same) where it is another "
+        "configuration."))
     numerics_steps: int = _key(10, help=(
         "Numerics check before export (autotune/search/numerics.py): each finalist's first N "
         "optimizer steps against the baseline's numerics (same seed, data order and batch "
@@ -177,6 +186,7 @@ class KnobsConfig:
     optimizer_impl: Any = None
     tf32: Any = None
     cudnn_benchmark: Any = None
+    expandable_segments: Any = None
     host_allocator: Any = None
     cpu_threads: Any = None
     sharding: Any = None

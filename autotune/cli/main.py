@@ -70,7 +70,8 @@ def verify_main(argv: list[str]) -> int:
     from autotune.cli.api import StudyError, verify
 
     ap = argparse.ArgumentParser(prog="autotune verify", description=verify_main.__doc__)
-    ap.add_argument("study", help="best.yaml, its folder, or a study name under studies/")
+    ap.add_argument("study", help="best.yaml, its folder, a study name under studies/, or "
+                                  "the study's other answer (best-same-training.yaml)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=None, help="measured steps per side and round")
     ap.add_argument("--warmup", type=int, default=None, help="steps run before measuring")

@@ -91,16 +91,26 @@ class ShapeLog:
 def measure_shapes(dataset: Any, collate: Callable[[list[Any]], Any] | None, batch_size: int,
                    batches: int = 8, seed: int = 0) -> dict[str, Any]:
     """Draw ``batches`` random batches through ``collate`` in this process (no workers) and
-    log their shapes: the adapters decide ``static_shapes`` from this before any trial."""
+    log their shapes, and how many of them hold padding tokens (``"padded"``, by the rule of
+    ``core/tokens.py``): the adapters decide ``static_shapes`` and whether the batches are
+    padded sequences from this before any trial, whatever function or class pads them."""
     from torch.utils.data import default_collate
+
+    from autotune.core.tokens import has_padding
 
     g = torch.Generator().manual_seed(seed)
     n = len(dataset)
     log = ShapeLog()
+    padded = 0
     for _ in range(batches):
         idx = torch.randint(0, n, (min(batch_size, n),), generator=g).tolist()
-        log.add((collate or default_collate)([dataset[i] for i in idx]))
-    return log.summary()
+        batch = (collate or default_collate)([dataset[i] for i in idx])
+        log.add(batch)
+        try:
+            padded += has_padding(split_batch(batch)[0])
+        except ValueError:  # a layout only the workload's own split_batch reads: no tokens
+            pass
+    return {**log.summary(), "padded": padded}
 
 
 def split_batch(batch: Any) -> tuple[Any, Any]:

@@ -8,7 +8,7 @@ The one place a trial's ranks and a production run launched by ``torchrun`` take
 Under ``torchrun --nproc_per_node=N`` every rank of a node runs the same command, with the same
 ``num_workers`` and threads: a study of one process that owned the node exported
 ``num_workers=2, cpu_threads=2``, and two ranks with those ran 2.1x slower than with one worker
-and one thread each on this project's 2-core VM (issue 29). So each local rank gets a disjoint
+and one thread each on this project's 2-core VM (2026-11-26). So each local rank gets a disjoint
 share of the usable cores (``rank_cores``), pinned where the OS allows it, and its knobs are
 searched within that share.
 """

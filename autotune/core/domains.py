@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.core.batch import measure_shapes
 from autotune.core.env import Env
 from autotune.core.stages import split_points
-from autotune.core.workload import Workload
+from autotune.core.workload import Workload, WorkloadError
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,12 @@ class Domain:
     values: list[Any]
     # Why the domain is narrower than the knob's full range here (e.g. "CUDA only").
     reason: str | None = None
+    # Given the knob values chosen before this knob, why one of its values cannot run with
+    # them (None: it can). A value rule, where a knob's ``inactive`` rules out the whole knob:
+    # the values it refuses are never suggested, so no trial is spent failing on them.
+    refuses: Callable[[Mapping[str, Any], Any], str | None] | None = None
+    # The knobs (earlier in the registry) whose values ``refuses`` reads.
+    reads: tuple[str, ...] = ()
 
 
 def cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:
@@ -192,6 +199,14 @@ def cpu_threads(env: Env, wl: Workload) -> Domain:
     return Domain(sorted({2**k for k in range(n.bit_length()) if 2**k <= n} | {n}))
 
 
+def allocator_env(env: Env, wl: Workload) -> bool:
+    """expandable_segments' baseline: on where the user's environment already sets it (then the
+    baseline measures what their training runs with today)."""
+    from autotune.core.host import expandable_in_env
+
+    return env.device == "cuda" and expandable_in_env()
+
+
 def torch_default_threads(env: Env, wl: Workload) -> int:
     """The baseline: the threads torch starts with here, as the user's training does today
     (one of the domain's values: the largest not above it)."""
@@ -200,12 +215,46 @@ def torch_default_threads(env: Env, wl: Workload) -> int:
     return max([v for v in values if v <= want] or values[:1])
 
 
+def padded(wl: Workload) -> bool:
+    """Whether the workload's batches are padded sequences: as it states (the adapters read
+    their batches when built), else read from 8 batches drawn through its collate function and
+    remembered. Without a collate function there is nothing to read: PyTorch's
+    ``default_collate`` stacks samples of one shape, so a batch's padding is the samples' own
+    and no sampler or packing of batches changes it."""
+    if wl.pads_batches is None:
+        collate = None if wl.stages() else wl.collate_fn()
+        wl.pads_batches = collate is not None and _padded_batches(wl, collate) > 0
+    return bool(wl.pads_batches)
+
+
+def _padded_batches(wl: Workload, collate: Callable[[list[Any]], Any]) -> int:
+    try:
+        data = wl.dataset("float32")
+        return int(measure_shapes(data, collate, int(wl.defaults.get("batch_size", 8)))["padded"])
+    except Exception as exc:  # noqa: BLE001 - any failure is the user's code: named, not hidden
+        raise WorkloadError(
+            f"workload {wl.name}: drawing a few batches through its collate_fn() to see whether "
+            f"they are padded raised {type(exc).__name__}: {exc}. Fix the dataset or collate "
+            "function, or state it on the workload (pads_batches = True or False).") from exc
+
+
+def pads_to_multiple(wl: Workload) -> bool:
+    """Whether the workload's collate function takes a ``pad_to_multiple_of`` setting (looked
+    through the Trainer's column-removing wrapper)."""
+    if wl.pads_to_multiple is None:
+        from autotune.core.sequences import unwrapped
+
+        wl.pads_to_multiple = hasattr(unwrapped(wl.collate_fn()), "pad_to_multiple_of")
+    return bool(wl.pads_to_multiple)
+
+
 def pad_to_multiple_of(env: Env, wl: Workload) -> Domain:
     """A padding collator's multiple: the user's own unless they list values to search, since
-    another multiple changes how many (masked) tokens each step processes."""
+    another multiple changes how many (masked) tokens each step processes. Offered only where
+    the collator takes the setting (a plain function that pads has none to set)."""
     own = wl.defaults.get("pad_to_multiple_of")
-    if not wl.pads_batches:
-        return Domain([None], "the workload's collator does not pad batches to a multiple")
+    if not pads_to_multiple(wl):
+        return Domain([None], "the workload's collator takes no pad_to_multiple_of setting")
     return Domain([own], "padding each batch to a multiple (8 for tensor cores, 64 for fewer "
                   "distinct shapes to compile) changes the tokens a step processes: list values "
                   "to search them, e.g. knobs.pad_to_multiple_of=[null,8,64]")
@@ -263,7 +312,24 @@ def attention(env: Env, wl: Workload) -> Domain:
             values.append(impl)
     if env.device != "cuda":
         out.append("sdpa_efficient and sdpa_cudnn (CUDA kernels only)")
-    return Domain(values, "not here: " + "; ".join(out) if out else "")
+    why = "not here: " + "; ".join(out) if out else ""
+    if env.device != "cuda":
+        return Domain(values, why)
+    return Domain(values, why, refuses=half_precision_attention, reads=("amp",))
+
+
+#: Attention kernels that CUDA runs in fp16 or bf16 only: pinned to one of them, an fp32
+#: forward fails with "No available kernel" (torch's SDPA dispatch; the flash-attn package
+#: raises likewise), so without autocast the trial would only fail.
+HALF_PRECISION_ATTENTION = ("sdpa_flash", "sdpa_cudnn", "flash_attention_2")
+
+
+def half_precision_attention(p: Mapping[str, Any], value: Any) -> str | None:
+    """The attention value rule on CUDA: flash and cuDNN kernels need amp=bf16 or fp16 (SDPA
+    is on autocast's lower-precision list, so under amp its inputs arrive in half precision)."""
+    if value in HALF_PRECISION_ATTENTION and p.get("amp", "off") == "off":
+        return f"{value} runs in fp16/bf16 only on CUDA: only with amp=bf16 or amp=fp16"
+    return None
 
 
 def activation_checkpointing(env: Env, wl: Workload) -> Domain:
@@ -277,8 +343,9 @@ def length_grouping(env: Env, wl: Workload) -> Domain:
     """Opt-in: grouping by length changes which samples share a batch."""
     if env.ranks > 1:
         return Domain([False], "under several ranks each rank's sampler is DistributedSampler")
-    if not wl.pads_batches:
-        return Domain([False], "the workload's batches are not padded sequences")
+    if not padded(wl):
+        return Domain([False], "the workload's batches hold no padding (no attention_mask "
+                      "zeros, no labels -100 on trailing padding, in 8 batches drawn)")
     own = bool(wl.defaults.get("length_grouping", False))
     return Domain([own], "grouping samples of similar length changes which samples share a "
                   "batch: list values to search it, knobs.length_grouping=[false,true]")
@@ -286,7 +353,7 @@ def length_grouping(env: Env, wl: Workload) -> Domain:
 
 def padding_free(env: Env, wl: Workload) -> Domain:
     """Opt-in: packing changes the batch's layout (one row, no padding)."""
-    if not (wl.pads_batches and wl.packs_sequences):
+    if not (wl.packs_sequences and padded(wl)):
         return Domain([False], "needs a padding collator and a Hugging Face model whose "
                       "attention keeps packed samples apart (transformers >= 4.53)")
     own = bool(wl.defaults.get("padding_free", False))

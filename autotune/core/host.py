@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from autotune.core.env import usable_cpus
 def apply_process_knobs(knobs: Mapping[str, Any]) -> None:
     """Every process-wide knob, in this process: backend flags, host allocator, threads."""
     apply_backend_flags(knobs)
+    apply_cuda_allocator(knobs)
     apply_host_allocator(knobs)
     apply_cpu_threads(knobs)
 
@@ -34,6 +36,35 @@ def apply_backend_flags(knobs: Mapping[str, Any]) -> None:
     PyTorch keeps in full fp32 by default."""
     torch.backends.cuda.matmul.allow_tf32 = bool(knobs["tf32"])
     torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
+
+
+#: The CUDA caching allocator's configuration variable (torch 2.9 reads PYTORCH_ALLOC_CONF
+#: too; this older name is read by every torch the project supports).
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
+
+
+def expandable_in_env() -> bool:
+    conf = os.environ.get(ALLOC_CONF) or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+    return EXPANDABLE.lower() in conf.replace(" ", "").lower()
+
+
+def apply_cuda_allocator(knobs: Mapping[str, Any]) -> None:
+    """expandable_segments=True: set in the environment (for the processes this one starts: a
+    launched rank, a compile worker) and in this process's allocator, before or after CUDA
+    started (a notebook that trained before). Without it each block
+    size gets segments of its own, and batches whose shapes vary leave reserved memory that no
+    later size fits: the peak the memory limit reads grows. False leaves the user's own
+    setting as it is."""
+    if not knobs.get("expandable_segments") or expandable_in_env():
+        return
+    conf = os.environ.get(ALLOC_CONF)
+    os.environ[ALLOC_CONF] = f"{conf},{EXPANDABLE}" if conf else EXPANDABLE
+    if torch.cuda.is_available():
+        # The variable is read once, whenever torch first parses its allocator settings (at
+        # import in some versions): no public API sets it later. This private one is what
+        # torch's own tests use; segments made after it follow it.
+        torch.cuda.memory._set_allocator_settings(EXPANDABLE)
 
 
 # glibc mallopt parameters (malloc.h).

@@ -42,123 +42,225 @@ class Knob:
     # Trial 0's value when the workload's defaults do not name the knob (default: ``off``);
     # also what a trial stored before the knob existed ran with (``Space.absent``).
     baseline: Callable[[Env, Workload], Any] | None = None
+    # What a value other than the user's does to the training itself, beside its speed
+    # (``effect``): why it changes what is trained (None: it does not). Required, so that no
+    # knob joins the registry unclassed: a study's same-training answer rests on it.
+    changes_training: str | None = field(kw_only=True)
+    # Why it changes the arithmetic (a lower precision, other kernels' rounding by design,
+    # other input arithmetic) while the samples, batches and optimizer steps stay the user's
+    # (None: it does not, beyond the last bits any kernel choice moves).
+    changes_numerics: str | None = field(default=None, kw_only=True)
+
+    @property
+    def effect(self) -> str:
+        """The knob's class: ``training``, ``numerics`` or ``speed`` (EFFECTS)."""
+        if self.changes_training:
+            return "training"
+        return "numerics" if self.changes_numerics else "speed"
+
+    @property
+    def effect_reason(self) -> str | None:
+        return self.changes_training or self.changes_numerics
+
+
+#: What each class of knob does to a user's training (the knob reference and the study's
+#: two answers say these).
+EFFECTS: dict[str, str] = {
+    "speed": "changes only how fast: the same samples in the same batches, the same optimizer "
+             "steps, the same precision (float sums may differ in their last bits, as with "
+             "any change of kernel or thread count).",
+    "numerics": "the same samples, batches and optimizer steps, computed with other "
+                "arithmetic (a lower precision, or other rounding by design): the losses differ "
+                "by rounding, and the numerics check (study.numerics_steps) refuses a "
+                "configuration beyond its tolerance before it is exported. A "
+                "same-training configuration may change these; pin them (knobs.amp=off) to "
+                "keep your own arithmetic.",
+    "training": "changes what is trained: how many optimizer steps an epoch takes, which "
+                "samples share a batch, or what the model holds. A same-training "
+                "configuration keeps these at your values.",
+}
 
 
 KNOBS: list[Knob] = [
     Knob("num_workers", "DataLoader worker processes (0 = load in the training process). "
          "Searched up to the usable cores; the agent goes past them, up to "
          f"{IO_WORKERS_PER_CORE} per core, for a loader it measured waiting on I/O.",
-         domains.workers, off=0, ordinal=True),
+         domains.workers, off=0, ordinal=True,
+         changes_training=None),
     Knob("prefetch_factor", "Batches each worker loads ahead.",
-         lambda env, wl: Domain([2, 4, 8]), inactive=domains.no_workers, off=None),
+         lambda env, wl: Domain([2, 4, 8]), inactive=domains.no_workers, off=None,
+         changes_training=None),
     Knob("persistent_workers", "Keep workers alive across epochs (no respawn at epoch start).",
-         lambda env, wl: Domain([False, True]), inactive=domains.no_workers, off=False),
+         lambda env, wl: Domain([False, True]), inactive=domains.no_workers, off=False,
+         changes_training=None),
     Knob("pin_memory", "Page-locked host batches: faster, asynchronous host-to-device copies.",
-         domains.cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False),
+         domains.cuda_only([False, True], False, "pinned memory speeds copies to a GPU"), off=False,
+         changes_training=None),
     Knob("non_blocking", "Asynchronous host-to-device copies: with pinned memory the host does "
          "not wait for the copy and goes on launching the step and loading the next batch.",
-         domains.cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False),
+         domains.cuda_only([False, True], False, "asynchronous copies to a GPU"), off=False,
+         changes_training=None),
     Knob("batch_size", "Samples per step. Changes training dynamics: pin it if that matters.",
-         domains.batch_size),
+         domains.batch_size,
+         changes_training=("a larger batch takes fewer optimizer steps per epoch at the same "
+                           "learning rate (a smaller one more): the training dynamics change "
+                           "unless the learning rate follows (study.keep_global_batch keeps the "
+                           "batch per optimizer step instead)")),
     Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
-         "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32"),
+         "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32",
+         changes_training=None),
     Knob("transform_split", "Input stages run on the host per sample before the copy; the "
          "rest run on the device on the whole batch (0 = all on the device). The device "
          "resize (torchvision, bilinear, antialias) differs from PIL's by at most one grey "
          "level per pixel (tests/test_stages.py).", domains.transform_split, off=0, ordinal=True,
-         baseline=domains.all_on_host),
-    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", domains.amp, off="off"),
-    Knob("compile", "torch.compile mode (off = eager).", domains.compile, off="off"),
+         baseline=domains.all_on_host,
+         changes_training=None,
+         changes_numerics=("input stages on the device compute other pixels (the device resize "
+                           "is within one grey level of PIL's) and draw random augmentations "
+                           "from the device's generator")),
+    Knob("amp", "Automatic mixed precision: off, bf16, or fp16 with a GradScaler.", domains.amp, off="off",
+         changes_training=None,
+         changes_numerics=("activations in bf16 (8 mantissa bits) or fp16 (10, with loss "
+                           "scaling) instead of float32")),
+    Knob("compile", "torch.compile mode (off = eager).", domains.compile, off="off",
+         changes_training=None,
+         changes_numerics=("generated kernels fuse operations and keep fused intermediates at "
+                           "another precision than eager (Inductor computes low-precision "
+                           "pointwise ops in float32)")),
     Knob("cuda_graphs", "Capture the whole training step once and replay it (CUDA Graphs).",
-         domains.cuda_graphs, inactive=domains.graphs_inactive, off=False),
+         domains.cuda_graphs, inactive=domains.graphs_inactive, off=False,
+         changes_training=None),
     Knob("channels_last", "NHWC memory format for the model and its inputs.",
-         domains.channels_last, off=False),
-    Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing.",
-         lambda env, wl: Domain([True, False]), inactive=domains.graphed_step, off=True),
+         domains.channels_last, off=False,
+         changes_training=None),
+    Knob("set_to_none", "optimizer.zero_grad(set_to_none=...): free grads instead of zeroing "
+         "(a parameter that gets no gradient in a step is then skipped by the optimizer "
+         "rather than decayed; the same for a model that uses every parameter each step).",
+         lambda env, wl: Domain([True, False]), inactive=domains.graphed_step, off=True,
+         changes_training=None),
     Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
-         domains.optimizer_impl, off="default"),
+         domains.optimizer_impl, off="default",
+         changes_training=None),
     Knob("tf32", "Allow TF32 for float32 matmuls (cuDNN convolutions use TF32 by PyTorch's "
-         "default either way).", domains.tf32, off=False),
+         "default either way).", domains.tf32, off=False,
+         changes_training=None,
+         changes_numerics="float32 matrix multiplications with 10-bit mantissa inputs"),
     Knob("cudnn_benchmark", "cudnn.benchmark: autotune convolution algorithms per shape.",
-         domains.cuda_only([False, True], False, "cuDNN algorithm search"), off=False),
+         domains.cuda_only([False, True], False, "cuDNN algorithm search"), off=False,
+         changes_training=None),
+    Knob("expandable_segments", "The CUDA caching allocator's expandable segments "
+         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): one segment grows in place instead "
+         "of new blocks per size, so batches of varying shape fragment less and the peak "
+         "reserved memory (what the memory limit reads) drops.",
+         domains.cuda_only([False, True], False, "the CUDA caching allocator's setting"),
+         off=False, baseline=domains.allocator_env, changes_training=None),
     Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS, "
          "past a threshold that rises up to 32 MiB as blocks are freed), retain (keep them for "
          "reuse: no page faults for the step's host tensors) or release (every freed block "
          "above 64 KiB back to the OS at once: a process's resident memory is then what it "
          "uses, at the cost of page faults; under ranks, where the per-rank memory limit reads "
-         "that resident memory).", domains.host_allocator, off="default"),
+         "that resident memory).", domains.host_allocator, off="default",
+         changes_training=None),
     Knob("cpu_threads", "torch intra-op (and, where not yet started, inter-op) threads of the "
          "training process; each DataLoader worker gets its share of the cores, at most as "
          "many (0 = the cores the workers leave free; CUDA's setting).",
-         domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads),
+         domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads,
+         changes_training=None),
     Knob("sharding", "How the ranks hold the model: no_shard (DDP: a whole copy per rank), "
          "full_shard (FSDP2: each rank holds a shard of the parameters, gradients and optimizer "
          "state; each block's parameters are all-gathered for its forward and again for its "
          "backward, ZeRO-3), shard_grad_op (FSDP2 keeping them from forward to backward: one "
          "all-gather less a step, more memory) or hybrid_shard (sharded within a node, "
          "replicated across nodes). Searched when the trials run as ranks.",
-         domains.sharding, off="no_shard"),
+         domains.sharding, off="no_shard",
+         changes_training=None,
+         changes_numerics=("gradients averaged by reduce-scatters over the shards instead of one "
+                           "all-reduce: the same sums in another order")),
     Knob("bucket_cap_mb", "DDP: MiB of gradients per all-reduce bucket (25 by default): "
          "smaller buckets start communicating earlier in backward, larger ones send fewer "
          "messages.", domains.ddp_only([1, 5, 25, 100], 25), inactive=domains.is_sharded, off=25,
-         ordinal=True),
+         ordinal=True, changes_training=None),
     Knob("gradient_as_bucket_view", "DDP: gradients are views into the all-reduce buckets (no "
          "copy into them, less memory).", domains.ddp_only([False, True], False),
-         inactive=domains.is_sharded, off=False),
+         inactive=domains.is_sharded, off=False, changes_training=None),
     Knob("batched_grad_copy", "DDP: copy each bucket's gradients into it in one batched copy "
          "and one division when the bucket is ready, instead of per parameter (fewer kernels "
          "for models of many small parameters; torch 2.14 and later).",
-         domains.batched_grad_copy, inactive=domains.is_sharded, off=False),
+         domains.batched_grad_copy, inactive=domains.is_sharded, off=False,
+         changes_training=None),
     Knob("static_graph", "DDP: the model uses the same parameters every step, so DDP can skip "
          "its per-step graph checks and reorder buckets.",
-         domains.ddp_only([False, True], False), inactive=domains.is_sharded, off=False),
+         domains.ddp_only([False, True], False), inactive=domains.is_sharded, off=False,
+         changes_training=None),
     Knob("broadcast_buffers", "DDP: copy rank 0's buffers (BatchNorm's running statistics) to "
          "every rank before each forward (forward_sync_buffers from torch 2.14). Off: each rank "
          "keeps its own running statistics.", domains.ddp_only([True, False], True),
-         inactive=domains.is_sharded, off=True),
+         inactive=domains.is_sharded, off=True,
+         changes_training=("off: each rank keeps its own buffers (BatchNorm's running "
+                           "statistics) instead of rank 0's: a model that reads its buffers in "
+                           "training, or is evaluated or saved on a rank other than 0, holds "
+                           "other values")),
     Knob("comm_hook", "DDP: the gradients' all-reduce as is (none) or compressed to fp16 or bf16 "
          "(half the bytes, summed in that precision). Opt-in: it changes the numerics.",
-         domains.comm_hook, inactive=domains.is_sharded, off="none"),
+         domains.comm_hook, inactive=domains.is_sharded, off="none",
+         changes_training=None,
+         changes_numerics="gradients summed across ranks in fp16 or bf16 instead of float32"),
     Knob("accumulation_no_sync", "Ranks with gradient accumulation (study.keep_global_batch): "
          "skip the gradient communication on each micro-batch but the cycle's last, one "
          "all-reduce (DDP's no_sync) or reduce-scatter per optimizer step instead of one per "
          "micro-batch, as the Hugging Face Trainer and Lightning do; a sharded model also keeps "
          "its gathered parameters and unreduced gradients over the cycle (more memory, no "
-         "all-gather again).", domains.ddp_only([False, True], False), off=False),
+         "all-gather again).", domains.ddp_only([False, True], False), off=False,
+         changes_training=None),
     Knob("fsdp_wrap_blocks", "FSDP2: blocks per fully_shard group, each group one all-gather "
          "and one reduce-scatter (1: every block, PyTorch's recipe; more: fewer, larger "
          "collectives, more parameters gathered at once).",
-         domains.fsdp_wrap_blocks, inactive=domains.not_sharded, off=1),
+         domains.fsdp_wrap_blocks, inactive=domains.not_sharded, off=1, changes_training=None),
     Knob("fsdp_param_dtype", "FSDP2: the dtype parameters are gathered and computed in "
          "(MixedPrecisionPolicy.param_dtype); the shards and the optimizer stay fp32, the "
          "reduction fp32 unless fsdp_reduce_dtype says bf16.",
-         domains.fsdp_param_dtype, inactive=domains.not_sharded, off="fp32"),
+         domains.fsdp_param_dtype, inactive=domains.not_sharded, off="fp32",
+         changes_training=None,
+         changes_numerics="forward and backward computed with bf16 parameters (8 mantissa bits)"),
     Knob("fsdp_reduce_dtype", "FSDP2: the dtype gradients are reduce-scattered in "
          "(MixedPrecisionPolicy.reduce_dtype): bf16 halves the bytes and rounds the sum. "
          "Opt-in: it changes the numerics.",
-         domains.fsdp_reduce_dtype, inactive=domains.not_sharded, off="fp32"),
+         domains.fsdp_reduce_dtype, inactive=domains.not_sharded, off="fp32",
+         changes_training=None,
+         changes_numerics="gradients summed across ranks in bf16 instead of float32"),
     Knob("fsdp_prefetch", "FSDP2: groups all-gathered ahead of their turn, in forward and "
          "backward (0: FSDP2's own, one group ahead in backward only).",
-         domains.sharded_only([0, 1, 2], 0), inactive=domains.not_sharded, off=0, ordinal=True),
+         domains.sharded_only([0, 1, 2], 0), inactive=domains.not_sharded, off=0, ordinal=True,
+         changes_training=None),
     Knob("fsdp_cpu_offload", "FSDP2: shards, gradients and the optimizer step in host memory "
          "(CPUOffloadPolicy): GPU memory for speed. Opt-in, CUDA only.",
-         domains.fsdp_cpu_offload, inactive=domains.not_sharded, off=False),
+         domains.fsdp_cpu_offload, inactive=domains.not_sharded, off=False,
+         changes_training=None,
+         changes_numerics="the optimizer step runs in the CPU's kernels instead of the GPU's"),
     Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
          "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
          "and backward (sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
-         domains.attention, off="default"),
+         domains.attention, off="default",
+         changes_training=None),
     Knob("activation_checkpointing", "Recompute each layer's activations in backward instead of "
          "keeping them (non-reentrant): slower steps, less memory, room for a bigger batch.",
-         domains.activation_checkpointing, off=False),
+         domains.activation_checkpointing, off=False,
+         changes_training=None),
     Knob("length_grouping", "Batch samples of similar length together (the Trainer's "
          "group_by_length sampler): less padding. Opt-in: it changes which samples share a batch.",
-         domains.length_grouping, off=False),
+         domains.length_grouping, off=False,
+         changes_training=("samples of similar length share a batch instead of a random mix: "
+                           "other batches, so other gradients in every step")),
     Knob("padding_free", "Pack each batch's samples into one row with positions restarting per "
          "sample (DataCollatorWithFlattening): no padding computed. Opt-in.",
-         domains.padding_free, off=False),
+         domains.padding_free, off=False,
+         changes_training=None,
+         changes_numerics=("the same samples and the same predicted tokens, packed in one row "
+                           "(positions restart per sample): other kernels' shapes and rounding")),
     Knob("pad_to_multiple_of", "A padding collator pads each batch's sequences to a multiple of "
          "this (null: to the longest): 8 for tensor cores, larger for fewer distinct shapes.",
-         domains.pad_to_multiple_of, inactive=domains.packed, off=None),
+         domains.pad_to_multiple_of, inactive=domains.packed, off=None,
+         changes_training=None),
 ]
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 
@@ -201,16 +303,31 @@ class Space:
     def _suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for knob in KNOBS:
-            dom = self.domains[knob.name]
+            name, allowed = self.param(knob.name, values)
             if knob.inactive(values) is not None:
                 values[knob.name] = knob.off
-            elif len(dom.values) == 1:
-                values[knob.name] = dom.values[0]
-            elif knob.ordinal and _is_int_range(dom.values):
-                values[knob.name] = trial.suggest_int(knob.name, dom.values[0], dom.values[-1])
+            elif len(allowed) == 1:
+                values[knob.name] = allowed[0]
+            elif knob.ordinal and _is_int_range(allowed):
+                values[knob.name] = trial.suggest_int(name, allowed[0], allowed[-1])
             else:
-                values[knob.name] = trial.suggest_categorical(knob.name, dom.values)
+                values[knob.name] = trial.suggest_categorical(name, allowed)
         return values
+
+    def param(self, name: str, before: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        """The Optuna parameter a knob is searched as, given the values chosen before it, and
+        the values it may take there. Where a value rule (``Domain.refuses``) rules some out,
+        the rest are a parameter of their own (``attention without sdpa_flash/sdpa_cudnn``):
+        Optuna's samplers need one fixed set of choices per parameter name, and a value that
+        cannot run is then never proposed, rather than proposed and failed."""
+        dom = self.domains[name]
+        if dom.refuses is None:
+            return name, dom.values
+        kept = [v for v in dom.values if dom.refuses(before, v) is None]
+        if not kept or kept == dom.values:
+            return name, dom.values  # none left: the trial runs and fails with its reason
+        out = [str(v) for v in dom.values if v not in kept]
+        return f"{name} without {'/'.join(out)}", kept
 
     def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Fill every knob from searched params (e.g. a stored trial's) the way suggest would.
@@ -219,14 +336,16 @@ class Space:
         ``transform_split``), not the domain's first value."""
         values: dict[str, Any] = {}
         for knob in KNOBS:
-            dom = self.domains[knob.name]
+            name, allowed = self.param(knob.name, values)
             if knob.inactive(values) is not None:
                 values[knob.name] = knob.off
-            elif knob.name in params:
-                values[knob.name] = params[knob.name]
+            elif name in params:
+                values[knob.name] = params[name]
+            elif knob.name in params and params[knob.name] in allowed:
+                values[knob.name] = params[knob.name]  # stored before the value rule
             else:
-                old = self.absent.get(knob.name, dom.values[0])
-                values[knob.name] = old if old in dom.values else dom.values[0]
+                old = self.absent.get(knob.name, allowed[0])
+                values[knob.name] = old if old in allowed else allowed[0]
         return values
 
     def searched(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,11 +353,11 @@ class Space:
         ordinal domain's end is kept where the knob allows it (see ``beyond``)."""
         out: dict[str, Any] = {}
         for knob in KNOBS:
-            dom = self.domains[knob.name]
-            if knob.inactive(knobs) is None and len(dom.values) > 1 and knob.name in knobs:
+            name, allowed = self.param(knob.name, knobs)
+            if knob.inactive(knobs) is None and len(allowed) > 1 and knob.name in knobs:
                 value = knobs[knob.name]  # absent: stored before the knob existed
-                if value in dom.values or value in self.beyond(knob.name):
-                    out[knob.name] = value
+                if value in allowed or value in self.beyond(knob.name):
+                    out[name] = value
         return out
 
     def beyond(self, name: str) -> range:
@@ -270,24 +389,54 @@ def build_space(env: Env, wl: Workload, overrides: Mapping[str, Any]) -> Space:
     narrows). An override outside the valid domain is an error that names the valid values."""
     domains: dict[str, Domain] = {}
     for knob in KNOBS:
-        dom = _limited(knob.domain(env, wl), wl.knob_limits.get(knob.name))
+        limit = wl.knob_limits.get(knob.name)
+        dom = _limited(knob.domain(env, wl), limit)
         want = overrides.get(knob.name)
         if want is not None:
             asked = list(want) if isinstance(want, (list, tuple)) else [want]
-            bad = [v for v in asked if not _valid(knob, dom, v)]
+            # The framework's reach bounds what a user may list too (an opt-in knob's domain
+            # is its default alone until listed).
+            beyond = [v for v in asked if limit is not None and v not in limit[0]]
+            bad = [v for v in asked if not _valid(knob, dom, v) or v in beyond]
             if bad:
-                why = f" ({dom.reason})" if dom.reason else ""
+                why = f" ({limit[1] if beyond and limit else dom.reason})" \
+                    if (beyond and limit) or dom.reason else ""
                 raise KnobError(
                     f"knobs.{knob.name}={want!r} is not valid on {env.device}: "
                     f"{', '.join(map(repr, bad))} not in {dom.values!r}{why}. "
                     f"{knob.doc}"
                 )
-            dom = Domain(asked, _override_reason(knob, asked, env))
+            dom = Domain(asked, _override_reason(knob, asked, env), dom.refuses, dom.reads)
         domains[knob.name] = dom
+    _narrow_for_rules(domains, env)
     baseline = _baseline(domains, env, wl)
     absent = {k.name: k.baseline(env, wl) if k.baseline else k.off for k in KNOBS}
     return Space(domains, baseline, frozenset(k for k, v in overrides.items() if v is not None),
                  absent)
+
+
+def _narrow_for_rules(domains: dict[str, Domain], env: Env) -> None:
+    """Where a knob's values run only with some values of the knobs its value rule reads,
+    those knobs keep only those values: ``knobs.attention=sdpa_flash`` on CUDA searches amp
+    over bf16 and fp16 (the baseline included), not off, under which every trial would fail.
+    Values that run under none are said before the study starts."""
+    for knob in KNOBS:
+        dom = domains[knob.name]
+        if dom.refuses is None:
+            continue
+        for name in dom.reads:
+            read = domains[name]
+            kept = [x for x in read.values
+                    if any(dom.refuses({name: x}, v) is None for v in dom.values)]
+            if not kept:
+                why = dom.refuses({name: read.values[0]}, dom.values[0])
+                raise KnobError(
+                    f"knobs.{knob.name}={dom.values!r} cannot run on {env.device} with "
+                    f"{name} in {read.values!r}: {why}. Widen knobs.{name}, or list a value "
+                    f"of {knob.name} that runs without it. {knob.doc}")
+            if kept != read.values:
+                domains[name] = Domain(kept, f"knobs.{knob.name}={dom.values!r} runs only with "
+                                       f"{name} in {kept!r}")
 
 
 def _override_reason(knob: Knob, asked: list[Any], env: Env) -> str:
@@ -310,7 +459,7 @@ def _limited(dom: Domain, limit: tuple[list[Any], str] | None) -> Domain:
         return dom
     allowed, why = limit
     kept = [v for v in dom.values if v in allowed]
-    return Domain(kept, why) if kept and kept != dom.values else dom
+    return replace(dom, values=kept, reason=why) if kept and kept != dom.values else dom
 
 
 #: study.keep_global_batch: the smallest micro-batch is the global batch / 2**this.
@@ -368,7 +517,7 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
         )
     if knob.name == "pad_to_multiple_of":
         return (value is None or (isinstance(value, int) and not isinstance(value, bool)
-                                  and value > 0)) and "does not pad" not in (dom.reason or "")
+                                  and value > 0)) and "takes no pad_to_multiple_of" not in (dom.reason or "")
     if knob.name == "fsdp_reduce_dtype":  # opt-in: the listed dtypes, where there are ranks
         return value in ("fp32", "bf16") and "list values" in (dom.reason or "")
     if knob.name == "fsdp_cpu_offload":  # opt-in, where a GPU holds the shards
@@ -396,5 +545,7 @@ def _baseline(domains: Mapping[str, Domain], env: Env, wl: Workload) -> dict[str
             continue
         fallback = knob.baseline(env, wl) if knob.baseline else knob.off
         default = wl.defaults.get(knob.name, fallback)
-        values[knob.name] = default if default in dom.values else dom.values[0]
+        allowed = [v for v in dom.values if dom.refuses is None or dom.refuses(values, v) is None]
+        allowed = allowed or dom.values
+        values[knob.name] = default if default in allowed else allowed[0]
     return values

@@ -4,8 +4,9 @@ A workload that declares ``stages()`` lets the ``transform_split`` knob choose w
 pipeline crosses to the device: ``transform_split = k`` runs the first ``k`` stages on each
 sample in the DataLoader (workers), then the batch is copied, and the remaining stages run on
 the whole batch on the training device. Shipping raw 32x32 uint8 images and resizing them on
-the GPU moves the host's heaviest work (seed 004's lesson #4: move work from the host to the
-device) and copies 49x fewer bytes than a 224 px float32 batch.
+the GPU moves the host's heaviest work (the fourth optimization of Chaim Rand's "PyTorch Model
+Performance Analysis and Optimization", 2023: move work from the host to the device) and
+copies 49x fewer bytes than a 224 px float32 batch.
 
 A stage is valid on the device only if it says how to run on a batch (``Stage.device``), and a
 split point ``k`` is valid only when every stage from ``k`` on has a batched version; per-sample

@@ -15,8 +15,12 @@ batch is counted twice:
 
 The rule (Hugging Face conventions): inputs that are a Mapping with ``input_ids`` carry tokens;
 where there is an ``attention_mask`` of the same shape, its non-zero entries are the real
-tokens; without one (a packed batch: ``input_ids`` of shape (1, total) with ``position_ids``,
-or a batch that was never padded) every id is real. A workload with another layout declares
+tokens. Without one, ``labels`` of the same shape ignored (-100) on a trailing run of
+positions whose length differs between rows is right padding (a collator that pads each row to
+the batch's longest and masks only the labels: a causal model never attends forward to it);
+otherwise (a packed batch: ``input_ids`` of shape (1, total) with ``position_ids``, or a batch
+that was never padded) every id is real. Whatever builds the batch (a Hugging Face collator, a
+plain function, a class), the batch says whether it is padded. A workload with another layout declares
 its own rule (``Workload.tokens``). Counting reads the loader's batch on the host, before it is
 copied: a mask still on the host costs a sum, never a wait on the device.
 """
@@ -33,6 +37,8 @@ import torch
 #: before tokens were counted) is in samples/s.
 SAMPLES, TOKENS = "samples/s", "tokens/s"
 UNITS = (SAMPLES, TOKENS)
+#: The label value Hugging Face losses ignore (``CrossEntropyLoss(ignore_index=-100)``).
+IGNORED = -100
 
 
 @dataclass(frozen=True)
@@ -60,13 +66,39 @@ def count_tokens(inputs: Any) -> TokenCount | None:
     computed = ids.numel()
     mask = inputs.get("attention_mask")
     if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(ids.shape):
-        # Packed (DataCollatorWithFlattening: no mask, position_ids restart per sample) or
-        # unpadded: every id is a real token. A mask of another shape (a 4-D attention bias)
-        # does not say which ids are padding.
-        return TokenCount(computed, computed)
+        # No mask: padding only the labels say (a right-padded batch), else none. A mask of
+        # another shape (a 4-D attention bias) does not say which ids are padding.
+        return _by_labels(inputs, ids)
     if mask.device.type != "cpu":
         return None
     return TokenCount(int(torch.count_nonzero(mask)), computed)
+
+
+def _by_labels(inputs: Mapping[str, Any], ids: torch.Tensor) -> TokenCount:
+    """Right padding read from the labels alone: each row's trailing run of ignored labels
+    (-100), when the runs differ between rows (rows padded to the batch's longest). Runs of one
+    length in every row are not padding (labels shifted by the user, the last one ignored); a
+    packed batch (``position_ids``: DataCollatorWithFlattening ignores each sample's first
+    label) has none."""
+    computed = ids.numel()
+    labels = inputs.get("labels")
+    if (not isinstance(labels, torch.Tensor) or tuple(labels.shape) != tuple(ids.shape)
+            or ids.dim() != 2 or "position_ids" in inputs or labels.device.type != "cpu"):
+        # Labels already on a device are not read (that would wait on it): every id counts.
+        return TokenCount(computed, computed)
+    # The trailing run's length per row: ignored positions counted from the right until the
+    # first kept one (a cumulative product of the flipped "ignored" flags).
+    trailing = labels.eq(IGNORED).flip(-1).int().cumprod(-1).sum(-1)
+    if trailing.numel() < 2 or int(trailing.max()) == int(trailing.min()):
+        return TokenCount(computed, computed)
+    return TokenCount(computed - int(trailing.sum()), computed)
+
+
+def has_padding(inputs: Any) -> bool:
+    """Whether a batch's inputs hold padding tokens by the rule above (its padding share is
+    above 0): what makes length grouping and packing worth offering."""
+    count = count_tokens(inputs)
+    return count is not None and count.real < count.computed
 
 
 def every_id_real(ids: torch.Tensor) -> tuple[int, int]:

@@ -56,9 +56,16 @@ class Workload:
     #: ``{knob: (allowed values, why)}``. The adapters use it so that the study never picks a
     #: configuration their export could not hand back (e.g. CUDA Graphs for Lightning's loop).
     knob_limits: dict[str, tuple[list[Any], str]] = {}
-    #: Its collate function pads each batch (it has a ``pad_to_multiple_of`` setting): the
-    #: knob of that name applies (the value in ``defaults`` is the user's own).
-    pads_batches: bool = False
+    #: Its batches are padded sequences: the model computes padding tokens (an
+    #: ``attention_mask`` with zeros, or labels ignored on each row's trailing padding:
+    #: ``core/tokens.py``), so length grouping and padding-free packing can remove them. None:
+    #: read from a few of its batches, whatever function or class collates them, when the
+    #: study's knobs are set up (``core/domains.padded``); the adapters read theirs when built.
+    pads_batches: bool | None = None
+    #: Its collate function takes a ``pad_to_multiple_of`` setting (transformers' padding
+    #: collators): the knob of that name applies (the value in ``defaults`` is the user's own).
+    #: None: looked up on ``collate_fn()``.
+    pads_to_multiple: bool | None = None
     #: Attention implementations its model can be switched to (``core/sequences.py``): for a
     #: Hugging Face model the ``attn_implementation`` values it supports; ``("sdpa",)`` for a
     #: plain model that calls ``scaled_dot_product_attention`` itself (then SDPA's backend is

@@ -12,7 +12,7 @@ from autotune.diagnose.thresholds import COMM_EXPOSED_SHARE
 
 
 def communication(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes) -> tuple[str, str, str]:
-    """Seed 002: "NCCL calls between backward and optimizer -> DDP gradient sync not
+    """A profiling guide's rules: "NCCL calls between backward and optimizer -> DDP gradient sync not
     overlapped -> check bucket size, use gradient_as_bucket_view=True"; "throughput does not
     scale with GPUs -> large NCCL time -> overlap compute/communication, increase batch"."""
     if str(knobs.get("sharding") or "no_shard") != "no_shard":

@@ -97,7 +97,7 @@ def more_workers(knobs: Mapping[str, Any]) -> int:
 
 
 def workers_needed(knobs: Mapping[str, Any], data_wait: float | None) -> int:
-    """Seed 003's split (loader wait vs the step's own time) turned into a worker count.
+    """The loader-wait split (the wait for the next batch vs the step's own time) turned into a worker count.
 
     With w workers and a share ``data_wait`` of the step spent waiting, one worker takes
     w / (1 - data_wait) step-computes to load a batch (w = 0, loading in the step's own

@@ -1,12 +1,13 @@
-"""The diagnosis's thresholds, each with the field note it comes from, so that a verdict can be
-traced to a number (used by ``autotune/diagnose/verdicts.py`` and ``autotune/diagnose/fixes.py``)."""
+"""The diagnosis's thresholds, each with the rule of thumb or measurement it comes from, so
+that a verdict can be traced to a number (used by ``autotune/diagnose/verdicts.py`` and
+``autotune/diagnose/fixes.py``)."""
 
-#: Host waits on the DataLoader for this share of the step: input-bound. Seed 003: the loader
+#: Host waits on the DataLoader for this share of the step: input-bound. The loader
 #: wait (t2-t1) "should be much smaller" than the training time (t3-t2).
 DATA_WAIT_SHARE = 0.20
 #: The loader's processes spent less than this share of their time on a CPU: they wait on
 #: I/O (storage, network, a remote service), and more workers than cores can still help.
-#: Seed 002: "GPU idle, CPU idle" is a wait, not a computation.
+#: Profiling rule of thumb: "GPU idle, CPU idle" is a wait, not a computation.
 IO_BOUND_CPU_SHARE = 0.5
 #: With workers, the training process was busy (on a CPU or runnable) at least this share of
 #: its wait for batches: it was receiving them (unpickling each batch, taking over its shared
@@ -36,27 +37,28 @@ DATA_WAIT_NOTABLE = 0.05
 #: Minor page faults per step in the training process (4 KiB each: 1,000 is 4 MiB of memory
 #: mapped and zeroed anew every step). On CPU a step that allocates its activations afresh.
 PAGE_FAULTS_PER_STEP = 1000
-#: Host-to-device copies take this share of the step: copy-bound. Seed 004 flagged 10 of 37 ms.
+#: Host-to-device copies take this share of the step: copy-bound. Chaim Rand's ResNet-18
+#: ("PyTorch Model Performance Analysis and Optimization", 2023) spent 10 of 37 ms copying.
 H2D_SHARE = 0.20
-#: GPU busy (kernels + copies) at or above this: compute-bound. Seed 000: ">90% GPU utilization".
+#: GPU busy (kernels + copies) at or above this: compute-bound. Rule of thumb: ">90% GPU utilization".
 GPU_BUSY_HIGH_PCT = 90.0
-#: GPU busy below this: starved by the host. Seed 002: "GPU utilization < 80%".
+#: GPU busy below this: starved by the host. Rule of thumb: "GPU utilization < 80%".
 GPU_STARVED_PCT = 80.0
-#: Kernels shorter than this are launch-dominated. Seed 002: "Many tiny GPU kernels (< 10 us)".
+#: Kernels shorter than this are launch-dominated. Rule of thumb: "Many tiny GPU kernels (< 10 us)".
 SHORT_KERNEL_US = 10.0
 #: ...and launch overhead needs at least this share of them to be tiny,
 SHORT_KERNEL_SHARE = 0.5
 #: ...and at least this many launches (or kernels) per step (a replayed graph launches once).
 MIN_LAUNCHES_PER_STEP = 20
 #: Host-device synchronizations per step outside the input copy. A per-step loss.item() for
-#: logging is 1, fp16's GradScaler 1: four or more is a pattern (seed 000: "post-processing" of
+#: logging is 1, fp16's GradScaler 1: four or more is a pattern (the "post-processing" pattern of
 #: interleaved small device ops and host reads).
 SYNCS_PER_STEP = 4
 #: Peak memory at or above this share of the limit: memory-bound (no headroom, allocator
 #: retries, OOM risk).
 MEMORY_HIGH_SHARE = 0.90
 #: A bigger batch is suggested only below this share of the limit (doubling the batch roughly
-#: doubles activation memory). Seed 004: 1 of 16 GB used -> batch size up.
+#: doubles activation memory). Rand's ResNet-18 (2023): 1 of 16 GB used -> batch size up.
 BATCH_HEADROOM_SHARE = 0.50
 
 # -- confirmation ---------------------------------------------------------------------------
@@ -107,7 +109,7 @@ NOISY_WINDOWS_CV = 0.10
 #: without DDP's all-reduce, in adjacent pairs (measure/comm.py), and read at the lower bound
 #: of the pairs' median (COMM_LOWER_ALPHA there), not the median itself: a noisy median
 #: called a compute-heavy model communication-bound. Fixed before any DDP figure was seen: a quarter
-#: of the step is where the seeds' fixes (bucket size, gradient views, a bigger per-rank
+#: of the step is where the usual DDP fixes (bucket size, gradient views, a bigger per-rank
 #: batch) can pay for a trial, and below it the all-reduce is mostly hidden behind backward.
 COMM_EXPOSED_SHARE = 0.25
 #: A phase other than the verdict's that takes at least this share of the step is named

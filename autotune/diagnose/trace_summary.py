@@ -66,7 +66,7 @@ from typing import Any
 
 from autotune.core.numbers import finite
 from autotune.diagnose.comm_trace import comm_fields
-from autotune.diagnose.thresholds import SHORT_KERNEL_US  # seed 002: tiny kernels = launch overhead
+from autotune.diagnose.thresholds import SHORT_KERNEL_US  # tiny kernels = launch overhead
 from autotune.diagnose.trace_events import (
     Event,
     Points,

@@ -15,8 +15,9 @@ Pure functions over plain data (the WindowResult as a dict, its ``trace`` summar
 Fixes only name knob values that differ from the trial's; whether a value is valid on this
 device / workload (and whether it is active given the other knobs) is the caller's check.
 
-The rules encode the symptom -> cause -> fix tables of the field notes (seeds 000, 002, 003,
-004), checked in this order on CUDA (first match wins):
+The rules encode the symptom -> cause -> fix tables of GPU-profiling guides (e.g. PyTorch's
+performance tuning guide, https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html),
+checked in this order on CUDA (first match wins):
 
 ================================  ======================  =====================================
 symptom                           bottleneck              fixes

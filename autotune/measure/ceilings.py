@@ -1,4 +1,4 @@
-"""Seed 003's mock components, measured inside a trial (CHILD side): the loader alone and the
+"""Mock components, measured inside a trial (CHILD side): the loader alone and the
 step alone. A trial cannot train faster than either, which is what lets the driver prune on
 them (autotune/search/pruning.py), so each must be an upper bound: measured in steady state, with its
 noise stated.
@@ -24,7 +24,7 @@ def _units(batches: Any, batch_size: int) -> float:
 
 def loader_ceiling(batches: Any, batch_size: int, workers: int, win: dict[str, Any],
                    progress: Progress | None = None) -> tuple[float, float]:
-    """Seed 003's mock trainer: the loader alone, every batch discarded. The rate the input
+    """A mock trainer: the loader alone, every batch discarded. The rate the input
     pipeline delivers in steady state, in the window's unit (samples/s, or real tokens/s: the
     slope of batches times their mean tokens), and its noise (relative spread).
 
@@ -81,7 +81,7 @@ def _slope(times: list[float]) -> float:
 def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str, Any],
                     clock: Clock, beat: Callable[[int], None] = lambda step: None
                     ) -> tuple[float, float]:
-    """Seed 003's mock loader: one batch kept on the device, the step alone. The rate the
+    """A mock loader: one batch kept on the device, the step alone. The rate the
     model can train at with a free input pipeline, in the window's unit (that batch's real
     tokens per step where it has tokens), and its noise (relative spread).
 

@@ -73,11 +73,16 @@ class GpuReader:
 
 
 def _own_pids() -> set[int]:
+    """The trial's own tree and the processes it descends from: the study's driver is the
+    user's process when they tune a live object (a Hugging Face Trainer places its model on
+    the GPU when it is built), idle on the GPU while the trial runs; counted as another
+    process it made every window of an LM study on one H200 read as contended (2026-11-28)."""
     import psutil
 
     me = psutil.Process()
     try:
-        return {me.pid} | {p.pid for p in me.children(recursive=True)}
+        return ({me.pid} | {p.pid for p in me.children(recursive=True)}
+                | {p.pid for p in me.parents()})
     except psutil.Error:
         return {me.pid}
 

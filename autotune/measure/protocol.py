@@ -163,7 +163,7 @@ class WindowResult(_Record):
     timers: dict[str, float | None] = field(default_factory=dict)  # None: not measured
     trace: dict[str, Any] = field(default_factory=dict)  # profiler summary (diagnosis input)
     chunks: list[float] = field(default_factory=list)  # ``rate`` so far, at each chunk edge
-    # Seed 003's mock components, in ``unit``: "loader" (input pipeline alone), "compute" (the
+    # The mock components' rates, in ``unit``: "loader" (input pipeline alone), "compute" (the
     # step alone on one cached device batch). Only those the driver asked for (not cached).
     ceilings: dict[str, float] = field(default_factory=dict)
     # Each measured ceiling's noise: the relative spread of its rate within its measurement.

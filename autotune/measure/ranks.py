@@ -17,12 +17,14 @@ process, so they stay in the trial's process group, which the runner kills as on
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -54,13 +56,33 @@ def launch_config(req: TrialRequest, trial_dir: Path, host: bool | None = None) 
                                "last_call_timeout": 1}
     if host is not None:
         configs["is_host"] = host
-    return LaunchConfig(
+    with _nvml_device_check():
+        return LaunchConfig(
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
         run_id=str(launch.get("run_id") or f"autotune-{uuid.uuid4().hex[:12]}"),
         rdzv_backend="c10d", rdzv_endpoint=launch.get("rdzv_endpoint") or "localhost:0",
         rdzv_configs=configs, max_restarts=0, monitor_interval=0.1, start_method="fork",
         logs_specs=DefaultLogsSpecs(log_dir=str(trial_dir / "ranks"), redirects=Std.ALL),
-    )
+        )
+
+
+@contextlib.contextmanager
+def _nvml_device_check() -> Iterator[None]:
+    """torch's LaunchConfig asks ``torch.accelerator.is_available()`` and ``device_count()``
+    (for its NUMA binding default, torch 2.8 and later), which initialize the CUDA driver in
+    this process unless the check goes through NVML; the ranks it then forks cannot use CUDA
+    (every NCCL rank exited with code 1 before writing a result: one H200, torch 2.11,
+    2026-11-28). NVML answers the same question without touching the driver."""
+    key = "PYTORCH_NVML_BASED_CUDA_CHECK"
+    old = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
 
 
 def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> int:
@@ -217,7 +239,11 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
            if res is not None and res.outcome not in ("ok", "compile_fallback")]
     if bad or failure or any(res is None for res in results.values()):
         missing = [r for r, res in results.items() if res is None]
-        return _failed(bad, failure, first, missing)
+        out = _failed(bad, failure, first, missing)
+        tail = _log_tail(result_path.parent, missing[0]) if missing else ""
+        if tail and f"rank {missing[0]} " in out.error and "without writing" in out.error:
+            out.error += f"; its log ends: {tail}"
+        return out
     done = {r: res for r, res in results.items() if res is not None}
     if req.numerics_steps:
         # Rank 0's losses on its shard: both sides of the comparison ran the same seed, so the
@@ -285,6 +311,9 @@ def _failed(bad: list[tuple[int, WindowResult]], failure: str, first: int | None
     if failure and " died from " in failure:
         return WindowResult(outcome="crash", error=failure + peers)
     if missing:
+        if failure.startswith(f"rank {missing[0]} exited with code"):
+            return WindowResult(outcome="crash", error=f"{failure} without writing its result"
+                                                       f"{peers}")
         return WindowResult(outcome="crash", error=(
             f"rank {missing[0]} ended without writing its result (killed by a signal, or the "
             f"host's OOM killer){peers}"))
@@ -295,6 +324,17 @@ def _failed(bad: list[tuple[int, WindowResult]], failure: str, first: int | None
         out.error = f"rank {rank}: {out.error}"
         return out
     return WindowResult(outcome="crash", error="a rank wrote no result")
+
+
+def _log_tail(trial_dir: Path, rank: int) -> str:
+    """The last line a rank wrote to its stderr (the launcher's log folder, launch_config):
+    the exception of a rank that failed before its window could record one."""
+    for log in sorted((trial_dir / "ranks").glob(f"*/attempt_*/{rank}/stderr.log")):
+        with contextlib.suppress(OSError):
+            lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+            if lines:
+                return lines[-1][:300]
+    return ""
 
 
 def _read(path: Path) -> WindowResult | None:

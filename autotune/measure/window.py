@@ -239,7 +239,7 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
 def _to_group_edge(run: Training, batches: Batches, progress: Progress) -> torch.Tensor | None:
     """Warm-up steps on to the next length group's start, so that the window begins with a
     whole mega-batch: a length-grouped sampler sorts each one longest first, so a window
-    that began mid-way would see only its shorter batches (issue 31 part 3)."""
+    that began mid-way would see only its shorter batches."""
     group, loss = length_group_steps(run.loader), None
     while not batches.closed_group(group):
         loss = run.step(*run.to_device(*next(batches)))

@@ -50,6 +50,7 @@ from autotune.core.training import (
 from autotune.core.workload import Workload
 from autotune.production.best import BestConfig, best_from_document, load_best
 from autotune.production.meter import Meter
+from autotune.production.own_loop import OwnLoop
 
 #: A best.yaml that replaces the one the script names (``autotune verify --script`` runs the
 #: user's unchanged script once with the original configuration, once with the exported one).
@@ -123,8 +124,11 @@ class _UserParts(Workload):
         return self.transform(inputs) if self.transform is not None else inputs
 
 
-class Runtime:
-    """A study's best configuration, applied piece by piece to the user's own objects.
+class Runtime(OwnLoop):
+    """A study's best configuration, applied piece by piece to the user's own objects: as the
+    trials' step object (``wrap``), or line by line in a loop the user keeps (``loader_kwargs``,
+    ``model``, ``compile``, ``optimizer_kwargs``, ``to_device``, ``autocast``, ``grad_scaler``,
+    ``zero_grad``: autotune/production/own_loop.py).
 
     ``best``: a path to best.yaml, a ``BestConfig`` (``load_best``), or a mapping with its
     ``knobs`` (e.g. the node a Hydra app gets from ``+autotune=best``); the environment

@@ -81,8 +81,15 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     dev = study_attrs(study).get("device") or {}
     metrics = doc.get("metrics") or {}
     unit = unit_of(metrics.get("unit") or study_attrs(study).get("unit"))
+    training = doc.get("training") or {}
+    other = training.get("other") or {}
     return {
         "name": study.study_name,
+        # Which answer its best.yaml holds (study.training; before the setting: any) and the
+        # other one's speedup, where it is another configuration.
+        "answer": (training.get("this") or {}).get("answer") or "any",
+        "other_answer": (f"{other['answer']}: trial {other['trial']}, {other['speedup_text']}"
+                         if other else None),
         "best_trial": doc.get("best_trial"),
         "knobs": doc.get("knobs") or {},
         "unit": unit,
@@ -111,6 +118,11 @@ def compare_studies(study: optuna.Study, other_name: str, other_storage: str,
                        f"study {now['unit']}; their throughputs are not compared (a workload "
                        "with token inputs is measured in real tokens/s). Compare with a study "
                        f"in {now['unit']}")
+    elif now["answer"] != before["answer"]:
+        reasons.append(f"answers differ: {before['name']!r} exported its study.training="
+                       f"{before['answer']} answer, this study its study.training="
+                       f"{now['answer']} answer; their throughputs are not compared. Compare "
+                       "studies run with the same study.training")
     elif now["samples_per_sec"] and before["samples_per_sec"]:
         change = 100 * (now["samples_per_sec"] / before["samples_per_sec"] - 1)
         if change < -regression_pct:
@@ -140,6 +152,8 @@ def _rows(c: dict[str, Any]) -> list[tuple[str, str, str]]:
             ("best (in its unit)", f(a["samples_per_sec"]) + (" (confirmed)" if a["confirmed"] else ""),
              f(b["samples_per_sec"]) + (" (confirmed)" if b["confirmed"] else "")),
             ("speedup over its baseline", f(a["speedup"]), f(b["speedup"])),
+            ("best.yaml's answer (study.training)", a["answer"], b["answer"]),
+            ("the other answer", f(a["other_answer"]), f(b["other_answer"])),
             ("best trial", f(a["best_trial"]), f(b["best_trial"]))]
     for k in sorted(set(a["ceilings"]) | set(b["ceilings"])):
         rows.append((f"{k} ceiling", f(a["ceilings"].get(k)), f(b["ceilings"].get(k))))

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,12 @@ from autotune.core.knobs import KNOBS, fix_text
 from autotune.core.numbers import rounded
 from autotune.core.tokens import TOKENS, unit_of
 from autotune.core.workload import Workload, WorkloadError, resolve_target
+from autotune.results.answers import (
+    remove_answer,
+    satellite_name,
+    speedup_words,
+    training_section,
+)
 from autotune.results.compile_cost import compile_summary
 from autotune.results.hydra_export import hydra_group_text, overrides_text
 from autotune.results.launch_export import ddp_section, ddp_step_section, launch_section
@@ -31,12 +38,14 @@ from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.sharding_export import fsdp_section, sharding_words
 from autotune.results.storage import redact
 from autotune.results.trials import (
+    ANSWER_FILES,
     baseline_trial,
+    changes_training,
     chosen_trial,
     counts,
-    over_limit,
     ranked_trials,
     rate,
+    training_setting,
 )
 from autotune.results.tried_fixes import fix_words
 from autotune.results.trust import could_not_measure, load_statement, window_loads
@@ -77,8 +86,12 @@ def metrics(t: FrozenTrial, confirmed: float | None = None,
     }
 
 
-def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | None:
-    best, conf = chosen_trial(study)
+def best_document(study: optuna.Study, storage_url: str,
+                  answer: str | None = None) -> dict[str, Any] | None:
+    """best.yaml: ``answer`` ("any" or "same"; default: the study's study.training) as the
+    configuration a production run applies, with its figures and the study's record."""
+    answer = answer or training_setting(study)
+    best, conf = chosen_trial(study, answer)
     if best is None:
         return None
     base = baseline_trial(study)
@@ -113,7 +126,7 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         ),
         # The speedup in words with its 95% interval over the confirmation's paired rounds
         # ("1.38x, 95% CI 1.31-1.45x, 6 rounds"); without confirmation, one window each.
-        "speedup_text": _speedup_text(best, base, conf),
+        "speedup_text": speedup_words(best, base, conf),
         "speedup_search": (
             round(best.value / base.value, 3) if base and base.value and best.value else None
         ),
@@ -125,6 +138,8 @@ def best_document(study: optuna.Study, storage_url: str) -> dict[str, Any] | Non
         "loader_profile": {"best": trial_attrs(best).get("loader_profile"),
                            "baseline": trial_attrs(base).get("loader_profile") if base else None},
         "best_trial": best.number,
+        # Which answer this file holds, what it changes in training, and the other answer.
+        "training": training_section(study, best, conf, answer),
         "confirmation": _confirmation_section(conf),
         # What else the machine did while the windows measured (measure/contention.py), and the
         # statement when it was too busy to rank configurations (results/trust.py).
@@ -177,35 +192,10 @@ def shapes_words(shapes: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**shapes, "vary": n > 1, "words": said}
 
 
-def _speedup_text(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, Any]) -> str | None:
-    if base is not None and over_limit(base) and best.number != base.number:
-        # Your own configuration does not fit: the figure is the fitting one's against it.
-        ratio = conf.get("speedup_text") or (
-            f"{best.value / base.value:.2f}x, one search window each"
-            if base.value and best.value else "not measured")
-        return (f"{ratio} of your own configuration (trial {base.number}), which is over the "
-                "memory limit: this is the fastest configuration measured that fits")
-    if conf.get("speedup_text"):
-        if conf.get("leader") == conf.get("baseline_trial"):
-            return (f"none: your own configuration (trial {conf.get('leader')}) measured fastest "
-                    "among the finalists")
-        if conf.get("established") is False:
-            return (f"none shown: the fastest finalist, trial {conf.get('leader')}, measured "
-                    f"{conf['speedup_text']}, an interval that includes 1.0")
-        return str(conf["speedup_text"])
-    if base is None or not base.value or not best.value:
-        return None
-    if best.number == base.number:  # no other trial finished: nothing was compared
-        return (f"none: your own configuration (trial {base.number}) is the only one "
-                "measured to the end")
-    return (f"{best.value / base.value:.2f}x (one search window each: no interval; "
-            "study.confirm_runs=3 or more states one)")
-
-
 #: The confirmation's keys best.yaml carries (the per-window loads stay in the study).
 CONFIRMATION_KEYS = ("method", "finalists", "baseline_trial", "rounds", "runs", "intervals",
                      "dropped", "stopped", "precision", "budget_s", "spent_s", "window_noise",
-                     "leader", "established", "tie", "tie_settling", "load")
+                     "leader", "established", "tie", "tie_settling", "load", "same_training")
 
 
 def _confirmation_section(conf: dict[str, Any]) -> dict[str, Any] | None:
@@ -260,6 +250,7 @@ def pruning_savings(study: optuna.Study) -> dict[str, Any]:
 
 def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
+    base = baseline_trial(study)
     for t in study.get_trials(deepcopy=False):
         a = trial_attrs(t)
         row: dict[str, Any] = {
@@ -269,6 +260,8 @@ def trials_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "reason": a.get("reason", ""),
             "source": a.get("source", ""),
             "feasible": all(v <= 0 for v in t.constraints.values()) if t.constraints else "",
+            # The knobs by which it trains another model than the baseline (core/knobs.py).
+            "changes_training": " ".join(changes_training(study, t, base)) if a.get("knobs") else "",
             **{f"knob.{k.name}": (a.get("knobs") or {}).get(k.name, "") for k in KNOBS},
             **{k: ("" if v is None else v) for k, v in metrics(t).items()},
             "final_loss": a.get("final_loss", ""),
@@ -372,11 +365,29 @@ def write_exports(study: optuna.Study, out_dir: Path, storage_url: str) -> Path 
         return None
     _publish_trace(out_dir / "trials" / str(doc["best_trial"]) / "trace.json",
                    out_dir / "best_trace.json")
-    path = out_dir / "best.yaml"
+    target = study_attrs(study).get("workload_target")
+    path = _write_answer(doc, out_dir, "best.yaml", target)
+    other = (doc.get("training") or {}).get("other")
+    for answer, name in ANSWER_FILES.items():
+        if other and other["answer"] == answer:
+            other_doc = best_document(study, storage_url, answer)
+            if other_doc is not None:
+                _write_answer(other_doc, out_dir, name, target)
+                continue
+        remove_answer(out_dir, name)  # one answer now, or a resumed study's other setting
+    return path
+
+
+def _write_answer(doc: dict[str, Any], out_dir: Path, file: str, target: Any) -> Path:
+    """One answer's files: ``file`` (best.yaml or ANSWER_FILES'), its Hydra option (the
+    config group ``autotune``, option named as the file), its overrides and its framework
+    exports, each named with the answer's suffix beside the default answer's."""
+    path = out_dir / file
     atomic_write(path, yaml.safe_dump(doc, sort_keys=False))
-    atomic_write(out_dir / "hydra" / "autotune" / "best.yaml", hydra_group_text(doc, out_dir))
-    atomic_write(out_dir / "overrides.txt", overrides_text(doc))
-    write_framework_exports(study_attrs(study).get("workload_target"), doc, out_dir)
+    atomic_write(out_dir / "hydra" / "autotune" / file, hydra_group_text(doc, out_dir,
+                                                                         file.removesuffix(".yaml")))
+    atomic_write(out_dir / satellite_name("overrides.txt", file), overrides_text(doc))
+    write_framework_exports(target, doc, out_dir, lambda name: satellite_name(name, file))
     return path
 
 
@@ -394,10 +405,12 @@ def _publish_trace(trace: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def write_framework_exports(target: Any, best: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_framework_exports(target: Any, best: dict[str, Any], out_dir: Path,
+                            named: Callable[[str], str] = str) -> list[Path]:
     """Write the exported workload's framework files (``Workload.framework_exports``: an
-    adapter's lightning.yaml or training_args.yaml) beside best.yaml. A workload class that
-    cannot be imported here writes nothing (best.yaml stands)."""
+    adapter's lightning.yaml or training_args.yaml) beside best.yaml, each named by
+    ``named`` (the other answer's carry its suffix). A workload class that cannot be imported
+    here writes nothing (best.yaml stands)."""
     if not target:
         return []
     try:
@@ -408,7 +421,7 @@ def write_framework_exports(target: Any, best: dict[str, Any], out_dir: Path) ->
         return []
     written = []
     for name, document in cls.framework_exports(best).items():
-        path = out_dir / name
+        path = out_dir / named(name)
         atomic_write(path, yaml.safe_dump(document, sort_keys=False))
         written.append(path)
     return written

@@ -29,16 +29,17 @@ RUNTIME_KEYS = ("schema", "workload", "device", "knobs", "metrics", "memory_limi
                 "global_batch", "grad_accum", "speedup", "input_stages")
 
 
-def hydra_group_text(doc: dict[str, Any], study_dir: Path) -> str:
-    """The config-group option: a header saying how to use it, then the runtime keys."""
+def hydra_group_text(doc: dict[str, Any], study_dir: Path, option: str = "best") -> str:
+    """The config-group option: a header saying how to use it, then the runtime keys.
+    ``option``: the option's name (``best``; ``best-same-training`` for the other answer)."""
     node = {k: doc[k] for k in RUNTIME_KEYS if k in doc}
     name = (doc.get("study") or {}).get("name", study_dir.name)
     header = (
         "# @package autotune\n"
-        f"# autotune study '{name}': its best configuration as the Hydra config group option\n"
-        "# autotune=best. Apply it to a Hydra app (the node lands at cfg.autotune):\n"
+        f"# autotune study '{name}': its {option} configuration as the Hydra config group\n"
+        f"# option autotune={option}. Apply it to a Hydra app (the node lands at cfg.autotune):\n"
         f"#   python train.py 'hydra.searchpath=[file://{study_dir.resolve() / 'hydra'}]' "
-        "+autotune=best\n"
+        f"+autotune={option}\n"
         "# then, in the app: autotune.Runtime(cfg.autotune). Generated: edits are overwritten.\n"
     )
     return header + yaml.safe_dump(node, sort_keys=False)

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, TypedDict, cast
 
 from optuna.trial import FrozenTrial
 
-Source = Literal["baseline", "sampler", "agent", "requeue", "start_from"]
+Source = Literal["baseline", "sampler", "agent", "requeue", "start_from", "same_training"]
 
 
 class TrialAttrs(TypedDict, total=False):
@@ -95,6 +95,7 @@ class StudyAttrs(TypedDict, total=False):
     memory_limit_gb: float
     run_steps: int | None
     global_batch: int
+    training: str  # study.training: which answer best.yaml holds ("any" or "same")
     superseded: list[int]  # crashed baselines a later run replaced
     confirmation: dict[str, Any]
     numerics: dict[str, Any]

@@ -26,7 +26,7 @@ from autotune.results.trials import (
 
 
 def path_to_best(study: optuna.Study) -> list[dict[str, Any]]:
-    """Seed 004's results table, automatically: the trials that raised the best so far, in
+    """A hand-tuning log's results table, automatically: the trials that raised the best so far, in
     the order they ran, each with the knobs it changed from the previous best and its gain.
     A trial raises the best only by more than the windows' own noise (trials.beats).
 

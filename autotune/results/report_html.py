@@ -83,6 +83,8 @@ def headline(d: dict[str, Any]) -> list[str]:
                     else " (search figures)"))
     if unit == "tokens/s":
         lines.append(_padding_line(b, m))
+    if (best.get("training") or {}).get("words"):
+        lines.append(f"Training: {best['training']['words']}")
     if conf.get("tie_settling"):
         lines.append(f"Tie with the leader: {conf['tie_settling']['words']}")
     if conf.get("tie"):

@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.effects import training_changes
 from autotune.core.tokens import TOKENS, unit_of
 from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.results.record import TrialAttrs, study_attrs, trial_attrs
@@ -121,18 +122,97 @@ def finalists(study: optuna.Study, top: int) -> list[FrozenTrial]:
     return out
 
 
-def chosen_trial(study: optuna.Study) -> tuple[FrozenTrial | None, dict[str, Any]]:
+#: study.training: "any" (best.yaml holds the fastest configuration, whatever it changes in
+#: training) or "same" (the fastest that trains the same model); the other answer is written
+#: beside it, in the file named here, where it is another configuration.
+ANSWERS = ("any", "same")
+ANSWER_FILES = {"any": "best-any-training.yaml", "same": "best-same-training.yaml"}
+
+
+def training_setting(study: optuna.Study) -> str:
+    """Which answer the study's best.yaml holds (a study stored before the setting: any)."""
+    return str(study_attrs(study).get("training") or "any")
+
+
+def changes_training(study: optuna.Study, t: FrozenTrial,
+                     base: FrozenTrial | None = None) -> dict[str, str]:
+    """What ``t``'s knobs change in training against the baseline's (core/knobs.py
+    training_changes; a kept global batch makes batch_size a micro-batch): {} when it trains
+    the same model."""
+    base = base if base is not None else baseline_trial(study)
+    if base is None:
+        return {}
+    return training_changes(trial_attrs(t).get("knobs") or {}, trial_attrs(base).get("knobs") or {},
+                            bool(study_attrs(study).get("global_batch")))
+
+
+def same_training_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The ranked trials that train the same model as the baseline, fastest first."""
+    base = baseline_trial(study)
+    return [t for t in ranked_trials(study) if base is not None
+            and not changes_training(study, t, base)]
+
+
+def same_training_finalists(study: optuna.Study, finals: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The confirmation's same-training candidates beside ``finals``: the fastest trial of the
+    search that trains the same model, and the latest trial that measured the search's best's
+    speed and numerics knobs at the user's own batch (source ``same_training``,
+    search/same_training.py). The baseline and configurations already among the finalists are
+    measured in every round anyway; [] where there is no other."""
+    base = baseline_trial(study)
+    if base is None:
+        return []
+    seen = {_key(t) for t in [*finals, base]}
+    same = [t for t in same_training_trials(study) if _key(t) not in seen]
+    measured_for_best = sorted((t for t in same if trial_attrs(t).get("source") == "same_training"),
+                               key=lambda t: t.number)[-1:]
+    out: list[FrozenTrial] = []
+    for t in [*same[:1], *measured_for_best]:
+        if t.number not in {o.number for o in out}:
+            out.append(t)
+    return out
+
+
+def _key(t: FrozenTrial) -> str:
+    return json.dumps(trial_attrs(t).get("knobs"), sort_keys=True)
+
+
+def best_same_training(study: optuna.Study) -> FrozenTrial | None:
+    """The fastest same-training trial by its search figure, read noise-aware as best_trial."""
+    best = None
+    for t in sorted(same_training_trials(study), key=lambda t: t.number):
+        if best is None or beats(t, best):
+            best = t
+    return best
+
+
+def chosen_trial(study: optuna.Study, answer: str | None = None
+                 ) -> tuple[FrozenTrial | None, dict[str, Any]]:
     """The trial best.yaml exports, and the confirmation that chose it ({} if none applies).
+    ``answer``: "any" or "same" (ANSWERS; default: the study's own setting, training_setting).
 
     The confirmation's winner, while the search's fastest trial is among the finalists it
     re-ran; a study resumed after it may have found a faster one, which then stands alone on
-    its search figure until it is confirmed in turn."""
-    best = best_trial(study)
-    ranked = ranked_trials(study)
+    its search figure until it is confirmed in turn. The same-training answer is the
+    confirmation's ``same_training`` choice, given as the confirmation's own keys (its
+    interval and figures), while the search's fastest same-training trial was a finalist."""
+    answer = answer or training_setting(study)
     conf = study_attrs(study).get("confirmation") or {}
-    finals = conf.get("finalists") or []
-    if best is None or ranked[0].number not in finals or "best_samples_per_sec" not in conf:
-        return best, {}
+    if answer == "same":
+        best = best_same_training(study)
+        same = conf.get("same_training") or {}
+        ranked = same_training_trials(study)
+        finals = {*(conf.get("finalists") or []), *(same.get("finalists") or []),
+                  conf.get("baseline_trial")}
+        if best is None or ranked[0].number not in finals or "best_trial" not in same:
+            return best, {}
+        conf = {**conf, **same}
+    else:
+        best = best_trial(study)
+        ranked = ranked_trials(study)
+        finals = set(conf.get("finalists") or [])
+        if best is None or ranked[0].number not in finals or "best_samples_per_sec" not in conf:
+            return best, {}
     chosen = next((t for t in ranked_trials(study) if t.number == conf["best_trial"]), None)
     return (chosen, conf) if chosen is not None else (best, {})
 

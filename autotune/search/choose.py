@@ -83,6 +83,16 @@ def still_racing(cands: Sequence[Candidate]) -> list[Candidate]:
     return [c for c in cands if not _behind(lead, c)]
 
 
+def racing(cands: Sequence[Candidate], same: Collection[int]) -> list[Candidate]:
+    """The candidates still in question for either answer: those not shown slower than the
+    leader, and among the ``same``-training ones those not shown slower than their own
+    leader, whose interval the same-training answer needs though the overall leader is
+    faster."""
+    kept = {c.number for c in still_racing(cands)}
+    kept |= {c.number for c in still_racing([c for c in cands if c.number in same])}
+    return [c for c in cands if c.number in kept]
+
+
 def precise(cands: Sequence[Candidate], precision: float) -> bool:
     """Every candidate still in question is known to +-precision."""
     return all(c.interval.half_width <= precision for c in cands)
@@ -197,6 +207,31 @@ def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -
         "speedup_ci": [round(iv.low, 3), round(iv.high, 3)] if iv.known else None,
         "speedup_text": iv.text(),
     })
+    return record
+
+
+#: What one answer is, in the confirmation's record: the choice ``decide`` fills in.
+ANSWER_KEYS = ("best_trial", "leader", "established", "precise", "tie", "best_runs",
+               "baseline_runs", "best_samples_per_sec", "baseline_samples_per_sec", "speedup",
+               "speedup_ci", "speedup_text")
+
+
+def decide_same(record: dict[str, Any], settled: Sequence[Candidate], same: Collection[int],
+                precision: float) -> dict[str, Any]:
+    """Fill in the same-training answer (``record["same_training"]``): the choice among the
+    ``settled`` candidates that train the same model as the baseline (``same``), with its own
+    interval. Where the overall choice already trains the same model (or is the baseline), it
+    is that choice, said once (``same_as_best``)."""
+    numbers = {int(n) for n in same}
+    base = int(record["baseline_trial"])
+    if "best_trial" in record and int(record["best_trial"]) in numbers | {base}:
+        answer = {k: record[k] for k in ANSWER_KEYS if k in record}
+        record["same_training"] = {"finalists": sorted(numbers), "same_as_best": True, **answer}
+        return record
+    sub = decide({"baseline_trial": base, "runs": record.get("runs") or {}},
+                 [c for c in settled if c.number in numbers], precision)
+    answer = {k: sub[k] for k in ANSWER_KEYS if k in sub}
+    record["same_training"] = {"finalists": sorted(numbers), "same_as_best": False, **answer}
     return record
 
 

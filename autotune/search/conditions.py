@@ -112,6 +112,7 @@ def record_conditions(study: Any, s: StudySetup) -> None:
     set_study_attrs(study, {"input_stages": s.space.absent.get("transform_split", 0)})
     set_study_attrs(study, {"memory_limit_gb": s.memory_limit_gb})
     set_study_attrs(study, {"run_steps": s.run_steps})
+    set_study_attrs(study, {"training": s.training})
     if s.launch:
         set_study_attrs(study, {"launch": s.launch})
     if s.global_batch:

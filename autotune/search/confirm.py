@@ -32,17 +32,25 @@ from autotune.measure.protocol import FIGURE_ONLY, TrialRequest, WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, t975
 from autotune.results.record import set_study_attrs, trial_attrs
-from autotune.results.trials import baseline_trial, best_trial, finalists, over_limit
+from autotune.results.trials import (
+    baseline_trial,
+    best_trial,
+    changes_training,
+    finalists,
+    over_limit,
+    same_training_finalists,
+)
 from autotune.results.trials import window_noise as search_noise
 from autotune.search.choose import (
     Candidate,
     changed_knobs,
     cv,
     decide,
+    decide_same,
     interval_of,
     pick,
     precise,
-    still_racing,
+    racing,
     unsettled,
     window_noise,
 )
@@ -111,6 +119,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     finals = finalists(study, max(1, top))
     if runs < 1 or not finals or base is None:
         return None
+    # The same-training answer's candidates sit in the same rounds (study.training).
+    finals += same_training_finalists(study, finals)
+    same = {t.number for t in finals if not changes_training(study, t, base)}
     if only_baseline(finals, base):
         # A study of one trial, or one whose other trials all failed or were pruned: rounds of
         # the baseline against itself read 1.00x (a 1-trial README study spent 80 s on them).
@@ -130,6 +141,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
              ", itself a finalist" if len(others) < len(active) else "", runs,
              100 * setup.confirm_precision, floor,
              f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
+    if same - {base.number}:
+        log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
+                 "for the same-training answer", ", ".join(map(str, sorted(same - {base.number}))))
     round_s = expected_round_s(trials.values())
     spread = setup.round_spread
     expected = (expected_rounds(spread.spread, setup.confirm_precision, max(runs, floor))
@@ -147,7 +161,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         # winner at 2.03x, where the run before had confirmed batch 64 at 2.00-2.09x over 10
         # rounds: dropped that early, a finalist never reaches the tie rule.
         floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
-        settled = still_racing(cands) if len(rounds.order) >= floor else cands
+        settled = racing(cands, same) if len(rounds.order) >= floor else cands
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor)
         log.info("  %s", progress_words(len(rounds.order), settled, floor,
@@ -156,11 +170,12 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
                                         busy_words(order, rounds.contended, base.number)))
         if why:
             break
-    settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor)
+    settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor, same)
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = _candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
+    decide_same(record, settled, same, setup.confirm_precision)
     record["trusted_rounds"] = floor
     record["expected_round_s"] = round(round_s, 1)
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
@@ -211,8 +226,8 @@ def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], 
 
 def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Rounds,
                 base: FrozenTrial, settled: list[Candidate], rng: random.Random,
-                stop: StopFlag | None, run: Callable[..., WindowResult], floor: int = PRECISE_ROUNDS
-                ) -> tuple[list[Candidate], dict[str, Any] | None]:
+                stop: StopFlag | None, run: Callable[..., WindowResult], floor: int = PRECISE_ROUNDS,
+                same: Collection[int] = ()) -> tuple[list[Candidate], dict[str, Any] | None]:
     """Rounds of the leader, the finalist the tie-break would export in its place, and the
     baseline, while their rounds have not settled which is faster (choose.unsettled), up to
     TIE_BUDGET_SHARE of the budget again. The other finalists sit these rounds out (None in
@@ -238,7 +253,7 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
                 rounds.contended[n].append(False)
         spent += rounds.seconds[-1]
         cands = _candidates(trials, rounds, active, base)
-        settled = still_racing(cands) if len(rounds.order) >= floor else cands
+        settled = racing(cands, same) if len(rounds.order) >= floor else cands
         pair = unsettled(settled, setup.confirm_precision)
     outcome = "unsettled when the budget was spent: the tie-break stands"
     if not pair and settled:
@@ -390,3 +405,6 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
     elif record["established"] is False:
         log.warning("  no finalist is shown faster than the baseline (its interval includes "
                     "1.0): the baseline's configuration is kept")
+    same = record.get("same_training") or {}
+    if same.get("same_as_best") is False and "leader" in same:
+        log.info("  same training: trial %d %s", same["leader"], same.get("speedup_text"))

@@ -1,6 +1,6 @@
 """What a study will cost, said before its search goes on, and what it cost, said at its end.
 
-A user who pays for GPU hours (or has a GPU lent for minutes) decides from this whether the study
+A user who pays for GPU hours (or holds a GPU for minutes) decides from this whether the study
 as configured fits. Before any window has run nothing says how long a step takes, so the header
 states the plan and its caps (``plan_words``); the first window of this run (the baseline, on a
 new study) is timed from the driver's side, start-up, build, warm-up, measurement, ceilings and
@@ -43,7 +43,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.diagnose.thresholds import CONTENDED_WAIT_S
 from autotune.results.record import trial_attrs
-from autotune.results.trials import baseline_trial, finalists, window_noise
+from autotune.results.trials import (
+    baseline_trial,
+    finalists,
+    same_training_finalists,
+    window_noise,
+)
 from autotune.search.confirm import (
     TIE_BUDGET_SHARE,
     expected_round_s,
@@ -58,9 +63,12 @@ from autotune.search.round_spread import RoundSpread, expected_rounds
 from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
-#: Runs of a numerics check besides one per finalist: the reference twice (its run-to-run
-#: deviation bounds the tolerance, search/numerics.py), taken as one reference for all.
+#: Runs of a numerics check besides one per answer checked: the reference twice (its
+#: run-to-run deviation bounds the tolerance, search/numerics.py), one per batch size.
 REFERENCE_RUNS = 2
+#: Answers the numerics check runs before the search says which: best.yaml's, and the one
+#: that trains the same model where that differs (search/numerics.py checks no other).
+ANSWERS_CHECKED = 2
 
 
 def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
@@ -88,15 +96,20 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     parts = [f"{n_trials} trial windows (each measures {w['min_measure_seconds']:g}-"
              f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
     top = setup.confirm_top
+    parts.append("one more trial where the best changes what is trained (its speed and "
+                 "numerics knobs at your batch size)")
     if confirm_runs:
-        # trials.finalists: the top ones, and up to as many more within FINALIST_BAND.
+        # trials.finalists: the top ones, and up to as many more within FINALIST_BAND; then
+        # up to two that train the same model (trials.same_training_finalists).
         parts.append(f"a confirmation of at least {confirm_runs} rounds of up to "
-                     f"{max(1, min(2 * top + 1, n_trials))} windows (your configuration and "
-                     f"{top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their figures are close), at "
+                     f"{max(1, min(2 * top + 3, n_trials + 1))} windows (your configuration "
+                     f"and {top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their "
+                     "figures are close, and up to 2 that train the same model as yours), at "
                      f"most {setup.confirm_budget_s:g} s more")
     if setup.numerics_steps:
-        parts.append(f"a numerics check ({setup.numerics_steps} steps of each finalist, and "
-                     "twice of your configuration at its batch size)")
+        parts.append(f"a numerics check ({setup.numerics_steps} steps of each configuration "
+                     "to export, the next only if one is refused, and twice of your "
+                     "configuration at its batch size)")
     if setup.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")
@@ -209,7 +222,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
-    numerics_s = ((setup.confirm_top + REFERENCE_RUNS)
+    numerics_s = (ANSWERS_CHECKED * (1 + REFERENCE_RUNS)
                   * numerics_run_s(first, window_s, setup.numerics_steps))
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
     # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
@@ -273,6 +286,9 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     base = baseline_trial(study)
     if not finals or base is None:
         return {}
+    same = same_training_finalists(study, finals)  # the same-training answer's (confirm.py)
+    leaders = [finals[0], *same[:1]]  # what numerics.py checks: each answer's leader so far
+    finals = [*finals, *same]
     trials = list({t.number: t for t in [*finals, base]}.values())
     out: dict[str, float] = {}
     if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then
@@ -283,16 +299,15 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
                                          expected_round_s(trials))
     if setup.numerics_steps:
-        out["numerics check"] = _numerics_s(setup, finals, base)
+        out["numerics check"] = _numerics_s(setup, leaders, base)
     if setup.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out
 
 
 def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
-    """As check_numerics runs them: each finalist whose knobs differ from its reference once,
-    each distinct reference twice (the confirmation may drop some finalists: counted all the
-    same). A reference trains with the baseline's numerics at the finalist's batch size, so
+    """As check_numerics runs them: each answer's trial whose knobs differ from its reference
+    once, each distinct reference twice (a refused answer's next one is not foreseen). A reference trains with the baseline's numerics at the finalist's batch size, so
     its steps are the baseline's scaled by the batch (``_reference_step_s``), not the
     finalist's: the README's CPU study's bf16 finalists' runs took 5-7 s each and their fp32
     references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s

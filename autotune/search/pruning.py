@@ -1,7 +1,8 @@
 """Stopping trials that cannot win, and the ceilings that prove it.
 
 Two kinds of evidence, cheapest first:
-- measured ceilings (seed 003's mock components): the loader alone and the step alone. A trial
+- measured ceilings (mock components: a trainer that discards batches, a loader that repeats
+  one): the loader alone and the step alone. A trial
   cannot train faster than either, so one whose ceiling is below the best trial's throughput
   is pruned. Ceilings are cached in the study per setting that affects them, so a later trial
   with a known-too-slow loader is pruned before its subprocess even starts;
@@ -30,6 +31,7 @@ LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_mem
                 "pad_to_multiple_of")
 COMPUTE_KNOBS = ("batch_size", "transfer_dtype", "transform_split", "amp", "compile", "cuda_graphs",
                  "channels_last", "set_to_none", "optimizer_impl", "tf32", "cudnn_benchmark",
+                 "expandable_segments",
                  "non_blocking", "host_allocator", "cpu_threads", "pad_to_multiple_of")
 # A ceiling is trusted to this relative error at least (its measured noise when larger):
 # ceilings are measured in isolation over a short window; on a shared 2-core VM they vary by

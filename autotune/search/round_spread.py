@@ -31,7 +31,7 @@ from autotune.search.confirm_words import MAX_ROUNDS
 #: (docs/benchmarks.md, "How long the confirmation runs"). CPU: this project's 2-core VM,
 #: 2026-11-28: the README's study 12.5%, 18.8% and 21.9%, a gpt study 13.0% (and 33% beside
 #: another load, left out); a fifth study, run after the figure was set, read 13.1%.
-#: CUDA: one H100, the README's study at 224 px in the loan checks of 2026-11-26 (3 rounds
+#: CUDA: one H100, the README's study at 224 px in the GPU checks of 2026-11-26 (3 rounds
 #: each: 4.9%, 5.8%, 11.8%, 18.6%). There the finalists' rounds agreed to 1%, but the
 #: baseline, its loader in the training process, is input-bound on the host and varied 8-18%:
 #: a GPU study's ratios spread as a CPU's do.

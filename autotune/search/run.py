@@ -35,6 +35,7 @@ from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_
 from autotune.search.numerics import check_numerics
 from autotune.search.progress import StudyProgress
 from autotune.search.round_spread import round_spread
+from autotune.search.same_training import measure_same_training
 from autotune.search.scaling import measure_scaling
 from autotune.search.setup import StopFlag, StudySetup, create_study
 from autotune.search.study import Driver
@@ -119,6 +120,14 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
     else:  # each worker times its own trials: only the whole is measured here
         code = _run_processes(setup, n_trials, workers)
     study = optuna.load_study(study_name=setup.name, storage=storage)
+    if code == 0 and n_trials:
+        with StopFlag() as stop:
+            try:
+                measure_same_training(setup, study, stop, _exporter(setup))
+            except Interrupted:
+                log.warning("the same-training trial was interrupted; run the same command "
+                            "again to resume")
+                code = 130 if stop.reason == "SIGINT" else 143
     if code == 0 and (revision := clock.revise(study)):
         log.info("%s", revision)
     if code == 0 and confirm_runs:

@@ -88,6 +88,8 @@ class StudySetup:
     launch: dict[str, Any] = field(default_factory=dict)
     #: launch.scaling: measure the exported configuration as one rank too (search/scaling.py).
     scaling: bool = False
+    #: study.training: which answer best.yaml holds, "any" or "same" (results/trials.ANSWERS).
+    training: str = "any"
 
     def grad_accum(self, knobs: dict[str, Any]) -> int:
         """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.core.tokens import TOKENS
+from autotune.results.answers import answer_words
 from autotune.results.compile_cost import summary_lines
 from autotune.results.trust import baseline_noise
 from autotune.search.setup import StudySetup
@@ -57,6 +58,9 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         print(f"  {label:{width}s} {b:>14s} {a:>14s}")
     for line in confirmation_lines(doc):
         print(f"  {line}")
+    training = doc.get("training")
+    if training:  # both answers: what this one changes in training, and the other
+        print(f"  training: {answer_words(training, str(setup.out_dir))}")
     shapes = shapes_line(doc, setup)
     if shapes:
         print(f"  {shapes}")
@@ -77,7 +81,10 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
     wall = (doc.get("study") or {}).get("wall") or {}
     if wall.get("words"):
         print(f"  wall time: {wall['words']}")
-    print(f"  best config: {setup.out_dir / 'best.yaml'}   all trials: {setup.out_dir / 'trials.csv'}")
+    other = ((training or {}).get("other") or {}).get("file")
+    print(f"  best config: {setup.out_dir / 'best.yaml'}"
+          + (f" (and {setup.out_dir / other})" if other else "")
+          + f"   all trials: {setup.out_dir / 'trials.csv'}")
 
 
 def confirmation_lines(doc: dict[str, Any]) -> list[str]:
@@ -102,8 +109,10 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
         if len(intervals) > 1:
             # The baseline, when it is a finalist, is 1.00x by definition: named, not measured.
             base_n = str(conf.get("baseline_trial"))
+            same = {str(n) for n in (conf.get("same_training") or {}).get("finalists") or []}
             out.append("finalists: " + "; ".join(
-                f"trial {n} (the baseline)" if n == base_n else f"trial {n} {_interval_words(d)}"
+                f"trial {n} (the baseline)" if n == base_n else
+                f"trial {n} {_interval_words(d)}" + (", same training" if n in same else "")
                 for n, d in intervals.items()))
     if conf.get("tie_settling"):
         out.append(conf["tie_settling"]["words"])

@@ -52,8 +52,16 @@ class VerifyError(RuntimeError):
 
 @dataclass
 class Verified:
-    """What verify measured: each side's samples/sec per round, the realized speedup with its
-    interval, the study's, and the likely causes of a shortfall (empty when there is none)."""
+    """What ``autotune verify`` (``autotune.verify``) measured in the production path.
+
+    ``realized``: the exported configuration's speedup over the original settings in your
+    own training, with its 95% interval (``realized.point``, ``realized.low``,
+    ``realized.high``; ``realized.text()`` in words). ``study_speedup`` and ``study_text``:
+    the study's confirmed figure, for comparison; ``ratio``: the realized speedup as a share
+    of it (under 0.8, ``causes`` names what the production path adds). ``figures``: each
+    side's samples/sec (tokens/s for a token workload) per round. ``how``: which production
+    path ran (your ``Trainer.train``, your script, the runtime API). ``text()`` is the line
+    the command prints; ``as_dict()`` what ``verify.json`` keeps."""
 
     realized: Interval
     study_speedup: float | None
@@ -84,8 +92,9 @@ class Verified:
 def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
            warmup: int | None = None, script: Sequence[str] | None = None,
            nproc_per_node: int = 1) -> Verified:
-    """Run the rounds for the study whose best.yaml is ``best_yaml`` (or its folder); write
-    ``verify.json`` beside it. ``script``: the user's own script and its arguments, run as it
+    """Run the rounds for the study whose best.yaml is ``best_yaml`` (or its folder; or the
+    study's other answer, best-same-training.yaml); write ``verify.json`` beside it
+    (``verify-<file's stem>.json`` for another file than best.yaml). ``script``: the user's own script and its arguments, run as it
     is with AUTOTUNE_BEST naming each side's best.yaml (``autotune.Runtime`` reads it) and
     AUTOTUNE_METER_OUT where its ``Meter`` writes its samples/sec on exit. ``nproc_per_node``
     > 1: the script runs as that many ranks under torch's own launcher (``torchrun
@@ -97,7 +106,9 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     path = Path(best_yaml)
     path = path / "best.yaml" if path.is_dir() else path
     doc = yaml.safe_load(path.read_text())
-    folder = path.parent / "verify"
+    # Another answer than best.yaml's (best-same-training.yaml) keeps its rounds apart.
+    tag = "" if path.name == "best.yaml" else f"-{path.stem}"
+    folder = path.parent / f"verify{tag}"
     folder.mkdir(exist_ok=True)
     request = _baseline_request(path.parent, doc)
     configs = {"baseline": _baseline_config(doc, request, folder), "exported": path}
@@ -141,7 +152,7 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     result = Verified(realized, doc.get("speedup"), doc.get("speedup_text"), figures, how=how)
     if result.ratio is not None and result.ratio < SHORTFALL:
         result.causes = causes(figures["exported"], _window(path.parent, doc))
-    atomic_write(path.parent / "verify.json", json.dumps(result.as_dict(), indent=1))
+    atomic_write(path.parent / f"verify{tag}.json", json.dumps(result.as_dict(), indent=1))
     return result
 
 

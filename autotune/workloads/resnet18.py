@@ -1,9 +1,11 @@
-"""Seed 004's workload: ResNet-18 on a fake CIFAR-10, with the tutorial's input pipeline.
+"""ResNet-18 on a fake CIFAR-10, with the input pipeline of PyTorch's profiler tutorial
+(https://pytorch.org/tutorials/intermediate/tensorboard_profiler_tutorial.html), the workload
+Chaim Rand optimizes by hand in "PyTorch Model Performance Analysis and Optimization" (2023).
 
 Random uint8 32x32x3 images go through the tutorial's transform (PIL resize to ``image_size``,
 ToTensor, Normalize), declared in stages so that ``transform_split`` can move its tail to the
 device: 3 = all on the host (the tutorial's baseline, float32 crosses the bus), 1 = PIL resize
-on the host and uint8 crosses (seed 004's optimization #4), 0 = the raw 32x32 uint8 image
+on the host and uint8 crosses (that post's optimization #4), 0 = the raw 32x32 uint8 image
 crosses and is resized on the device (bilinear, antialias): 49x fewer bytes than 224 px float32
 and no per-image PIL work in the loader. The device resize differs from PIL's by a few
 grey levels at most (tests/test_stages.py bounds it).
@@ -53,7 +55,7 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
 
 
 class ResNet18Step:
-    """Seed 004's model, loss and optimizer (10 classes, SGD with momentum), shared by every
+    """The tutorial's model, loss and optimizer (10 classes, SGD with momentum), shared by every
     ResNet-18 workload; they differ only in where their images come from."""
 
     lr: float

@@ -8,14 +8,20 @@
   when it does not apply.
 
 Nothing here is committed as generated Markdown: a key or a knob added to the code appears in
-the next build. Links from pages to repository files outside ``docs/`` (``../../examples/x.py``)
-resolve where the repository is read; on the site they become the file's path, and a path
-that does not exist fails the build.
+the next build. ``docs/reference/configuration.md`` and ``knobs.md`` are committed as short
+pages that say where the content comes from, so that a link to them works where the
+repository is read (GitHub); the build replaces them with the generated pages.
+
+Links from pages to repository files outside ``docs/`` (``../../examples/x.py``) resolve where
+the repository is read; on the site they link to the file in the repository when
+``repo_url`` is set (``AUTOTUNE_REPO_URL``), else they read as the file's path. A path that
+does not exist fails the build either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import typing
 from pathlib import Path
@@ -148,8 +154,14 @@ def _shipped_workload(name: str) -> Any:
     return instantiate(node)
 
 
+def effect_lines(knob: Any) -> list[str]:
+    """A knob's class (speed, numerics or training) and why, as the reference states it."""
+    why = f": {knob.effect_reason}." if knob.effect_reason else ": only how fast it trains."
+    return [f"**Effect on training: {knob.effect}**{why}", ""]
+
+
 def knobs_markdown() -> str:
-    from autotune.core.knobs import KNOBS
+    from autotune.core.knobs import EFFECTS, KNOBS
 
     envs = _reference_envs()
     wl = _shipped_workload("resnet18")
@@ -160,9 +172,20 @@ def knobs_markdown() -> str:
            "values). The values below are what the registry's own domain rules give for the "
            "`resnet18` workload on three reference machines; a study prints its own at the "
            "start, and knobs that cannot apply on the device are fixed with the reason (in "
-           "best.yaml under `fixed_knobs`).", ""]
+           "best.yaml under `fixed_knobs`).", "",
+           "## What each knob does to training", "",
+           "Every knob is classed by what a value other than yours does to the training "
+           "itself. A study confirms two answers: the fastest configuration, and the fastest "
+           "that trains the same model as yours (training knobs at your values; "
+           "`study.training` says which one best.yaml holds, the other is written beside it "
+           "as `best-same-training.yaml` or `best-any-training.yaml`).", "",
+           "| class | what it means | knobs |", "|---|---|---|"]
+    for effect, meaning in EFFECTS.items():
+        names = ", ".join(f"[{k.name}](#{k.name})" for k in KNOBS if k.effect == effect)
+        out.append(f"| {effect} | {_cell(meaning)} | {names} |")
+    out.append("")
     for knob in KNOBS:
-        out += [f"## {knob.name}", "", knob.doc, "",
+        out += [f"## {knob.name}", "", knob.doc, "", *effect_lines(knob),
                 "| machine | values searched | why narrower |", "|---|---|---|"]
         for label, env in envs:
             dom = knob.domain(env, wl)
@@ -178,19 +201,46 @@ def knobs_markdown() -> str:
 
 # --- mkdocs hooks -------------------------------------------------------------------------
 
+#: The branch whose files the site links to and whose pages "edit this page" opens.
+BRANCH = "main"
+
+
+def on_config(config: Any) -> Any:
+    """With a ``repo_url``, "edit this page" opens ``docs/`` on the main branch (mkdocs'
+    default for GitHub is ``edit/master/docs/``), unless AUTOTUNE_EDIT_URI says otherwise."""
+    if config.get("repo_url") and not os.environ.get("AUTOTUNE_EDIT_URI"):
+        config["edit_uri"] = f"edit/{BRANCH}/docs/"
+    return config
+
+
 def on_files(files: Any, config: Any) -> Any:
+    """The generated reference pages, in place of the committed pages that point to them."""
     from mkdocs.structure.files import File
 
     for uri, fn in GENERATED.items():
+        committed = files.get_file_from_path(uri)
+        if committed is not None:
+            files.remove(committed)
         files.append(File.generated(config, uri, content=globals()[fn]()))
     return files
+
+
+def blob_url(config: Any, rel: str) -> str | None:
+    """The repository's page for file ``rel`` (a path from the root), where ``repo_url`` is
+    set: ``<repo_url>/blob/<branch>/<rel>``, the branch the one ``edit_uri`` edits."""
+    repo = (config.get("repo_url") or "").rstrip("/")
+    if not repo:
+        return None
+    edit = re.match(r"edit/([^/]+)/", config.get("edit_uri") or "")
+    return f"{repo}/blob/{edit.group(1) if edit else BRANCH}/{rel}"
 
 
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Links to repository files outside docs/ become their path (checked to exist)."""
+    """Links to repository files outside docs/ (checked to exist) become links to the file in
+    the repository (``blob_url``), or its path where no ``repo_url`` is set."""
     from mkdocs.exceptions import PluginError
 
     docs = Path(config["docs_dir"]).resolve()
@@ -206,6 +256,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         if not path.exists():
             raise PluginError(f"{page.file.src_uri}: link to {target}: no such file")
         rel = path.relative_to(ROOT).as_posix()
+        url = blob_url(config, rel)
+        if url is not None:
+            anchor = target.partition("#")[2]
+            return f"[{text}]({url}{'#' + anchor if anchor else ''})"
         return f"{text} (`{rel}`)" if text.strip("`") != rel else f"`{rel}`"
 
     fence = re.compile(r"(```.*?```)", re.S)

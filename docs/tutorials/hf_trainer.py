@@ -57,11 +57,11 @@ trainer = Trainer(model=BertForSequenceClassification(config), args=args,
 # --- autotune: tune the Trainer's settings, apply them, train -----------------------------------
 # Tiny settings so that this example runs in about a minute on a CPU; for a real study drop
 # the window.* overrides and raise n_trials.
-tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-        "window.min_measure_steps=2", "window.min_measure_seconds=1", "window.profile=false",
-        "study.confirm_precision=10", "study.confirm_budget_s=0", "study.numerics_steps=0"]
+short = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
+         "window.min_measure_steps=2", "window.min_measure_seconds=1",
+         "window.profile=false", "study.confirm_budget_s=20"]
 try:
-    best = hf.tune(trainer, overrides=tiny, device="cpu", n_trials=2, name="hf-trainer-docs").best
+    best = hf.tune(trainer, overrides=short, device="cpu", n_trials=2, name="hf-trainer-docs").best
 except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its export
     print(exc)                            # keeps only what its intervals support
     best = exc.best

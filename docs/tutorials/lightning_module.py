@@ -50,15 +50,15 @@ module, data = Classifier(), ImageData()
 # --- autotune: tune, apply, fit -------------------------------------------------------------------
 # Tiny settings so that this example runs in about a minute on a CPU; for a real study drop
 # the window.* overrides and raise n_trials.
-tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-        "window.min_measure_steps=2", "window.min_measure_seconds=1", "window.profile=false",
-        "study.confirm_precision=10", "study.confirm_budget_s=0", "study.numerics_steps=0"]
+short = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
+         "window.min_measure_steps=2", "window.min_measure_seconds=1",
+         "window.profile=false", "study.confirm_budget_s=20"]
 trainer_kwargs = {}
 try:
-    tuned = at_lightning.tune(module, data, overrides=tiny, device="cpu", n_trials=2,
+    tuned = at_lightning.tune(module, data, overrides=short, device="cpu", n_trials=2,
                               name="lightning-docs")
     print("tuned:", tuned.best.document["speedup_text"])
-    module, data = tuned.apply(module, data)
+    module, data = tuned.module, tuned.datamodule  # yours, with every measured setting applied
     trainer_kwargs = tuned.trainer_kwargs
 except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why; fit as you were
     print(exc)

@@ -41,11 +41,11 @@ class MyWorkload(Workload):
 if __name__ == "__main__":
     # Tiny settings so that this example runs in about a minute on a CPU; for a real study
     # drop the window.* overrides and the n_trials.
-    tiny = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
-            "window.min_measure_steps=2", "window.min_measure_seconds=1", "window.profile=false",
-            "study.confirm_precision=10", "study.confirm_budget_s=0", "study.numerics_steps=0"]
+    short = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seconds=3",
+             "window.min_measure_steps=2", "window.min_measure_seconds=1",
+             "window.profile=false", "study.confirm_budget_s=20"]
     try:
-        best = autotune.tune(tiny, workload=MyWorkload(hidden=256), device="cpu",
+        best = autotune.tune(short, workload=MyWorkload(hidden=256), device="cpu",
                              name="my-model-docs", n_trials=2)
     except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its
         print(exc)                            # export keeps only what its intervals support
