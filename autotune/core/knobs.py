@@ -173,9 +173,7 @@ KNOBS: list[Knob] = [
          "all-gather less a step, more memory) or hybrid_shard (sharded within a node, "
          "replicated across nodes). Searched when the trials run as ranks.",
          domains.sharding, off="no_shard",
-         changes_training=None,
-         changes_numerics=("gradients averaged by reduce-scatters over the shards instead of one "
-                           "all-reduce: the same sums in another order")),
+         changes_training=None),
     Knob("bucket_cap_mb", "DDP: MiB of gradients per all-reduce bucket (25 by default): "
          "smaller buckets start communicating earlier in backward, larger ones send fewer "
          "messages.", domains.ddp_only([1, 5, 25, 100], 25), inactive=domains.is_sharded, off=25,
@@ -235,8 +233,7 @@ KNOBS: list[Knob] = [
     Knob("fsdp_cpu_offload", "FSDP2: shards, gradients and the optimizer step in host memory "
          "(CPUOffloadPolicy): GPU memory for speed. Opt-in, CUDA only.",
          domains.fsdp_cpu_offload, inactive=domains.not_sharded, off=False,
-         changes_training=None,
-         changes_numerics="the optimizer step runs in the CPU's kernels instead of the GPU's"),
+         changes_training=None),
     Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
          "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
          "and backward (sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
