@@ -88,3 +88,29 @@ def test_agent_goes_on_from_a_step_that_read_within_the_noise_of_the_best(cpu_en
     far.add_trial(_trial(space, {"batch_size": 32}, 257.5, [{**grow, "value": 64}]))
     far.add_trial(_trial(space, {"batch_size": 64}, 200.0, [{**grow, "value": 128}]))
     assert propose(far, space) is None  # 22% below: the window ranks it; the sampler's turn
+
+
+def test_agent_steers_from_the_least_over_trial_while_none_fits_the_memory_limit(cpu_env) -> None:
+    """A 2-rank study whose baseline (DDP) is over the per-rank limit: no best to steer from,
+    so the memory verdict of the least-over trial does: shard, with a releasing allocator."""
+    from autotune.cli.app import ranked
+    from autotune.cli.config import LaunchConfig
+    from autotune.core.knobs import build_space
+    from autotune.search.agent import propose
+    from autotune.workloads.gpt import GPTWorkload
+
+    space = build_space(ranked(cpu_env, LaunchConfig(nproc_per_node=2)), GPTWorkload().cpu_sized(),
+                        {})
+    shard = {"knob": "sharding", "value": "full_shard", "why": "each rank holds a shard",
+             "with": {"host_allocator": "release"}}
+    study = optuna.create_study(direction="maximize")
+    for peak, knobs in ((1.9, {}), (1.8, {"amp": "bf16"})):
+        full = space.complete(space.searched({**space.baseline, **knobs}))
+        study.add_trial(optuna.trial.create_trial(
+            value=100.0, user_attrs={"knobs": full, "outcome": "ok", "peak_memory_gb": peak,
+                                     "diagnosis": {"bottleneck": "memory", "fixes": [shard]}},
+            system_attrs={"constraints": [peak - 1.7]}))
+    knobs, why = propose(study, space)
+    assert (knobs["sharding"], knobs["host_allocator"], knobs["amp"]) == ("full_shard", "release",
+                                                                           "bf16")
+    assert why.startswith("trial 1 (over the memory limit at 1.80 GB, the least over")

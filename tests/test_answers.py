@@ -37,8 +37,11 @@ def test_every_knob_is_classed_with_why() -> None:
     assert {n for n, e in by.items() if e == "training"} == {
         "batch_size", "length_grouping", "broadcast_buffers"}
     assert {n for n, e in by.items() if e == "numerics"} == {
-        "amp", "tf32", "compile", "transform_split", "comm_hook", "padding_free"}
+        "amp", "tf32", "compile", "transform_split", "comm_hook", "padding_free",
+        "fsdp_param_dtype", "fsdp_reduce_dtype"}
     assert by["num_workers"] == by["channels_last"] == by["activation_checkpointing"] == "speed"
+    # fp32 sharding sums the same gradients in another order, as any change of kernel does.
+    assert by["sharding"] == by["fsdp_wrap_blocks"] == by["fsdp_cpu_offload"] == "speed"
 
 
 def test_a_knob_without_its_class_is_refused() -> None:

@@ -284,8 +284,9 @@ class SlowToCompile(MLPWorkload):
 
 class RankFault(MLPWorkload):
     """Rank 1 of a launched trial fails after a few steps, one way per ``fault``: ``raise``
-    an exception, ``hang`` in its loss, ``kill`` itself with SIGKILL, or kill its
-    ``launcher`` (the trial process running the elastic agent, its parent) with SIGKILL.
+    an exception, ``hang`` in its loss, ``gather`` (wait in an all-gather rank 0 never joins),
+    ``kill`` itself with SIGKILL, or kill its ``launcher`` (the trial process running the
+    elastic agent, its parent) with SIGKILL.
     Rank 0 trains on.
 
     With ``faults`` (a list) and ``count_dir``, one study tries them all: rank 1 of the n-th
@@ -320,4 +321,15 @@ class RankFault(MLPWorkload):
                 if self._fault == "launcher":
                     os.kill(os.getppid(), 9)
                     time.sleep(3600)  # orphaned: the runner must reap this rank too
+                if self._fault == "gather":  # an all-gather its peer never joins
+                    out = torch.empty(2 * 4)
+                    torch.distributed.all_gather_into_tensor(out, torch.ones(4), group=self._side)
         return super().loss(outputs, targets)
+
+    def model(self) -> torch.nn.Module:
+        # A second process group, made by every rank alike (a collective call): rank 1's
+        # ``gather`` fault waits in an all-gather on it that rank 0 never calls.
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self._side = dist.new_group(backend="gloo")
+        return super().model()

@@ -69,9 +69,9 @@ def training_arguments_ddp(doc: Mapping[str, Any], fields: Collection[str]) -> d
     """TrainingArguments' DDP fields for a study launched as ranks (none otherwise), those the
     installed TrainingArguments has (``fields``). ``ddp_find_unused_parameters`` is explicit:
     left unset, the Trainer would turn it on where the trials ran without it."""
-    if not launched(doc):
-        return {}
     k = doc["knobs"]
+    if not launched(doc) or str(k.get("sharding") or "no_shard") != "no_shard":
+        return {}  # a sharded study's ranks are FSDP2's (adapters/fsdp.py)
     out = {"ddp_bucket_cap_mb": int(k.get("bucket_cap_mb") or 25),
            "ddp_broadcast_buffers": bool(k.get("broadcast_buffers", True)),
            "ddp_static_graph": bool(k.get("static_graph", False)),

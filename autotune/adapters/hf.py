@@ -32,6 +32,7 @@ from typing import Any
 
 from autotune.adapters import best_document, in_process
 from autotune.adapters.ddp import accelerator_ddp_kwargs, launched
+from autotune.adapters.fsdp import HF_CPU_SHARDING, set_plugin_precision, sharded_study
 from autotune.adapters.hf_workload import (
     _DDP_FIELDS,
     _SPEED_FIELDS,
@@ -165,7 +166,12 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     trainer.args = new
     trainer._train_batch_size = new.train_batch_size
     trainer.create_accelerator_and_postprocess()
-    if launched(doc):  # the DDP arguments no TrainingArguments field holds (adapters/ddp.py)
+    if sharded_study(doc):  # the shards' mixed precision, which no field holds (adapters/fsdp.py)
+        if not set_plugin_precision(trainer.accelerator, doc):
+            warnings.warn(f"autotune: the study measured sharding={knobs['sharding']}, but this "
+                          "Trainer's Accelerator has no FSDP plugin (one process, or CPU ranks: "
+                          f"{HF_CPU_SHARDING}); it trains unsharded.", stacklevel=2)
+    elif launched(doc):  # the DDP arguments no TrainingArguments field holds (adapters/ddp.py)
         accelerator = trainer.accelerator
         accelerator.ddp_handler = accelerator_ddp_kwargs(accelerator.ddp_handler, doc)
     _loader_settings(trainer, knobs)

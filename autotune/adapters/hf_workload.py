@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
 from autotune.adapters.ddp import trainer_find_unused, training_arguments_ddp, user_ddp_defaults
+from autotune.adapters.fsdp import HF_CPU_SHARDING, HF_LIMITS, training_arguments_fsdp
 from autotune.core import sequences
 from autotune.core.batch import measure_shapes
 from autotune.core.shipping import Shipped
@@ -68,7 +69,9 @@ class HFWorkload(Workload):
         "set_to_none": ([True], "the Trainer calls model.zero_grad(), which sets gradients to None"),
         "optimizer_impl": (["default", "fused"], "TrainingArguments.optim offers adamw_torch "
                                                  "(torch's default) and adamw_torch_fused"),
+        **HF_LIMITS,
     }
+    cpu_sharding = HF_CPU_SHARDING
     #: The verify side for this workload: the user's Trainer.train (autotune/search/verify.py).
     verifier = "autotune.adapters.hf_verify"
 
@@ -342,6 +345,13 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
     # Under launch.nproc_per_node: the measured DDP arguments (per_device_train_batch_size and
     # dataloader_num_workers above are per rank, as the trials ran them).
     out.update(training_arguments_ddp(doc, training_argument_fields()))
+    # Sharded (FSDP2): fsdp and fsdp_config; FSDP's own activation checkpointing then.
+    sharded = training_arguments_fsdp(doc, training_argument_fields())
+    if sharded:
+        out.update(sharded)
+        if checkpointing:
+            out[checkpointing] = False
+            out.pop(f"{checkpointing}_kwargs", None)
     if (doc.get("device") or {}).get("type") == "cpu":
         out["use_cpu"] = True  # measured on the CPU: keep the Trainer off any GPU present
     return out

@@ -36,6 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from autotune.adapters import best_document
+from autotune.adapters.fsdp import shard_in_configure_model, sharded_study
 from autotune.adapters.lightning_workload import (
     LightningObjectsWorkload,
     LightningWorkload,
@@ -132,7 +133,8 @@ def prepare_module(module: nn.Module, best: Any) -> nn.Module:
     Trainer or DataLoader argument, before ``trainer.fit``: the host allocator and the CPU
     threads (before fit forks the loader's workers), TF32 matmuls, channels_last, the
     optimizer's fused/foreach implementation (on what ``configure_optimizers`` returns) and
-    ``torch.compile`` (Lightning unwraps the compiled module and compiles its training_step).
+    ``torch.compile`` (Lightning unwraps the compiled module and compiles its training_step);
+    for a sharded study, ``configure_model`` shards it as the trials did (adapters/fsdp.py).
     Returns the module to pass to ``fit``. A module prepared before (by ``tune``, or by this
     function with this or another study's result; compiled or not) is prepared afresh: its
     hooks are wrapped once, around the module's own, and it is compiled once."""
@@ -149,6 +151,8 @@ def prepare_module(module: nn.Module, best: Any) -> nn.Module:
     if knobs.get("optimizer_impl", "default") != "default":
         _optimizers_with(module, knobs)
     _check_at_train_start(module, best_document(best))
+    if sharded_study(best_document(best)):  # FSDP2: ModelParallelStrategy shards in this hook
+        shard_in_configure_model(module, knobs)
     if doc["module"]["compile"]:
         return torch.compile(module, mode=doc["module"]["compile"]["mode"])  # type: ignore[return-value]
     return module

@@ -32,7 +32,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.adapters import accumulation, best_document, environment, in_process, load_object
+from autotune.adapters import (
+    accumulation,
+    best_document,
+    environment,
+    fsdp,
+    in_process,
+    load_object,
+)
 from autotune.adapters.ddp import ddp_strategy, launched, strategy_document
 from autotune.core.batch import measure_shapes, tensors
 from autotune.core.shipping import Shipped
@@ -316,12 +323,14 @@ def trainer_kwargs(best: Any) -> dict[str, Any]:
     """``lightning.Trainer(**trainer_kwargs(best), ...)``: precision, cuDNN autotuning and the
     gradient accumulation (1 unless the study kept the global batch); for a study launched as
     N ranks, ``devices=N`` and ``strategy=DDPStrategy(...)`` with the measured DDP arguments
-    and comm hook (adapters/ddp.py)."""
+    and comm hook (adapters/ddp.py), or, sharded, ``ModelParallelStrategy`` (FSDP2, the
+    module sharded in ``configure_model`` by ``prepare_module``: adapters/fsdp.py)."""
     doc = best_document(best)
     out = _plain_trainer_kwargs(doc)
     if launched(doc):
         out["devices"] = int(doc["launch"]["nproc_per_node"])
-        out["strategy"] = ddp_strategy(doc)
+        out["strategy"] = (fsdp.model_parallel_strategy(doc) if fsdp.sharded_study(doc)
+                           else ddp_strategy(doc))
     return out
 
 
@@ -345,8 +354,8 @@ def lightning_document(best: Any) -> dict[str, Any]:
     knobs = doc["knobs"]
     mode = knobs["compile"]
     trainer = _plain_trainer_kwargs(doc)
-    strategy = strategy_document(doc)
-    if strategy:  # the DDPStrategy is an object: lightning.yaml says how to build it
+    strategy = fsdp.strategy_document(doc) if fsdp.sharded_study(doc) else strategy_document(doc)
+    if strategy:  # the strategy is an object: lightning.yaml says how to build it
         trainer["devices"] = strategy["devices"]
     return {
         "trainer": trainer,

@@ -191,7 +191,8 @@ def ranked(env: Env, launch: Any, workers: int = 1) -> Env:
     share = max(1, env.cpu_count // (nproc * max(1, workers)))
     if nproc * nnodes == 1:
         return env if workers <= 1 else dataclasses.replace(env, cpu_count=share)
-    return dataclasses.replace(env, cpu_count=share, torch_threads=1, ranks=nproc * nnodes)
+    return dataclasses.replace(env, cpu_count=share, torch_threads=1, ranks=nproc * nnodes,
+                               nodes=nnodes)
 
 
 def launch_spec(launch: Any, env: Env) -> dict[str, Any]:
@@ -338,10 +339,13 @@ def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None
     print(f"  objective: {objective_words(s.run_steps)}")
     print(f"  {training_words(s.training)}")
     if s.launch:
+        shardings = s.space.domains["sharding"].values
+        held = ("DistributedDataParallel" if shardings == ["no_shard"] else "FSDP2, fully_shard"
+                if "no_shard" not in shardings else "DistributedDataParallel or FSDP2 as sharding says")
         print(f"  launch: every trial runs {s.launch['nproc_per_node']} ranks "
-              f"({s.launch['backend']}, DistributedDataParallel) under PyTorch's elastic launcher, "
+              f"({s.launch['backend']}, {held}) under PyTorch's elastic launcher, "
               f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads "
-              "count per rank")
+              "count per rank; the memory limit holds per rank")
     for line in fixed_lines(s.space.fixed):
         print(f"  {line}")
     for name, (values, why) in s.space.narrowed.items():

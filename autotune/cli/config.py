@@ -146,8 +146,10 @@ class StudyConfig:
     numerics_tolerance: dict[str, float] = _key(default_factory=dict, help=(
         "Largest relative loss deviation allowed, by the knob families a configuration "
         "changes (the loosest applies). Keys: default, amp, compile, cuda_graphs, "
-        "device_transform, tf32; defaults (default 0.05, amp 0.10, the others 0.05) and their "
-        "measured starting points in autotune/search/numerics.py."))
+        "device_transform, tf32, attention, padding_free, comm_hook, sharding, "
+        "fsdp_param_dtype, fsdp_reduce_dtype; defaults (default 0.05, amp and fsdp_param_dtype "
+        "0.10, the others 0.05) and their measured starting points in "
+        "autotune/search/numerics.py."))
     start_from: str | None = _key(None, help=(
         "Enqueue this earlier study's best configuration right after the baseline (same "
         "storage rule as `compare_to`)."))
@@ -187,6 +189,7 @@ class KnobsConfig:
     expandable_segments: Any = None
     host_allocator: Any = None
     cpu_threads: Any = None
+    sharding: Any = None
     bucket_cap_mb: Any = None
     gradient_as_bucket_view: Any = None
     batched_grad_copy: Any = None
@@ -194,6 +197,11 @@ class KnobsConfig:
     broadcast_buffers: Any = None
     comm_hook: Any = None
     accumulation_no_sync: Any = None
+    fsdp_wrap_blocks: Any = None
+    fsdp_param_dtype: Any = None
+    fsdp_reduce_dtype: Any = None
+    fsdp_prefetch: Any = None
+    fsdp_cpu_offload: Any = None
     attention: Any = None
     activation_checkpointing: Any = None
     length_grouping: Any = None

@@ -1,5 +1,6 @@
-"""Applying the distributed knobs: the rank's share of the node's cores, the DDP wrapper's
-arguments and the sampler that splits the data over the ranks.
+"""Applying the distributed knobs: the rank's share of the node's cores, the model's wrapper
+for its parallelism (DDP here, FSDP2 in core/sharding.py) and the sampler that splits the data
+over the ranks.
 
 The one place a trial's ranks and a production run launched by ``torchrun`` take them from
 (``Training`` and ``autotune.Runtime.ddp``), so a measured configuration is the one that runs.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -134,10 +135,24 @@ def comm_hook(name: str | None) -> Any:
 
 
 def wrap(model: torch.nn.Module, knobs: Mapping[str, Any], device: torch.device,
-         extra: Mapping[str, Any] | None = None) -> torch.nn.parallel.DistributedDataParallel:
-    """The model in DDP with the knobs' arguments and communication hook; on CUDA, on this
-    rank's device. ``extra``: arguments the workload's framework adds (Workload.ddp_arguments:
-    the Hugging Face Trainer's find_unused_parameters)."""
+         extra: Mapping[str, Any] | None = None,
+         layers: Sequence[type] = ()) -> torch.nn.Module:
+    """The model wrapped for its parallelism, as the knobs say: sharded in place with FSDP2
+    (``sharding`` other than no_shard: core/sharding.py, ``layers`` naming its blocks), else
+    in DDP with the knobs' arguments and communication hook, on CUDA on this rank's device
+    (``extra``: arguments the workload's framework adds, Workload.ddp_arguments: the Hugging
+    Face Trainer's find_unused_parameters). Build the optimizer from the returned module's
+    parameters: a sharded model's are its shards."""
+    from autotune.core import sharding
+
+    if sharding.sharded(knobs):
+        return sharding.shard(model, knobs, device, layers)
+    return ddp(model, knobs, device, extra)
+
+
+def ddp(model: torch.nn.Module, knobs: Mapping[str, Any], device: torch.device,
+        extra: Mapping[str, Any] | None = None) -> torch.nn.parallel.DistributedDataParallel:
+    """The model in DDP with the knobs' arguments and communication hook."""
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index if device.index is not None else torch.cuda.current_device()] \

@@ -39,6 +39,8 @@ class Env:
     #: Ranks each trial runs as (launch.nproc_per_node x launch.nnodes); > 1: cpu_count is one
     #: local rank's share of the node's cores (core/distributed.py) and the DDP knobs apply.
     ranks: int = 1
+    #: Nodes the ranks span (launch.nnodes): hybrid sharding needs more than one.
+    nodes: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

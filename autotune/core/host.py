@@ -68,20 +68,34 @@ def apply_cuda_allocator(knobs: Mapping[str, Any]) -> None:
 
 
 # glibc mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
+#: host_allocator=release: blocks from this size up are mmapped and unmapped on free.
+RELEASE_MMAP_THRESHOLD = 64 * 1024
 
 
 def apply_host_allocator(knobs: Mapping[str, Any]) -> None:
     """host_allocator=retain: glibc serves blocks above its mmap threshold (up to 32 MiB) with
     fresh mmaps and unmaps them on free, so a CPU step that frees and re-allocates its
     activations faults every page back in and zeroes it, every step. With mmap off and no heap
-    trimming, freed memory stays in the process for reuse. Process-wide and one-way (set it
-    before the loader forks its workers); a fresh trial process per configuration."""
-    if knobs.get("host_allocator", "default") != "retain":
+    trimming, freed memory stays in the process for reuse.
+
+    host_allocator=release: the opposite. By default glibc raises its mmap threshold to the
+    size of each mmapped block freed (up to 32 MiB), so blocks of that size come from the heap
+    afterwards and stay resident when freed: a sharded rank's gathered parameters, freed after
+    each block, then read as resident memory as if never freed (2 ranks of a 67M-parameter
+    Llama, AdamW: FSDP2's peak read as DDP's, docs/benchmarks.md). A fixed 64 KiB threshold
+    and trimming the heap's top at once give every freed block back: the resident memory is
+    what the process uses. Process-wide and one-way (set it before the loader forks its
+    workers); a fresh trial process per configuration."""
+    choice = knobs.get("host_allocator", "default")
+    if choice not in ("retain", "release"):
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
-        raise RuntimeError("host_allocator=retain: glibc mallopt refused the settings")
+    ok = (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+          if choice == "retain" else
+          libc.mallopt(M_MMAP_THRESHOLD, RELEASE_MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, 0))
+    if not ok:
+        raise RuntimeError(f"host_allocator={choice}: glibc mallopt refused the settings")
 
 
 def process_threads(knobs: Mapping[str, Any], cores: int) -> int | None:

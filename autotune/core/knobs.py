@@ -154,47 +154,85 @@ KNOBS: list[Knob] = [
          "reserved memory (what the memory limit reads) drops.",
          domains.cuda_only([False, True], False, "the CUDA caching allocator's setting"),
          off=False, baseline=domains.allocator_env, changes_training=None),
-    Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS) or "
-         "retain (keep them for reuse: no page faults for the step's host tensors).",
-         domains.host_allocator, off="default",
+    Knob("host_allocator", "Host malloc: default (glibc returns big freed blocks to the OS, "
+         "past a threshold that rises up to 32 MiB as blocks are freed), retain (keep them for "
+         "reuse: no page faults for the step's host tensors) or release (every freed block "
+         "above 64 KiB back to the OS at once: a process's resident memory is then what it "
+         "uses, at the cost of page faults; under ranks, where the per-rank memory limit reads "
+         "that resident memory).", domains.host_allocator, off="default",
          changes_training=None),
     Knob("cpu_threads", "torch intra-op (and, where not yet started, inter-op) threads of the "
          "training process; each DataLoader worker gets its share of the cores, at most as "
          "many (0 = the cores the workers leave free; CUDA's setting).",
          domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads,
          changes_training=None),
+    Knob("sharding", "How the ranks hold the model: no_shard (DDP: a whole copy per rank), "
+         "full_shard (FSDP2: each rank holds a shard of the parameters, gradients and optimizer "
+         "state; each block's parameters are all-gathered for its forward and again for its "
+         "backward, ZeRO-3), shard_grad_op (FSDP2 keeping them from forward to backward: one "
+         "all-gather less a step, more memory) or hybrid_shard (sharded within a node, "
+         "replicated across nodes). Searched when the trials run as ranks.",
+         domains.sharding, off="no_shard",
+         changes_training=None),
     Knob("bucket_cap_mb", "DDP: MiB of gradients per all-reduce bucket (25 by default): "
          "smaller buckets start communicating earlier in backward, larger ones send fewer "
-         "messages.", domains.ddp_only([1, 5, 25, 100], 25), off=25, ordinal=True,
-         changes_training=None),
+         "messages.", domains.ddp_only([1, 5, 25, 100], 25), inactive=domains.is_sharded, off=25,
+         ordinal=True, changes_training=None),
     Knob("gradient_as_bucket_view", "DDP: gradients are views into the all-reduce buckets (no "
-         "copy into them, less memory).", domains.ddp_only([False, True], False), off=False,
-         changes_training=None),
+         "copy into them, less memory).", domains.ddp_only([False, True], False),
+         inactive=domains.is_sharded, off=False, changes_training=None),
     Knob("batched_grad_copy", "DDP: copy each bucket's gradients into it in one batched copy "
          "and one division when the bucket is ready, instead of per parameter (fewer kernels "
          "for models of many small parameters; torch 2.14 and later).",
-         domains.batched_grad_copy, off=False,
+         domains.batched_grad_copy, inactive=domains.is_sharded, off=False,
          changes_training=None),
     Knob("static_graph", "DDP: the model uses the same parameters every step, so DDP can skip "
          "its per-step graph checks and reorder buckets.",
-         domains.ddp_only([False, True], False), off=False,
+         domains.ddp_only([False, True], False), inactive=domains.is_sharded, off=False,
          changes_training=None),
     Knob("broadcast_buffers", "DDP: copy rank 0's buffers (BatchNorm's running statistics) to "
          "every rank before each forward (forward_sync_buffers from torch 2.14). Off: each rank "
-         "keeps its own running statistics.", domains.ddp_only([True, False], True), off=True,
+         "keeps its own running statistics.", domains.ddp_only([True, False], True),
+         inactive=domains.is_sharded, off=True,
          changes_training=("off: each rank keeps its own buffers (BatchNorm's running "
                            "statistics) instead of rank 0's: a model that reads its buffers in "
                            "training, or is evaluated or saved on a rank other than 0, holds "
                            "other values")),
     Knob("comm_hook", "DDP: the gradients' all-reduce as is (none) or compressed to fp16 or bf16 "
          "(half the bytes, summed in that precision). Opt-in: it changes the numerics.",
-         domains.comm_hook, off="none",
+         domains.comm_hook, inactive=domains.is_sharded, off="none",
          changes_training=None,
          changes_numerics="gradients summed across ranks in fp16 or bf16 instead of float32"),
-    Knob("accumulation_no_sync", "DDP with gradient accumulation (study.keep_global_batch): "
-         "skip the all-reduce on each micro-batch but the cycle's last (no_sync), one "
-         "all-reduce per optimizer step instead of one per micro-batch, as the Hugging Face "
-         "Trainer and Lightning do.", domains.ddp_only([False, True], False), off=False,
+    Knob("accumulation_no_sync", "Ranks with gradient accumulation (study.keep_global_batch): "
+         "skip the gradient communication on each micro-batch but the cycle's last, one "
+         "all-reduce (DDP's no_sync) or reduce-scatter per optimizer step instead of one per "
+         "micro-batch, as the Hugging Face Trainer and Lightning do; a sharded model also keeps "
+         "its gathered parameters and unreduced gradients over the cycle (more memory, no "
+         "all-gather again).", domains.ddp_only([False, True], False), off=False,
+         changes_training=None),
+    Knob("fsdp_wrap_blocks", "FSDP2: blocks per fully_shard group, each group one all-gather "
+         "and one reduce-scatter (1: every block, PyTorch's recipe; more: fewer, larger "
+         "collectives, more parameters gathered at once).",
+         domains.fsdp_wrap_blocks, inactive=domains.not_sharded, off=1, changes_training=None),
+    Knob("fsdp_param_dtype", "FSDP2: the dtype parameters are gathered and computed in "
+         "(MixedPrecisionPolicy.param_dtype); the shards and the optimizer stay fp32, the "
+         "reduction fp32 unless fsdp_reduce_dtype says bf16.",
+         domains.fsdp_param_dtype, inactive=domains.not_sharded, off="fp32",
+         changes_training=None,
+         changes_numerics="forward and backward computed with bf16 parameters (8 mantissa bits)"),
+    Knob("fsdp_reduce_dtype", "FSDP2: the dtype gradients are reduce-scattered in "
+         "(MixedPrecisionPolicy.reduce_dtype): bf16 halves the bytes and rounds the sum. "
+         "Opt-in: it changes the numerics.",
+         domains.fsdp_reduce_dtype, inactive=domains.not_sharded, off="fp32",
+         changes_training=None,
+         changes_numerics="gradients summed across ranks in bf16 instead of float32"),
+    Knob("fsdp_prefetch", "FSDP2: groups all-gathered ahead of their turn, in forward and "
+         "backward (0: FSDP2's own, one group ahead in backward only).",
+         domains.sharded_only([0, 1, 2], 0), inactive=domains.not_sharded, off=0, ordinal=True,
+         changes_training=None),
+    Knob("fsdp_cpu_offload", "FSDP2: shards, gradients and the optimizer step in host memory "
+         "(CPUOffloadPolicy): GPU memory for speed. Opt-in, CUDA only.",
+         domains.fsdp_cpu_offload, inactive=domains.not_sharded, off=False,
          changes_training=None),
     Knob("attention", "The attention implementation (a Hugging Face model's attn_implementation: "
          "eager, sdpa, flash_attention_2) or SDPA with one backend pinned around the forward "
@@ -477,12 +515,16 @@ def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
     if knob.name == "pad_to_multiple_of":
         return (value is None or (isinstance(value, int) and not isinstance(value, bool)
                                   and value > 0)) and "takes no pad_to_multiple_of" not in (dom.reason or "")
+    if knob.name == "fsdp_reduce_dtype":  # opt-in: the listed dtypes, where there are ranks
+        return value in ("fp32", "bf16") and "list values" in (dom.reason or "")
+    if knob.name == "fsdp_cpu_offload":  # opt-in, where a GPU holds the shards
+        return isinstance(value, bool) and "list values" in (dom.reason or "")
     if knob.name == "comm_hook":  # opt-in: the listed hooks, where there are ranks
         return value in ("none", *COMM_HOOKS) and "list values" in (dom.reason or "")
     if knob.name in ("length_grouping", "padding_free"):  # opt-in: any listed bool, where it applies
         return isinstance(value, bool) and "list values" in (dom.reason or "")
     if knob.name == "host_allocator":
-        return value in ("default", "retain") and "glibc" not in (dom.reason or "")
+        return value in ("default", "retain", "release") and "glibc" not in (dom.reason or "")
     if knob.name == "compile":
         return value in ("off", "default", "reduce-overhead", "max-autotune") and (
             len(dom.values) > 1 or "no C/C++ compiler" not in (dom.reason or "")

@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.core import batch as tree
-from autotune.core import distributed, sequences
+from autotune.core import distributed, sequences, sharding
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
 from autotune.core.workload import Workload
@@ -196,6 +196,14 @@ class Training:
         apply_process_knobs(self.knobs)
         self.loader: Any = build_loader(workload, self.knobs, seed)
         model = place_model(workload.model(), self.knobs, self.device, workload.checkpoint_layers)
+        if distributed.world_size() > 1 or (sharding.sharded(self.knobs)
+                                            and torch.distributed.is_initialized()):
+            # Several ranks (a trial launched as the production run is): DDP or FSDP2 as the
+            # knobs say, before the optimizer, whose parameters a sharded model replaces (a
+            # sharded model also on a process group of one rank: one GPU's check).
+            model = distributed.wrap(model, self.knobs, self.device,
+                                     workload.ddp_arguments(model, self.knobs),
+                                     workload.shard_layers or workload.checkpoint_layers)
         self._attach(model, workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs)))
 
     @classmethod
@@ -214,13 +222,12 @@ class Training:
         self.knobs = dict(knobs)
         self.device = torch.device(device)
         self.loader = loader
-        self._attach(model, optimizer, wrap=False)  # the user's model is DDP already, or not
+        self._attach(model, optimizer)  # the user's model is in DDP or sharded already, or not
         return self
 
-    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                wrap: bool = True) -> None:
-        """Every per-step knob, set up around a placed model and its optimizer (``wrap``: in
-        DDP when several ranks run)."""
+    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Every per-step knob, set up around a placed model (in DDP or sharded where several
+        ranks run) and its optimizer."""
         self.channels_last = bool(self.knobs["channels_last"])
         self.uint8 = self.knobs["transfer_dtype"] == "uint8"
         stages = self.workload.stages()  # the device part of a staged input pipeline
@@ -229,20 +236,20 @@ class Training:
         self.copy_inputs = not (self.device_stages and self.device_stages[0].host_input)
         self.non_blocking = bool(self.knobs["non_blocking"])
         self.set_to_none = bool(self.knobs["set_to_none"])
-        self.model = model
+        ddp_type = torch.nn.parallel.DistributedDataParallel
+        self.ddp = model if isinstance(model, ddp_type) else None
+        #: The sharded model (FSDP2's ``FSDPModule``), where the ranks shard it.
+        self.fsdp = model if sharding.fsdp_modules(model)[:1] == [model] else None
+        self.model = self.ddp.module if self.ddp is not None else model
         self.optimizer = optimizer
         self.amp_dtype = AMP_DTYPES.get(self.knobs["amp"])
         self.scaler = grad_scaler(self.knobs, self.device)
-        # Several ranks (a trial launched as the production run is): DDP with the DDP knobs.
-        # sync_grads=False skips the all-reduce (DDP's no_sync): the window's counterfactual.
-        ddp_type = torch.nn.parallel.DistributedDataParallel
-        self.ddp = (model if isinstance(model, ddp_type) else
-                    distributed.wrap(model, self.knobs, self.device,
-                                     self.workload.ddp_arguments(model, self.knobs))
-                    if wrap and distributed.world_size() > 1 else None)
+        # sync_grads=False: the window's counterfactual, the step without gradient
+        # communication (DDP's no_sync; a sharded model's every parameter gathered beforehand:
+        # measure/comm.py).
         self.sync_grads = True
         # the model (or its DDP wrapper), or its compiled wrapper
-        self.forward_module: Callable[..., Any] = compile_model(self.ddp or model, self.knobs)
+        self.forward_module: Callable[..., Any] = compile_model(model, self.knobs)
         self.graph: _GraphedStep | None = None
         if self.knobs["cuda_graphs"]:
             if self.device.type != "cuda":
@@ -307,6 +314,8 @@ class Training:
             self.optimizer.zero_grad(set_to_none=self.set_to_none)
         unsynced = self.ddp.no_sync() if self.ddp is not None and not self._syncs() \
             else contextlib.nullcontext()
+        if self.fsdp is not None and self.knobs.get("accumulation_no_sync") and self.sync_grads:
+            sharding.micro_step(self.fsdp, last=self._micro == self.grad_accum - 1)
         with unsynced:
             with phase("forward"):
                 loss = self.compute_loss(inputs, targets)

@@ -76,6 +76,14 @@ class Workload:
     #: Module types to wrap for activation checkpointing (a Hugging Face model that supports
     #: it needs none: its own switch is used). With neither, the knob is fixed off.
     checkpoint_layers: tuple[type, ...] = ()
+    #: Module types that are the model's blocks for sharding (``sharding`` other than
+    #: no_shard: ``fully_shard`` on each, then on the root; core/sharding.py). Empty: the
+    #: ``checkpoint_layers``, else a Hugging Face model's ``_no_split_modules``, else the root
+    #: alone (one all-gather group: neither the memory saving nor the overlap).
+    shard_layers: tuple[type, ...] = ()
+    #: Why its framework cannot shard the model on the CPU (the Hugging Face Trainer's
+    #: accelerate runs DDP on CPU ranks): ``sharding`` then stays no_shard there. None: it can.
+    cpu_sharding: str | None = None
     #: It can switch activation checkpointing on (set by the Hugging Face adapter).
     checkpointable: bool = False
     #: Its padding collator can be replaced by padding-free packing (one row per batch, each

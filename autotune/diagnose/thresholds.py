@@ -112,6 +112,12 @@ NOISY_WINDOWS_CV = 0.10
 #: of the step is where the usual DDP fixes (bucket size, gradient views, a bigger per-rank
 #: batch) can pay for a trial, and below it the all-reduce is mostly hidden behind backward.
 COMM_EXPOSED_SHARE = 0.25
+#: A phase other than the verdict's that takes at least this share of the step is named
+#: beside it (diagnose/phases.py): the input-bound verdict's own threshold (DATA_WAIT_SHARE),
+#: a fifth of the step, where a fix of that phase alone would be worth a trial. A 2-rank DDP
+#: study's all-reduce added 25.8% of the step (lower bound 24.2%, under COMM_EXPOSED_SHARE)
+#: and its verdict did not name it (2026-11-28).
+PHASE_NOTABLE_SHARE = 0.20
 
 #: Padding (a workload with tokens: measure/loop.py counts real and computed tokens): at
 #: least this share of the tokens the model computed were padding. Fixed before any figure:

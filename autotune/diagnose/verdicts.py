@@ -95,6 +95,7 @@ from autotune.diagnose.fixes import (
     restart_verdict,
     thread_fixes,
 )
+from autotune.diagnose.phases import also_large
 from autotune.diagnose.thresholds import (
     COMM_EXPOSED_SHARE,
     DATA_WAIT_NOTABLE,
@@ -151,12 +152,16 @@ def diagnose(result: Any, knobs: Mapping[str, Any], device: str, memory_limit_gb
         # The verdict reads the share's lower bound (measure/comm.py), the median where a
         # result has none (older studies, hand-made evidence).
         ev["comm_exposed_share_low"] = comm.get("exposed_share_low", comm.get("exposed_share"))
+        for key in ("all_gathers", "all_gather_ms", "reduce_scatters", "reduce_scatter_ms"):
+            if comm.get(key) is not None:  # a sharded trial's collectives (measure/shard_comm.py)
+                ev[f"comm_{key}"] = comm[key]
     if comm and float(ev["comm_exposed_share_low"] or 0.0) >= COMM_EXPOSED_SHARE:
         bottleneck, rule, summary = communication(ev, knobs, f)
     elif cuda:
         bottleneck, rule, summary = _diagnose_cuda(ev, knobs, f, image_inputs)
     else:
         bottleneck, rule, summary = _diagnose_cpu(ev, knobs, f, image_inputs)
+    summary += also_large(ev, knobs, f, bottleneck)
     padding = res.get("padding_share")
     if padding is not None:
         ev["padding_share"] = padding
@@ -184,6 +189,7 @@ def _padding(share: float, f: Fixes) -> str:
 
 def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) -> tuple[str, str, str]:
     share = ev["memory_share_of_limit"]
+    shard_fixes(f, knobs, cuda)
     if knobs.get("amp", "off") == "off":
         f.add("amp", "bf16", "16-bit activations roughly halve activation memory (and run "
               "faster)")
@@ -198,6 +204,23 @@ def _memory(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes, cuda: bool) 
     return ("memory", f"memory_share_of_limit {share:.2f} >= {MEMORY_HIGH_SHARE}",
             f"Memory-bound: peak {where} is {pct(share)} of the limit, leaving no headroom "
             f"(allocator retries, OOM risk); reduce activation memory with {first_fixes(f)}.")
+
+
+def shard_fixes(f: Fixes, knobs: Mapping[str, Any], cuda: bool) -> None:
+    """Ranks over their memory: shard what each holds, where the study searches sharding.
+    On the CPU a rank's resident memory shrinks with sharding only where freed blocks go back
+    to the OS (host_allocator=release: core/host.py), so the two go together there."""
+    dom = (f.domains or {}).get("sharding")
+    if dom is None or "full_shard" not in dom.values:
+        return
+    release = None if cuda else {"host_allocator": "release"}
+    if knobs.get("sharding", "no_shard") != "full_shard":
+        f.add("sharding", "full_shard", "each rank holds a shard of the parameters, gradients "
+              "and optimizer state, and each block's whole parameters only while it computes",
+              with_=release)
+    elif release and knobs.get("host_allocator") != "release":
+        f.add("host_allocator", "release", "the gathered parameters a sharded rank frees go "
+              "back to the OS instead of staying resident")
 
 
 def _diagnose_cuda(ev: dict[str, Any], knobs: Mapping[str, Any], f: Fixes,

@@ -1,5 +1,5 @@
 """CHILD side, one rank of a trial: the ranks' agreements, and how much of a step waits on
-gradient communication.
+gradient communication (a sharded model's all-gathers and reduce-scatters: measure/shard_comm.py).
 
 The exposed share is measured, not read off timestamps: where ranks share a node's cores,
 gloo's threads time-slice with backward, so a profile's all-reduce spans overlap work they
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -68,7 +69,8 @@ def _gather(values: list[float]) -> list[list[float]]:
 
 
 def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s: float,
-            pairs: int = COMM_PAIRS) -> dict[str, Any]:
+            pairs: int = COMM_PAIRS,
+            beat: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
     """The step with and without the gradient all-reduce, on one cached device batch, and the
     share of the window's median step (``window_step_ms``, loader waits included: the run's
     step) that the all-reduce adds, with a lower bound.
@@ -82,7 +84,9 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
     verdict compares with its threshold: a noisy median alone called a compute-heavy model
     communication-bound. On a noisy 2-vCPU VM the lockstep step is well above either rank's
     median: that is the ranks' jitter (``rank_gap_ms``, over the fastest rank), real but not
-    communication that gradient_as_bucket_view or bigger buckets could hide.
+    communication that gradient_as_bucket_view or bigger buckets could hide. ``beat(n)``
+    after each timed unit tells the trial's watchdog that long steps are not a stall (20
+    steps of a sharded 67M-parameter Llama on a loaded 2-core VM outlasted its 120 s limit).
 
     Beside it, DDP's own timing of the same synced steps (``DdpLog``: ``ddp_comm_ms``,
     ``ddp_overlap_ms``, ``ddp_compute_ms``, ``ddp_overlap_share``): a cross-check of where
@@ -94,23 +98,27 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
     # single micro-steps would be an unsynced one. Each timed unit is then a whole cycle (one
     # all-reduce in it, wherever it starts), per micro-step.
     cycle = run.grad_accum if run.knobs.get("accumulation_no_sync") else 1
+    ddp = DdpLog(run.ddp)
+    if run.fsdp is not None:
+        from autotune.measure.shard_comm import sharded_timer
 
-    def timed(sync: bool) -> float:
-        run.sync_grads = sync
-        barrier()
-        clock.sync(run.device)
-        t0 = time.perf_counter()
-        for _ in range(cycle):
-            run.step(inputs, targets)
-        clock.sync(run.device)
-        ms = (time.perf_counter() - t0) * 1e3 / cycle
-        if sync:
-            ddp.read()  # outside the timed step
-        return ms
+        timed = sharded_timer(run, inputs, targets, clock, cycle, barrier)
+    else:
+        def timed(sync: bool) -> float:
+            run.sync_grads = sync
+            barrier()
+            clock.sync(run.device)
+            t0 = time.perf_counter()
+            for _ in range(cycle):
+                run.step(inputs, targets)
+            clock.sync(run.device)
+            ms = (time.perf_counter() - t0) * 1e3 / cycle
+            if sync:
+                ddp.read()  # outside the timed step
+            return ms
 
     synced: list[float] = []
     unsynced: list[float] = []
-    ddp = DdpLog(run.ddp)
     start = time.perf_counter()
     try:
         for pair in range(pairs):
@@ -119,7 +127,9 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
                 break
             first = pair % 2 == 0  # the synced step first in every other pair
             a = timed(first)
+            beat(2 * pair + 1)
             b = timed(not first)
+            beat(2 * pair + 2)
             synced.append(a if first else b)
             unsynced.append(b if first else a)
     finally:
@@ -145,7 +155,21 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
             # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
             # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
             "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False)),
-            **ddp.figures()}
+            **(sharded_figures(run, inputs, targets, cycle, beat) if run.fsdp is not None
+               else ddp.figures())}
+
+
+def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int,
+                    beat: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
+    """A sharded model's collectives, timed in a short profile (measure/shard_comm.py)."""
+    from autotune.core import sharding
+    from autotune.measure.shard_comm import collectives
+
+    layers = run.workload.shard_layers or run.workload.checkpoint_layers
+    found = sharding.blocks(run.model, layers)
+    types = sorted({_unsharded_name(getattr(m, "_checkpoint_wrapped_module", m)) for m in found})
+    return {"sharding": run.knobs.get("sharding"), "block_types": types, "blocks": len(found),
+            **collectives(run, inputs, targets, cycle, beat=beat)}
 
 
 def _lower_index(n: int, alpha: float) -> int:
@@ -230,3 +254,11 @@ class DdpLog:
         out["ddp_overlap_share"] = (round(min(1.0, out["ddp_overlap_ms"] / comm_ms), 4)
                                     if comm_ms > 0 else None)
         return {**out, "ddp_steps": len(self.rows), "ddp_note": None}
+
+
+def _unsharded_name(module: Any) -> str:
+    """A block's own class name: fully_shard swaps its class for ``FSDP<name>``, a subclass
+    of FSDPModule and of it."""
+    name = type(module).__name__
+    own = name.removeprefix("FSDP")
+    return own if own != name and any(c.__name__ == own for c in type(module).__mro__) else name

@@ -253,8 +253,10 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
     out = done[slowest]
     out.ranks = sorted(({"rank": r, "samples_per_sec": res.samples_per_sec,
                          "step_ms": (res.step_ms or {}).get("median"),
-                         "data_wait": (res.timers or {}).get("data_wait")}
+                         "data_wait": (res.timers or {}).get("data_wait"),
+                         "peak_memory_gb": res.peak_memory_gb}
                         for r, res in done.items()), key=lambda d: d["samples_per_sec"])
+    # The memory limit holds per rank: the run needs what its fullest rank holds.
     out.peak_memory_gb = max(res.peak_memory_gb for res in done.values())
     _sum_tokens(out, list(done.values()))
     shares = [float(res.comm.get("exposed_share", 0.0)) for res in done.values() if res.comm]

@@ -28,6 +28,7 @@ class Progress:
         # A ceiling still being measured: {"kind": "loader", "rate": samples/s, "batches": n}.
         self.partial: dict[str, Any] = {}
         self.peak_rss = 0
+        self.peak_device_gb: float | None = None  # CUDA: the allocator's, at the window's end
         self.compile_s: float | None = None  # the first step's seconds, once it is done
         # The machine was contended since the window began (measure/contention.py): the
         # driver does not prune on chunks read then.

@@ -94,7 +94,10 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     summarize(result, loop, clock, progress, batch_size, workers)
     result.compile_s = max(0.0, first_step_s - result.step_ms["median"] / 1e3)
 
+    # The window's peak, read before what follows it (the ranks' communication
+    # counterfactual gathers a sharded model's every parameter: not the run's memory).
     progress.peak_rss = peak_rss_bytes()  # while the DataLoader workers are still alive
+    progress.peak_device_gb = _cuda_peak_gb(device) if device.type == "cuda" else None
     extras_start = time.perf_counter()
     _after_window(req, run, batches, clock, batch_size, progress, result)
     # A ceiling and the window are taken at different moments: on a loaded machine the trial's
@@ -132,7 +135,8 @@ def _after_window(req: TrialRequest, run: Training, batches: Batches, clock: Clo
     if ranks > 1 and win.get("comm", True):  # a confirmation or scaling window skips it
         progress.beat("comm", result.steps, force=True)
         result.comm = comm.exposed(run, batches, clock, result.step_ms["median"],
-                                    float(win["measure_seconds"]))
+                                    float(win["measure_seconds"]),
+                                    beat=lambda n: progress.beat("comm", n, force=True))
     if req.ceilings.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
         rate, noise = compute_ceiling(run, batches, batch_size, win, clock, beat)
@@ -281,6 +285,20 @@ def _cuda_peak_gb(device: torch.device) -> float:
     return 0.0
 
 
+def _peak_gb(device: torch.device, progress: Progress, result: WindowResult) -> float:
+    """The trial's peak memory: through its measured window where it measured one (read at
+    the window's end), else the process's own to its end (a failure's, an OOM's). On CUDA the
+    caching allocator's peak reservation; on the CPU the process's and its loader workers'
+    resident memory (readings.peak_rss_bytes), what the kernel and its OOM killer count."""
+    measured = result.outcome in ("ok", "compile_fallback")
+    if device.type == "cuda":
+        return (progress.peak_device_gb if measured and progress.peak_device_gb is not None
+                else _cuda_peak_gb(device))
+    if measured and progress.peak_rss:
+        return progress.peak_rss / 2**30
+    return max(progress.peak_rss, peak_rss_bytes()) / 2**30
+
+
 def main(request_path: str, result_path: str) -> int:
     """A trial of one process (measure/entry.py chooses between this and launched ranks)."""
     return run(TrialRequest.read(Path(request_path)), Path(result_path))
@@ -305,10 +323,7 @@ def run(req: TrialRequest, result_path: Path) -> int:
             result.outcome = "oom" if is_oom(exc) else "crash"
             result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             traceback.print_exc()
-    if device.type == "cuda":
-        result.peak_memory_gb = _cuda_peak_gb(device)
-    else:
-        result.peak_memory_gb = max(progress.peak_rss, peak_rss_bytes()) / 2**30
+    result.peak_memory_gb = _peak_gb(device, progress, result)
     atomic_write(result_path, result.to_json(), durable=False)
     return 0
 

@@ -9,6 +9,7 @@ the batch move of ``Training``), so what runs is what was measured::
     loader = rt.dataloader(dataset, shuffle=True)               # workers, pinning, prefetch, batch
     #   or rt.dataloader(raw_items, stages=stages): the host part of transform_split's split
     model = rt.model(MyNet())                                   # device, channels_last
+    #   under torchrun: model = rt.parallel(model), DDP or FSDP2 as measured, before the optimizer
     opt = rt.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)   # fused / foreach
     run = rt.wrap(model, opt, loss_fn, loader=loader)           # autocast, GradScaler, compile,
     meter = rt.meter()                                          # CUDA Graphs, set_to_none
@@ -35,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from autotune.core import distributed, sequences
+from autotune.core import distributed, sequences, sharding
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import Stage, check_split
 from autotune.core.training import (
@@ -170,14 +171,45 @@ class Runtime(OwnLoop):
         arguments (best.yaml ``ddp_kwargs``) and communication hook (``ddp_step``), on this
         rank's device; the process group must be initialized
         (``torch.distributed.init_process_group``). Pass the returned module to ``wrap``: the
-        step then runs through DDP as the trial's ranks did (``accumulation_no_sync`` too)."""
+        step then runs through DDP as the trial's ranks did (``accumulation_no_sync`` too).
+        Where the study measured a sharded model, DDP is used as asked, with a warning:
+        ``rt.parallel`` applies whichever was measured."""
+        self._launched("rt.ddp()")
+        if sharding.sharded(self.knobs):
+            self._override("sharding", "no_shard (rt.ddp)", self.knobs["sharding"],
+                           "the script's rt.ddp() call")
+        return distributed.ddp(model, self.knobs, self.device)
+
+    def shard(self, model: nn.Module, layers: Sequence[type] = ()) -> nn.Module:
+        """The placed model (``rt.model``) sharded with FSDP2 as measured (best.yaml
+        ``sharding`` and ``fsdp_kwargs``): ``fully_shard`` on each of its blocks, grouped and
+        prefetched as the trials did, then on the root, over this run's device mesh.
+        ``layers``: the block types (default: a Hugging Face model's ``_no_split_modules``).
+        Build the optimizer from the returned model's parameters (``rt.optimizer``): they are
+        the shards. Then ``wrap`` it: accumulation micro-steps skip the reduce-scatter as
+        measured. A study that measured DDP faster (``sharding: no_shard``) is refused here:
+        ``rt.parallel`` applies whichever was measured."""
+        self._launched("rt.shard()")
+        if not sharding.sharded(self.knobs):
+            raise ValueError("rt.shard(): the study measured sharding=no_shard (DDP) for this "
+                             "configuration: call rt.ddp(model), or rt.parallel(model), which "
+                             "applies whichever sharding the study measured.")
+        return distributed.wrap(model, self.knobs, self.device, layers=layers)
+
+    def parallel(self, model: nn.Module, layers: Sequence[type] = ()) -> nn.Module:
+        """The placed model as the study's ranks held it: sharded with FSDP2 (``rt.shard``)
+        or in DDP (``rt.ddp``), as best.yaml's ``sharding`` says. Build the optimizer from the
+        returned model's parameters."""
+        self._launched("rt.parallel()")
+        return distributed.wrap(model, self.knobs, self.device, layers=layers)
+
+    def _launched(self, call: str) -> None:
         if distributed.world_size() <= 1:
-            raise ValueError("rt.ddp(): no process group of several ranks is initialized: "
+            raise ValueError(f"{call}: no process group of several ranks is initialized: "
                              "launch with torchrun and call torch.distributed."
                              "init_process_group() first (best.yaml's launch.torchrun)")
         atexit.unregister(_let_gloo_threads_finish)
         atexit.register(_let_gloo_threads_finish)
-        return distributed.wrap(model, self.knobs, self.device)
 
     # --- the loader --------------------------------------------------------------------------
     def loader_kwargs(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from autotune.results.trials import (
     baseline_trial,
     changes_training,
     chosen_trial,
+    over_limit,
     training_setting,
 )
 
@@ -36,6 +37,13 @@ from autotune.results.trials import (
 def speedup_words(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, Any]) -> str | None:
     """The speedup in words with its 95% interval over the confirmation's paired rounds
     ("1.38x, 95% CI 1.31-1.45x, 6 rounds"); without confirmation, one window each."""
+    if base is not None and over_limit(base) and best.number != base.number:
+        # Your own configuration does not fit: the figure is the fitting one's against it.
+        ratio = conf.get("speedup_text") or (
+            f"{best.value / base.value:.2f}x, one search window each"
+            if base.value and best.value else "not measured")
+        return (f"{ratio} of your own configuration (trial {base.number}), which is over the "
+                "memory limit: this is the fastest configuration measured that fits")
     if conf.get("speedup_text"):
         if conf.get("leader") == conf.get("baseline_trial"):
             return (f"none: your own configuration (trial {conf.get('leader')}) measured fastest "

@@ -35,6 +35,7 @@ from autotune.results.hydra_export import hydra_group_text, overrides_text
 from autotune.results.launch_export import ddp_section, ddp_step_section, launch_section
 from autotune.results.nsight import nsight_commands
 from autotune.results.record import study_attrs, trial_attrs
+from autotune.results.sharding_export import fsdp_section, sharding_words
 from autotune.results.storage import redact
 from autotune.results.trials import (
     ANSWER_FILES,
@@ -165,6 +166,12 @@ def best_document(study: optuna.Study, storage_url: str,
         doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"),
                                         trial_attrs(best).get("comm"))
         doc["ddp_step"] = ddp_step_section(knobs)
+        # A sharded configuration: fully_shard's arguments (None for DDP's ranks), and what
+        # sharding bought against replicated ranks in this study.
+        doc["fsdp_kwargs"] = fsdp_section(launched, knobs, trial_attrs(best).get("comm"))
+        words = sharding_words(trials, best, attrs.get("memory_limit_gb"))
+        if words:
+            doc["sharding"] = {"strategy": knobs.get("sharding", "no_shard"), "words": words}
         if attrs.get("scaling"):  # launch.scaling: search/scaling.py
             doc["scaling"] = attrs["scaling"]
         doc["comm"] = {"best": trial_attrs(best).get("comm") or None,
@@ -307,7 +314,19 @@ def _comm_columns(comm: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str
             "comm.trace_overlap_share": rounded(slowest.get("overlap_share")),
             "comm.trace_allreduce_ms_rank0": rounded(rank0.get("allreduce_ms_per_step")),
             "comm.trace_overlap_share_rank0": rounded(rank0.get("overlap_share")),
-            "ranks": len(ranks), "slowest_rank": ranks[0]["rank"] if ranks else ""}
+            # A sharded trial's collectives (measure/shard_comm.py), per step of the slowest rank.
+            **({f"comm.{k}": comm.get(k) if k == "collectives_source" else rounded(comm.get(k))
+                for k in SHARD_COLUMNS} if comm.get("sharding") else {}),
+            "ranks": len(ranks), "slowest_rank": ranks[0]["rank"] if ranks else "",
+            # The memory limit holds per rank: each rank's own peak.
+            **{f"peak_memory_gb.rank{d['rank']}": rounded(d.get("peak_memory_gb"))
+               for d in sorted(ranks, key=lambda d: d["rank"])}}
+
+
+#: A sharded trial's trials.csv columns ``comm.<key>``: all-gathers and reduce-scatters per
+#: step, their time (ms per step) and the record they were read from.
+SHARD_COLUMNS = ("all_gather_ms", "reduce_scatter_ms", "all_gathers", "reduce_scatters",
+                 "collectives_source")
 
 
 def _contention_columns(c: dict[str, Any]) -> dict[str, Any]:

@@ -124,6 +124,7 @@ def trial_points(study: optuna.Study) -> list[dict[str, Any]]:
                     "padding_share": a.get("padding_share"),
                     "peak_memory_gb": a.get("peak_memory_gb"), "feasible": feasible(t),
                     "shares": {k: timers.get(k) for k in ("data_wait", "h2d", "compute", "optimizer")},
+                    "sharding": (a.get("knobs") or {}).get("sharding"),
                     "knobs": a.get("knobs") or {}})
     return pts
 
@@ -166,6 +167,9 @@ def comm_rows(study: optuna.Study) -> list[dict[str, Any]]:
             traced = (comm.get("trace") or {}).get("slowest") or {}
             rows.append({"trial": t.number, "ranks": len(ranks), **comm,
                          "slowest": ranks[0]["rank"] if ranks else None,
+                         "peaks": [d.get("peak_memory_gb") for d in sorted(
+                             ranks, key=lambda d: d["rank"])],
+                         "feasible": feasible(t),
                          "trace_allreduce_ms": traced.get("allreduce_ms_per_step"),
                          "trace_overlap_share": traced.get("overlap_share")})
     return rows

@@ -35,6 +35,13 @@ def _f(v: Any, fmt: str = ",.1f", unit: str = "") -> str:
     return "-" if v is None else f"{v:{fmt}}{unit}"
 
 
+def _count(calls: Any, ms: Any) -> str:
+    """"9 (8.88 ms)": collectives per step and their profiled time per step."""
+    if calls is None:
+        return "-"
+    return f"{float(calls):g}" + (f" ({float(ms):.2f} ms)" if ms is not None else "")
+
+
 def _hidden(ms: float | None, share: float | None) -> str:
     """"12.30 ms (45%)": an all-reduce's time and the share of it backward hid."""
     return "-" if ms is None else _f(ms, ".2f", " ms") + (
@@ -94,6 +101,11 @@ def headline(d: dict[str, Any]) -> list[str]:
                      f"`{launch['torchrun']}`; DDP arguments: {best.get('ddp_kwargs')}")
     if best.get("scaling"):
         lines.append(f"Scaling: {best['scaling']['words']}")
+    if best.get("sharding"):
+        lines.append(f"Sharding: {best['sharding']['words']}")
+    if best.get("fsdp_kwargs"):
+        lines.append(f"FSDP2 arguments (fully_shard, each block group and the root): "
+                     f"{best['fsdp_kwargs']}")
     ceil = best.get("ceilings") or {}
     if ceil:
         lines.append("Ceilings: " + ", ".join(f"{k} {_f(v)} {unit}" for k, v in ceil.items())
@@ -167,7 +179,23 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                   _f(r["spread_pct"], ".1f", "%"), r["interval"] or "-", str(r["contended"]),
                   "exported" if r["chosen"] else ("baseline" if r["baseline"] else "")]
                  for r in d["confirmation"]]))
-    if d.get("comm"):
+    sharded = [r for r in d.get("comm") or [] if r.get("sharding")]
+    if sharded:
+        out.append(("Sharding per trial (FSDP2: each rank's peak memory, which the limit holds "
+                    "per rank; the all-gathers and reduce-scatters per step and their profiled "
+                    "time, the slowest rank's; what they add to the step: the same forward and "
+                    "backward with every parameter gathered beforehand, lower bound in brackets)",
+                    ["trial", "sharding", "peak per rank", "all-gathers", "reduce-scatters",
+                     "collectives add", "share of the step"],
+                    [[str(r["trial"]), str(r["sharding"]),
+                      ", ".join(_f(p, ".2f", " GB") for p in r.get("peaks") or [])
+                      + ("" if r.get("feasible", True) else " (over the limit)"),
+                      _count(r.get("all_gathers"), r.get("all_gather_ms")),
+                      _count(r.get("reduce_scatters"), r.get("reduce_scatter_ms")),
+                      _f(r.get("exposed_ms"), ".2f", " ms"),
+                      _share(r.get("exposed_share"), r.get("exposed_share_low"))]
+                     for r in sharded]))
+    if [r for r in d.get("comm") or [] if not r.get("sharding")]:
         out.append(("Gradient all-reduce per trial (the same step on one batch with and without "
                     "it, the slowest rank's; its share of the window's step; where it ran: the "
                     "profile's all-reduce per step and DDP's own timing, with the share backward "
@@ -183,7 +211,7 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                       _f(r.get("rank_gap_ms"), ".2f", " ms"),
                       _hidden(r.get("trace_allreduce_ms"), r.get("trace_overlap_share")),
                       _hidden(r.get("ddp_comm_ms"), r.get("ddp_overlap_share"))]
-                     for r in d["comm"]]))
+                     for r in d["comm"] if not r.get("sharding")]))
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
                 [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
     return out

@@ -59,19 +59,28 @@ def figures(study: optuna.Study, d: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def memory_figure(pts: list[dict[str, Any]], limit_gb: float | None, unit: str) -> go.Figure:
-    """Each trial's throughput against its peak memory, each point labelled with its trial.
-    The memory limit is a line where it is near the trials; far beyond them (LIMIT_OFF_CHART)
+    """Each trial's throughput against its peak memory, each point labelled with its trial
+    (one series per sharding where the trials ran several, FSDP2's and DDP's). The memory limit is a line where it is near the trials; far beyond them (LIMIT_OFF_CHART)
     the axis stays on the trials and the limit is said in a note."""
     fig = go.Figure()
-    for ok, name in ((True, "within the limit"), (False, "over the limit")):
-        sel = [p for p in pts if p["feasible"] == ok]
-        if sel:
-            fig.add_trace(go.Scatter(
-                x=[p["peak_memory_gb"] for p in sel], y=[p["samples_per_sec"] for p in sel],
-                mode="markers+text", name=name, text=[f"#{p['trial']}" for p in sel],
-                textposition="top center", hovertext=[f"trial {p['trial']}" for p in sel],
-                cliponaxis=False))  # the fastest trial's label sits above the plot area
-    fig.update_layout(xaxis_title="peak memory (GB)", yaxis_title=unit)
+    # Trials of several shardings (launched ranks, FSDP2 or DDP): one series per sharding,
+    # each marked by whether it fit; peak memory is per rank, the fullest rank's.
+    kinds = sorted({str(p.get("sharding")) for p in pts if p.get("sharding")})
+    by_kind = len(kinds) > 1
+    for kind in kinds if by_kind else [None]:
+        for ok, name in ((True, "within the limit"), (False, "over the limit")):
+            sel = [p for p in pts if p["feasible"] == ok
+                   and (kind is None or str(p.get("sharding")) == kind)]
+            if sel:
+                fig.add_trace(go.Scatter(
+                    x=[p["peak_memory_gb"] for p in sel], y=[p["samples_per_sec"] for p in sel],
+                    mode="markers+text", name=f"{kind}, {name}" if kind else name,
+                    marker={"symbol": "circle" if ok else "x", "size": 10} if by_kind else None,
+                    text=[f"#{p['trial']}" for p in sel], textposition="top center",
+                    hovertext=[f"trial {p['trial']}" for p in sel],
+                    cliponaxis=False))  # the fastest trial's label sits above the plot area
+    fig.update_layout(xaxis_title="peak memory (GB" + (" per rank)" if by_kind else ")"),
+                      yaxis_title=unit)
     peaks = [float(p["peak_memory_gb"]) for p in pts if p["peak_memory_gb"] is not None]
     if not limit_gb:
         return fig

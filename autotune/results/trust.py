@@ -127,6 +127,8 @@ def one_sided(conf: dict[str, Any], loads: list[dict[str, Any]]) -> str | None:
             f"{figure} is what this machine gives beside that load, not what the "
             "configurations give on a quiet one; "
             + ("it is exported as measured" if conf.get("established") else
+               "it is exported as measured: your own configuration is over the memory limit"
+               if conf.get("baseline_fits") is False else
                "no speedup is exported: its interval does not exclude 1.0")
             + ". Run the study again on a quieter machine to rank the configurations.")
 
@@ -159,6 +161,9 @@ def _unsettled(conf: dict[str, Any], loads: list[dict[str, Any]]) -> str | None:
                + (" beside that load, which is what this machine gives beside it, not what "
                   "the configurations give on a quiet one" if crowded else "")
                if conf.get("established") else
+               "your own configuration is over the memory limit: the fastest finalist that "
+               "fits is exported, at the figure its interval gives"
+               if conf.get("baseline_fits") is False else
                "no speedup is exported: the confirmed interval does not exclude 1.0, so your "
                "own configuration stays")
     head = ("this machine was too busy to measure" if crowded else

@@ -1,4 +1,5 @@
 """Diagnosis-guided search: turn the best trial's bottleneck into the next trial to run.
+(While no trial fits the memory limit, the least-over trial's memory verdict stands in.)
 
 Between trials the agent reads the best trial's diagnosis and enqueues the first of its fixes
 that is valid here and not yet tried, ahead of the sampler. When the best has no untried fix
@@ -23,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.knobs import Space, fix_text
 from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.results.record import TrialAttrs, trial_attrs
-from autotune.results.trials import best_trial, ranked_trials, study_unit
+from autotune.results.trials import best_trial, measured, over_limit, ranked_trials, study_unit
 
 log = logging.getLogger("autotune")
 
@@ -75,13 +76,28 @@ def bases(study: optuna.Study) -> list[FrozenTrial]:
     fastest first."""
     best = best_trial(study)
     if best is None:
-        return []
+        return over_the_limit(study)
     floor = (1 - FINALIST_BAND) * (best.value or 0.0)
     return [best, *(t for t in ranked_trials(study)
                     if t.number != best.number and (t.value or 0.0) >= floor)]
 
 
+def over_the_limit(study: optuna.Study) -> list[FrozenTrial]:
+    """No trial fits the memory limit yet: the measured trials over it, the least over first.
+    Their verdict is memory-bound, and its fixes (sharding under ranks, a smaller batch,
+    activation checkpointing, bf16) lead back under the limit: without them the agent had no
+    best to steer from, and a 2-rank study whose baseline did not fit left 8 trials to the
+    sampler's draws (2026-11-28)."""
+    over = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if measured(t) and over_limit(t)]
+    return sorted(over, key=lambda t: float(trial_attrs(t).get("peak_memory_gb") or 0.0))
+
+
 def _as_seen(t: FrozenTrial, best: FrozenTrial, unit: str = "samples/s") -> str:
+    if over_limit(t):
+        return (f"trial {t.number} (over the memory limit at "
+                f"{float(trial_attrs(t).get('peak_memory_gb') or 0.0):.2f} GB, the least over "
+                "of the trials measured; none fits yet)")
     if t.number == best.number:
         return f"trial {t.number} (best, {t.value:,.1f} {unit})"
     return (f"trial {t.number} ({t.value:,.1f} {unit}, within {FINALIST_BAND:.0%} of the "

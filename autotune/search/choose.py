@@ -188,7 +188,10 @@ def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -
     # stays (results/trust.py says so when the machine was to blame); with fewer than 3 rounds
     # (study.confirm_runs) there is no interval and the winner stands on its point figure,
     # marked so.
-    chosen = winner.number if established is not False else base
+    # ...unless it does not fit the memory limit: then the fastest finalist that fits is
+    # exported, at whatever speed it has against it.
+    fits = record.get("baseline_fits") is not False
+    chosen = winner.number if established is not False or not fits else base
     c_runs = w_runs if chosen == winner.number else b_runs
     record.update({
         "best_trial": chosen,

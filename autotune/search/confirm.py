@@ -37,6 +37,7 @@ from autotune.results.trials import (
     best_trial,
     changes_training,
     finalists,
+    over_limit,
     same_training_finalists,
 )
 from autotune.results.trials import window_noise as search_noise
@@ -340,6 +341,9 @@ def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
                   "ratios over the baseline; 95% Student-t interval on the log ratios",
         "finalists": finals,
         "baseline_trial": base.number,
+        # Over the memory limit (a DDP run whose ranks cannot hold the model): it is measured
+        # as the speed to compare with, but cannot be kept (choose.decide).
+        "baseline_fits": not over_limit(base),
         "rounds": len(rounds.order),
         "order": rounds.order,
         "runs": {str(n): [None if v is None else round(v, 3) for v in vals]
@@ -394,7 +398,11 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
         log.info("  %s", record["tie_settling"]["words"])
     if record.get("tie"):
         log.info("  %s", record["tie"])
-    if record["established"] is False:
+    if record.get("baseline_fits") is False:
+        log.warning("  your configuration (trial %s) is over the memory limit: the fastest "
+                    "finalist that fits, trial %d, is exported (%s of its speed)",
+                    record["baseline_trial"], record["best_trial"], record["speedup_text"])
+    elif record["established"] is False:
         log.warning("  no finalist is shown faster than the baseline (its interval includes "
                     "1.0): the baseline's configuration is kept")
     same = record.get("same_training") or {}

@@ -62,7 +62,7 @@ log = logging.getLogger("autotune")
 DEFAULT_TOLERANCE: dict[str, float] = {
     "default": 0.05, "amp": 0.10, "compile": 0.05, "cuda_graphs": 0.05,
     "device_transform": 0.05, "tf32": 0.05, "attention": 0.05, "padding_free": 0.05,
-    "comm_hook": 0.05,
+    "comm_hook": 0.05, "sharding": 0.05, "fsdp_param_dtype": 0.10, "fsdp_reduce_dtype": 0.05,
 }
 #: Knobs that decide how batches reach the step, not the arithmetic on them: the reference
 #: takes the finalist's values (see the module docstring). ``length_grouping`` changes which
@@ -80,7 +80,16 @@ _FAMILY_KNOBS = {"amp": ("amp",), "compile": ("compile",), "cuda_graphs": ("cuda
                  # The same samples in one row: the same tokens' losses, other kernels' shapes.
                  "padding_free": ("padding_free",),
                  # Gradients summed across ranks in fp16 or bf16 (DDP's compression hooks).
-                 "comm_hook": ("comm_hook",)}
+                 "comm_hook": ("comm_hook",),
+                 # Sharded ranks (FSDP2) against replicated ones: the same arithmetic, the
+                 # gradients averaged by a reduce-scatter instead of an all-reduce (another
+                 # summation order); fp32 gradients of a 4-block GPT matched DDP's to the bit
+                 # on 2 gloo ranks (tests/test_sharding.py).
+                 "sharding": ("sharding", "fsdp_wrap_blocks", "fsdp_prefetch", "fsdp_cpu_offload"),
+                 # Gathered parameters and compute in bf16: AMP's rounding (its tolerance).
+                 "fsdp_param_dtype": ("fsdp_param_dtype",),
+                 # Gradients reduce-scattered in bf16: comm_hook's rounding.
+                 "fsdp_reduce_dtype": ("fsdp_reduce_dtype",)}
 
 
 def check_tolerance(tolerance: dict[str, Any]) -> dict[str, float]:

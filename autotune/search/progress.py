@@ -100,7 +100,8 @@ class StudyProgress:
             what = (f"{'INFEASIBLE' if over else 'COMPLETE'} {trial.value:,.1f} "
                     f"{study_unit(study)}{_padding(a)}"
                     f" (window spread {window_noise(trial):.0%})"
-                    + (f", peak {a.get('peak_memory_gb', 0):.2f} GB over the limit" if over else "")
+                    + ((f", {a['reason']}" if a.get("reason") else
+                        f", peak {a.get('peak_memory_gb', 0):.2f} GB over the limit") if over else "")
                     + (f", contended: {'; '.join(load.get('reasons') or [])}"
                        if load.get("contended") else ""))
         elif trial.state == TrialState.COMPLETE:

@@ -46,7 +46,7 @@ from autotune.search.pruning import (
     window_pruner,
 )
 from autotune.search.setup import StopFlag, StudySetup, create_study
-from autotune.search.units import in_study_unit, result_line
+from autotune.search.units import in_study_unit, over_limit, result_line
 from autotune.search.window_record import window_attrs, write_loader_profile
 
 log = logging.getLogger("autotune")
@@ -230,6 +230,9 @@ class Driver:
                 domains=s.space.domains)})
         self._record(trial, result)
         if result.outcome == "ok":
+            if result.peak_memory_gb > s.memory_limit_gb:  # infeasible: say why, rank named
+                set_trial_attrs(trial, {"reason": "over the memory limit: "
+                                        + over_limit(result, s.memory_limit_gb)})
             trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
             value = s.objective(result, knobs)
             if s.run_steps:

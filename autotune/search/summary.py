@@ -71,6 +71,8 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
     print("  changed knobs: " + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
     if doc.get("scaling"):
         print(f"  {doc['scaling']['words']}")
+    if doc.get("sharding"):
+        print(f"  sharding: {doc['sharding']['words']}")
     for n, e in ((doc.get("numerics") or {}).get("trials") or {}).items():
         dev = "-" if e.get("max_rel_dev") is None else f"{e['max_rel_dev']:.2%}"
         print(f"  numerics trial {n}: " + (

@@ -35,7 +35,7 @@ def result_line(r: WindowResult, limit: float) -> str:
     """One trial's outcome in the log: its rate in its unit (a tokens/s window also states
     its samples/s and padding share), step times, peak memory, compile time."""
     if r.outcome == "ok":
-        over = " OVER LIMIT" if r.peak_memory_gb > limit else ""
+        over = f" OVER LIMIT ({over_limit(r, limit)})" if r.peak_memory_gb > limit else ""
         tokens = (f" ({r.samples_per_sec:,.1f} samples/s, padding {r.padding_share or 0:.0%})"
                   if r.unit == TOKENS else "")
         return (f"{r.rate:,.1f} {r.unit}{tokens}, step {r.step_ms.get('median', 0):.1f} ms "
@@ -47,3 +47,17 @@ def result_line(r: WindowResult, limit: float) -> str:
 def unit_label(doc: dict[str, Any] | None) -> str:
     """best.yaml's unit (its metrics'): 'samples/s' for a document written before units."""
     return unit_of(((doc or {}).get("metrics") or {}).get("unit"))
+
+
+def over_limit(r: WindowResult, limit: float) -> str:
+    """Why a measured window is over the memory limit, naming the rank where there are ranks
+    (the limit holds per rank): "rank 1 peaked at 2.13 GB, over the 1.90 GB limit per rank
+    (rank 0: 2.12 GB)"."""
+    ranks = [d for d in r.ranks if d.get("peak_memory_gb") is not None]
+    if not ranks:
+        return f"peak {r.peak_memory_gb:.2f} GB, over the {limit:.2f} GB limit"
+    top = max(ranks, key=lambda d: float(d["peak_memory_gb"]))
+    others = ", ".join(f"rank {d['rank']}: {float(d['peak_memory_gb']):.2f} GB"
+                       for d in sorted(ranks, key=lambda d: d["rank"]) if d is not top)
+    return (f"rank {top['rank']} peaked at {float(top['peak_memory_gb']):.2f} GB, over the "
+            f"{limit:.2f} GB limit per rank" + (f" ({others})" if others else ""))

@@ -65,6 +65,7 @@ class GPTWorkload(Workload):
     static_shapes = True
     attention_choices = ("sdpa",)  # Block calls scaled_dot_product_attention: its backend is a knob
     checkpoint_layers = (Block,)
+    shard_layers = (Block,)
 
     def __init__(self, vocab: int = 8192, seq_len: int = 256, d_model: int = 384,
                  n_layer: int = 6, n_head: int = 6, n_sequences: int = 4096,
