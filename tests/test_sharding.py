@@ -114,6 +114,33 @@ def test_the_sharding_knobs_are_searched_only_where_they_apply(cpu_env: Env) -> 
     assert mlp.values == [1] and "names no blocks" in mlp.reason
 
 
+def test_fused_sgd_is_never_tried_sharded(cpu_env: Env) -> None:
+    """torch's fused SGD has no DTensor rule: a sharded trial with it fails at its first step
+    (a two-node study of an SGD workload lost one trial of four to it). The value rule keeps
+    that pair out of the sampler's trials and the agent's proposals; fused stays searched for
+    DDP ranks, and for AdamW everywhere."""
+    import optuna
+
+    two_env = ranked(cpu_env, LaunchConfig(nproc_per_node=2))
+    space = build_space(two_env, MLPWorkload(), {})  # SGD with momentum
+    assert space.domains["optimizer_impl"].refuses is not None
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        knobs = space.suggest(trial)
+        seen.add((knobs["sharding"] != "no_shard", knobs["optimizer_impl"]))
+        study.tell(trial, 1.0)
+        assert space.complete(study.trials[-1].params)["optimizer_impl"] == knobs["optimizer_impl"]
+    assert (True, "fused") not in seen and (False, "fused") in seen and (True, "foreach") in seen
+    proposal = space.complete(space.searched({**space.baseline, "sharding": "full_shard",
+                                              "optimizer_impl": "fused"}))
+    assert proposal["sharding"] == "full_shard" and proposal["optimizer_impl"] != "fused"
+    # AdamW's fused kernel runs sharded: no rule; nor for one process.
+    assert build_space(two_env, GPTWorkload().cpu_sized(), {}).domains["optimizer_impl"].refuses is None
+    assert build_space(cpu_env, MLPWorkload(), {}).domains["optimizer_impl"].refuses is None
+
+
 def test_the_shards_mixed_precision_keeps_the_reduction_fp32_unless_asked() -> None:
     assert mp_dtypes({}) == (None, None)
     assert mp_dtypes({"fsdp_param_dtype": "bf16"}) == (torch.bfloat16, torch.float32)

@@ -164,11 +164,33 @@ def tf32(env: Env, wl: Workload) -> Domain:
 
 
 def optimizer_impl(env: Env, wl: Workload) -> Domain:
+    ruled = env.ranks > 1 and _optimizer_is_sgd(wl)
+    refuses, reads = (fused_sgd_sharded, ("sharding",)) if ruled else (None, ())
     if env.device == "cuda":
         # torch's optimizers pick foreach by default when every parameter is on a GPU: a
         # "foreach" trial would re-measure the "default" one.
-        return Domain(["default", "fused"], "foreach is torch's default on CUDA")
-    return Domain(["default", "foreach", "fused"])
+        return Domain(["default", "fused"], "foreach is torch's default on CUDA", refuses, reads)
+    return Domain(["default", "foreach", "fused"], None, refuses, reads)
+
+
+def fused_sgd_sharded(chosen: Mapping[str, Any], value: Any) -> str | None:
+    """torch's fused SGD kernel has no DTensor sharding rule: a sharded step fails with
+    "aten._fused_sgd_.default does not have a sharding strategy registered" (torch 2.14; fused
+    Adam/AdamW and foreach SGD have one), so that pair is never tried."""
+    if value == "fused" and chosen.get("sharding", "no_shard") != "no_shard":
+        return "fused SGD has no sharding rule for FSDP2's DTensor parameters"
+    return None
+
+
+def _optimizer_is_sgd(wl: Workload) -> bool:
+    """Whether the workload's optimizer is an SGD, built over one placeholder parameter (a
+    workload whose optimizer cannot be built so is not ruled)."""
+    import torch
+
+    try:
+        return isinstance(wl.optimizer([torch.nn.Parameter(torch.zeros(1))]), torch.optim.SGD)
+    except Exception:
+        return False
 
 
 def host_allocator(env: Env, wl: Workload) -> Domain:

@@ -138,6 +138,14 @@ KNOBS: list[Knob] = [
          "rather than decayed; the same for a model that uses every parameter each step).",
          lambda env, wl: Domain([True, False]), inactive=domains.graphed_step, off=True,
          changes_training=None),
+    Knob("sharding", "How the ranks hold the model: no_shard (DDP: a whole copy per rank), "
+         "full_shard (FSDP2: each rank holds a shard of the parameters, gradients and optimizer "
+         "state; each block's parameters are all-gathered for its forward and again for its "
+         "backward, ZeRO-3), shard_grad_op (FSDP2 keeping them from forward to backward: one "
+         "all-gather less a step, more memory) or hybrid_shard (sharded within a node, "
+         "replicated across nodes). Searched when the trials run as ranks.",
+         domains.sharding, off="no_shard",
+         changes_training=None),
     Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
          domains.optimizer_impl, off="default",
          changes_training=None),
@@ -165,14 +173,6 @@ KNOBS: list[Knob] = [
          "training process; each DataLoader worker gets its share of the cores, at most as "
          "many (0 = the cores the workers leave free; CUDA's setting).",
          domains.cpu_threads, off=None, ordinal=True, baseline=domains.torch_default_threads,
-         changes_training=None),
-    Knob("sharding", "How the ranks hold the model: no_shard (DDP: a whole copy per rank), "
-         "full_shard (FSDP2: each rank holds a shard of the parameters, gradients and optimizer "
-         "state; each block's parameters are all-gathered for its forward and again for its "
-         "backward, ZeRO-3), shard_grad_op (FSDP2 keeping them from forward to backward: one "
-         "all-gather less a step, more memory) or hybrid_shard (sharded within a node, "
-         "replicated across nodes). Searched when the trials run as ranks.",
-         domains.sharding, off="no_shard",
          changes_training=None),
     Knob("bucket_cap_mb", "DDP: MiB of gradients per all-reduce bucket (25 by default): "
          "smaller buckets start communicating earlier in backward, larger ones send fewer "
