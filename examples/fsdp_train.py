@@ -114,7 +114,9 @@ def main() -> None:
     model = rt.parallel(rt.model(wl.model()))  # FSDP2 (or DDP) as measured, before AdamW
     optimizer = rt.optimizer(torch.optim.AdamW, model.parameters(), lr=wl.lr)
     run = rt.wrap(model, optimizer, loader=loader)  # the model's own loss (labels inside)
-    meter = rt.meter()  # the whole run's samples/s against the study's (autotune verify reads it)
+    # The run's samples/s after the same 3 warm-up steps as below, against the study's (autotune
+    # verify reads it): one window of every measured step, so a short run reports too.
+    meter = rt.meter(warmup_steps=3, window_steps=max(1, args.steps - 3))
 
     step, tokens, start = 0, 0, None
     while step < args.steps:
