@@ -149,16 +149,22 @@ def test_journal_storage_takes_several_workers(tmp_path: Path) -> None:
 
     _check_study(open_storage(url), "j", 3)
     # Two workers on one node: each one's trials ran on its own cores, disjoint from the
-    # other's (each trial records the cores it was allowed), so they did not measure each other.
+    # other's, so they did not measure each other. Each worker stamps its cores on every trial
+    # it runs (a pruned one too); a window that measured records the cores it was allowed,
+    # and they are its worker's. The same-training trial runs after the workers, on them all.
     study = optuna.load_study(study_name="j", storage=open_storage(url))
     sets: dict[int, set[tuple[int, ...]]] = {}
     for t in study.get_trials():
-        c = t.user_attrs.get("contention") or {}
-        if c.get("cpu_set") and not t.user_attrs.get("duplicate_of") and "owner_pid" in t.user_attrs:
-            sets.setdefault(t.user_attrs["owner_pid"], set()).add(tuple(c["cpu_set"]))
+        a = t.user_attrs
+        if a.get("source") == "same_training" or a.get("duplicate_of") is not None:
+            continue
+        sets.setdefault(a["owner_pid"], set()).add(tuple(a.get("owner_cpus") or ()))
+        measured = (a.get("contention") or {}).get("cpu_set")
+        if measured:
+            assert measured == a["owner_cpus"], (t.number, measured, a["owner_cpus"])
     assert all(len(s) == 1 for s in sets.values()), sets
     cores = [set(next(iter(s))) for s in sets.values()]
     if len(os.sched_getaffinity(0)) >= 2:
         # Exactly the two workers' sets, disjoint: a study whose trials recorded none (or one
         # worker's only) must not pass.
-        assert len(cores) == 2 and not cores[0] & cores[1], sets
+        assert len(cores) == 2 and all(cores) and not cores[0] & cores[1], sets

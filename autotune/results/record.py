@@ -28,6 +28,7 @@ class TrialAttrs(TypedDict, total=False):
     owner_host: str
     owner_pid: int
     owner_start: float
+    owner_cpus: list[int]  # the cores a worker's trials are pinned to (several on one node)
     heartbeat: float  # time.time() of the owner's last sign of life
     source: Source
     agent_reason: str  # the diagnosis fix the agent enqueued it for

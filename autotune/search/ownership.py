@@ -35,10 +35,16 @@ TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb"
              "padding_share", "padding_batches", "length_groups")
 
 
-def owner() -> TrialAttrs:
+def owner(cpus: str | None = None) -> TrialAttrs:
+    """The driver's stamp on a trial it runs. With several workers on one node, ``cpus`` (the
+    cores its trials are pinned to, "0,1") is stamped too: a trial pruned or failed before its
+    window measured anything still says where it ran."""
     me = psutil.Process()
-    return {"owner_host": socket.gethostname(), "owner_pid": me.pid,
-            "owner_start": round(me.create_time(), 3)}
+    stamp: TrialAttrs = {"owner_host": socket.gethostname(), "owner_pid": me.pid,
+                         "owner_start": round(me.create_time(), 3)}
+    if cpus:
+        stamp["owner_cpus"] = [int(c) for c in cpus.split(",")]
+    return stamp
 
 
 def owner_alive(trial: FrozenTrial, now: float) -> bool:

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.knobs import Space
 from autotune.diagnose.verdicts import diagnose
-from autotune.measure.launch import start_server
+from autotune.measure.launch import CPUS_ENV, start_server
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Interrupted, Watch, run_window
 from autotune.results.compare import versions
@@ -118,7 +118,8 @@ class Driver:
     def run_one(self, stop: StopFlag) -> FrozenTrial:
         s, study = self.setup, self.study
         trial = study.ask()
-        set_trial_attrs(trial, {**owner(), "heartbeat": time.time()})  # first: others may reap
+        # First: other workers may reap it.
+        set_trial_attrs(trial, {**owner(s.worker_env.get(CPUS_ENV)), "heartbeat": time.time()})
         knobs = s.space.suggest(trial)
         set_trial_attrs(trial, {"knobs": knobs})
         set_trial_attrs(trial, {"source": trial_attrs(trial).get("source", "sampler")})

@@ -29,7 +29,9 @@ class MyWorkload(Workload):
         return TensorDataset(x, y)
 
     def model(self):
-        return nn.Sequential(nn.Linear(128, self.hidden), nn.ReLU(), nn.Linear(self.hidden, 10))
+        return nn.Sequential(nn.Linear(128, self.hidden), nn.ReLU(),
+                             nn.Linear(self.hidden, self.hidden), nn.ReLU(),
+                             nn.Linear(self.hidden, 10))
 
     def loss(self, outputs, targets):
         return nn.functional.cross_entropy(outputs, targets)
@@ -45,8 +47,8 @@ if __name__ == "__main__":
              "window.min_measure_steps=2", "window.min_measure_seconds=1",
              "window.profile=false", "study.confirm_budget_s=20"]
     try:
-        best = autotune.tune(short, workload=MyWorkload(hidden=256), device="cpu",
-                             name="my-model-docs", n_trials=2)
+        best = autotune.tune(short, workload=MyWorkload(hidden=1024), device="cpu",
+                             name="my-model-docs", n_trials=3)
     except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its
         print(exc)                            # export keeps only what its intervals support
         best = exc.best
