@@ -36,9 +36,15 @@ def test_tutorial_runs_as_written(script: str, tmp_path: Path) -> None:
     best = yaml.safe_load((tmp_path / "studies" / study / "best.yaml").read_text())
     assert best["speedup_text"] and best["knobs"]
     assert (tmp_path / "studies" / study / "report.html").exists()
-    # The numerics check ran, and the confirmation asked for the default precision.
+    # The numerics check ran, and the confirmation asked for the default precision. On a
+    # busy machine a tutorial's other trials can all be pruned: then there is nothing to
+    # confirm the user's configuration against, and the study says so (CI, 2026-11-28).
     assert best["numerics"]["steps"] == StudyConfig.numerics_steps > 0
-    assert best["confirmation"]["precision"] == StudyConfig.confirm_precision
+    if best["confirmation"] is None:
+        assert "no confirmation: the baseline (trial 0) is the only finalist" in proc.stderr + \
+            proc.stdout, proc.stderr[-3000:]
+    else:
+        assert best["confirmation"]["precision"] == StudyConfig.confirm_precision
 
 
 @pytest.mark.parametrize("script", sorted(TUTORIALS))
