@@ -118,7 +118,7 @@ def tune(overrides: Sequence[str] = (), *,
             setup, opened, workers, trials = prepare(cfg, markers)
         except USER_ERRORS as exc:
             raise ConfigError(" ".join(str(exc).split())) from None
-        code = run_study(setup, opened, trials, workers, cfg.study.confirm_runs)
+        code = run_study(setup, opened, trials, workers)
     path = setup.out_dir / "best.yaml"
     best = load_best(path, check_environment=False) if path.exists() and code != NOTHING_EXPORTED else None
     return _result(code, best, setup.out_dir)

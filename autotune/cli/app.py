@@ -140,13 +140,18 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         raise UsageError(f"study.training={cfg.study.training!r} is not valid: use 'any' "
                          "(best.yaml holds the fastest configuration, whatever it changes in "
                          "training) or 'same' (the fastest that trains the same model as yours).")
+    if cfg.study.time_budget_s is not None and cfg.study.time_budget_s <= 0:
+        raise UsageError(f"study.time_budget_s={cfg.study.time_budget_s} must be a positive "
+                         "number of seconds (the whole study's wall time), or null for none.")
     limit = cfg.memory.limit_gb or cfg.memory.limit_fraction * env.total_memory_gb
     setup = StudySetup(
         name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
         workload_label=workload.describe(), window=window, memory_limit_gb=limit, seed=cfg.seed,
         cpu_sized=cpu_sized, agent=cfg.study.agent, prune=cfg.study.prune,
-        timeout_s=cfg.study.timeout_s, image_inputs=workload.image_inputs,
-        confirm_top=max(1, cfg.study.confirm_top), run_steps=cfg.study.run_steps,
+        timeout_s=cfg.study.timeout_s, time_budget_s=cfg.study.time_budget_s,
+        image_inputs=workload.image_inputs,
+        confirm_runs=max(0, cfg.study.confirm_runs), confirm_top=max(1, cfg.study.confirm_top),
+        run_steps=cfg.study.run_steps,
         remeasure_contended=max(0, cfg.study.remeasure_contended),
         confirm_precision=cfg.study.confirm_precision,
         confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
@@ -284,7 +289,7 @@ def run(cfg: Config, overrides: list[str]) -> int:
         fail(str(exc))
         return 2
     try:
-        return run_study(setup, storage, n_trials, workers, cfg.study.confirm_runs)
+        return run_study(setup, storage, n_trials, workers)
     except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
         return explain(exc, setup.out_dir, str(setup.storage))
     finally:

@@ -76,6 +76,13 @@ class StudyConfig:
         "Trials this invocation runs, split across `workers` (CPU-sized default: 12)."))
     timeout_s: float | None = _key(None, help=(
         "Stop starting new trials after this many seconds (null: no limit)."))
+    time_budget_s: float | None = _key(None, help=(
+        "The whole study's wall time in seconds: search, confirmation and numerics check "
+        "(search/budget.py). Trials are started while the next one and what must follow it "
+        "fit; about a third is kept for the confirmation and the numerics check (at least "
+        "`confirm_runs` rounds; `confirm_budget_s` is cut to what is left). The header states "
+        "the plan once the first window is timed, the summary what it cut. null: `n_trials` "
+        "and `confirm_budget_s` as set."))
     agent: bool = _key(True, help=(
         "Diagnosis-guided search: enqueue the fix for the best trial's bottleneck."))
     prune: bool = _key(True, help=(

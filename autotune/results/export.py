@@ -154,7 +154,8 @@ def best_document(study: optuna.Study, storage_url: str,
         # padding collator: shape-specialising knobs are kept safe, README "Hugging Face").
         "input_shapes": shapes_words(trial_attrs(base).get("input_shapes") if base else None),
         "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
-                  "pruning": pruning_savings(study), "wall": attrs.get("wall"), "agent_trials": sum(
+                  "pruning": pruning_savings(study), "wall": attrs.get("wall"),
+                  "time_budget": attrs.get("time_budget"), "agent_trials": sum(
                       1 for t in study.get_trials(deepcopy=False)
                       if trial_attrs(t).get("source") == "agent")},
     }

@@ -21,6 +21,7 @@ import logging
 import math
 import random
 import statistics
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,7 +242,8 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
     first = [c.number for c in pair]
     while pair:
         last = rounds.seconds[-1] if rounds.seconds else 0.0
-        if spent + last > budget or len(rounds.order) >= MAX_ROUNDS or (stop and stop.reason):
+        if (spent + last > budget or len(rounds.order) >= MAX_ROUNDS or past_end(setup, rounds)
+                or (stop and stop.reason)):
             break
         active = [c.number for c in settled]
         order = [c.number for c in pair] + [base.number]
@@ -328,9 +330,16 @@ def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], runs
     if done >= MAX_ROUNDS:
         return "rounds"
     # Stop before a round that would end past the budget (rounds take about as long as the last).
-    if spent_s + rounds.seconds[-1] > setup.confirm_budget_s:
+    if spent_s + rounds.seconds[-1] > setup.confirm_budget_s or past_end(setup, rounds):
         return "budget"
     return None
+
+
+def past_end(setup: StudySetup, rounds: Rounds) -> bool:
+    """Whether a round like the last would end past the time the study's budget gives the
+    rounds (study.time_budget_s: what the numerics check after them needs is left to it)."""
+    last = rounds.seconds[-1] if rounds.seconds else 0.0
+    return setup.confirm_end is not None and time.monotonic() + last > setup.confirm_end
 
 
 def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],

@@ -33,6 +33,7 @@ confirmation states a round's cost as it starts (confirm.expected_round_s).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -116,8 +117,12 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     if compile_searched(setup):
         parts.append("each compiled trial's compile time (at most "
                      f"{w.get('compile_timeout_s', 600):g} s)")
+    budget = ("" if setup.time_budget_s is None else
+              f"; study.time_budget_s={setup.time_budget_s:g} ({clock_text(setup.time_budget_s)}): "
+              "the trials and the confirmation are cut to fit it, planned once the first "
+              "window is timed")
     return ("expected wall time: " + ", ".join(parts)
-            + "; the first window's own time sets the estimate")
+            + "; the first window's own time sets the estimate" + budget)
 
 
 @dataclass
@@ -356,13 +361,15 @@ class CostClock:
         self.first_estimate: Estimate | None = None
         self.marks: list[tuple[str, float]] = [("search", self.t0)]
         self.revised: dict[str, float] = {}
+        self._first: tuple[float, float, dict[str, Any]] = (0.0, 0.0, {})
 
-    def revise(self, study: optuna.Study) -> str | None:
+    def revise(self, study: optuna.Study, setup: StudySetup | None = None) -> str | None:
         """As the search ends: the phases after it, from the finalists' own windows, in words
-        for the log (None when there is nothing to revise)."""
+        for the log (None when there is nothing to revise); ``setup``: the confirmation's, where
+        a time budget cut its budget."""
         if self.first_estimate is None:
             return None
-        self.revised = revised(self.setup, study, self.confirm_runs)
+        self.revised = revised(setup or self.setup, study, self.confirm_runs)
         if not self.revised:
             return None
         rest = sum(self.revised.values())
@@ -396,9 +403,16 @@ class CostClock:
             return None
         if record.get("outcome") != "ok" or record.get("duplicate_of") is not None:
             return None
-        self.first_estimate = estimate(self.setup, self.n_trials, self.confirm_runs,
-                                       self.first_start - self.t0,
-                                       time.monotonic() - self.trial_start, record)
+        self._first = (self.first_start - self.t0, time.monotonic() - self.trial_start, record)
+        self.first_estimate = estimate(self.setup, self.n_trials, self.confirm_runs, *self._first)
+        return self.first_estimate
+
+    def refit(self, n_trials: int, confirm_budget_s: float) -> Estimate | None:
+        """The first estimate again for a plan cut to a time budget (search/budget.py)."""
+        if self.first_estimate is None:
+            return None
+        cut = dataclasses.replace(self.setup, confirm_budget_s=confirm_budget_s)
+        self.first_estimate = estimate(cut, n_trials, self.confirm_runs, *self._first)
         return self.first_estimate
 
     def elapsed(self) -> float:

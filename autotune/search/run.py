@@ -29,6 +29,8 @@ from autotune.results.report_html import write_report
 from autotune.results.storage import open_storage
 from autotune.results.trials import counts
 from autotune.results.trust import could_not_measure
+from autotune.search.budget import confirmation_setup, plan, with_deadline
+from autotune.search.budget import record as budget_record
 from autotune.search.confirm import confirm
 from autotune.search.cost import CostClock, plan_words
 from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
@@ -59,6 +61,10 @@ def _exporter(setup: StudySetup, progress: StudyProgress | None = None,
         if progress is not None:
             progress.finished(study, trial)
         estimate = clock.finished(dict(trial_attrs(trial))) if clock is not None else None
+        if estimate is not None and clock is not None and setup.deadline is not None:
+            fit, confirm_s, words = plan(setup, estimate, clock.n_trials)
+            log.info("%s", words)
+            estimate = clock.refit(fit, confirm_s)
         if estimate is not None:  # the first window of this run: the rest is estimated from it
             set_study_attrs(study, {"wall": estimate.as_dict()})
             log.info("%s", estimate.words())
@@ -109,11 +115,12 @@ def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, A
     return [("this study's earlier run", dict(attrs))]
 
 
-def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
-              confirm_runs: int = 0) -> int:
+def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
     setup.round_spread = round_spread(setup.env.device, setup.env.device_name,
                                       [*_own_earlier(setup, storage), *setup.earlier])
+    confirm_runs = setup.confirm_runs
     clock = CostClock(setup, n_trials, confirm_runs)
+    setup = with_deadline(setup)  # the budget counts from here, as the clock does
     log.info("%s", plan_words(setup, n_trials, confirm_runs))
     if workers == 1:
         code = run_worker(setup, storage, n_trials, clock)
@@ -128,13 +135,14 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
                 log.warning("the same-training trial was interrupted; run the same command "
                             "again to resume")
                 code = 130 if stop.reason == "SIGINT" else 143
-    if code == 0 and (revision := clock.revise(study)):
+    confirming = confirmation_setup(setup, study)  # its budget cut to the time budget's room
+    if code == 0 and (revision := clock.revise(study, confirming)):
         log.info("%s", revision)
     if code == 0 and confirm_runs:
         clock.phase("confirmation")
         with StopFlag() as stop:
             try:
-                confirm(setup, study, confirm_runs, setup.confirm_top, stop)
+                confirm(confirming, study, confirm_runs, setup.confirm_top, stop)
             except Interrupted:
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143
@@ -155,6 +163,9 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int,
                 log.warning("scaling measurement interrupted; best.yaml has no scaling figure")
                 code = 130 if stop.reason == "SIGINT" else 143
     set_study_attrs(study, {"wall": clock.record()})
+    budget = budget_record(setup, study, clock.elapsed())
+    if budget is not None:
+        set_study_attrs(study, {"time_budget": budget})
     write_exports(study, setup.out_dir, str(setup.storage))
     doc = best_document(study, str(setup.storage))
     print_summary(doc, counts(study), setup)

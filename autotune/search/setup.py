@@ -45,10 +45,17 @@ class StudySetup:
     agent: bool = True
     prune: bool = True
     timeout_s: float | None = None
+    time_budget_s: float | None = None  # study.time_budget_s (search/budget.py)
+    #: time.monotonic() by which the study should end (run_study sets it from time_budget_s
+    #: as it starts; CLOCK_MONOTONIC is one clock for every worker process of a node), and by
+    #: which the confirmation's rounds should, to leave the numerics check its time.
+    deadline: float | None = None
+    confirm_end: float | None = None
     worker_env: dict[str, str] = field(default_factory=dict)
     worker_index: int = 0
     image_inputs: bool = False
     remeasure_contended: int = CONTENDED_RETRIES  # re-measure a contended window at most ...
+    confirm_runs: int = 0  # study.confirm_runs: the confirmation's least rounds (0: none)
     confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
     confirm_precision: float = 0.05  # stop confirming at a +-5% interval ...
     confirm_budget_s: float = 300.0  # ... or after this many seconds of rounds

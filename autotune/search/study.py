@@ -32,6 +32,7 @@ from autotune.results.record import (
 )
 from autotune.results.trials import baseline_trial, best_value, finalists, study_unit
 from autotune.search import agent
+from autotune.search.budget import search_stop
 from autotune.search.conditions import record_conditions
 from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
@@ -94,17 +95,27 @@ class Driver:
         """Run up to ``n_trials`` trials; return how many this worker finished."""
         stop = stop or StopFlag()
         start, done = time.monotonic(), 0
+        trial_s: list[float] = []  # this driver's trials, each as it waited for it
         while done < n_trials:
             if self.setup.timeout_s is not None and time.monotonic() - start > self.setup.timeout_s:
                 log.info("study.timeout_s=%s reached; stopping", self.setup.timeout_s)
+                break
+            why = search_stop(self.setup, self.study, trial_s)
+            if why:
+                log.info("%s", why)
+                # Keyed by this run's deadline: a resumed study's earlier stop is not this run's.
+                set_study_attrs(self.study, {"budget_stop": {"deadline": self.setup.deadline,
+                                                             "words": why}})
                 break
             if stop.reason:
                 raise Interrupted(stop.reason)
             crashed = crashed_baseline(self.study)
             if crashed is not None:  # the user's own settings do not train: nothing will
                 raise BaselineCrashed(paragraph(crashed, self.setup.out_dir))
+            began = time.monotonic()
             self.before_ask()
             self.run_one(stop)
+            trial_s.append(time.monotonic() - began)
             done += 1
         return done
 

@@ -81,6 +81,9 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
     wall = (doc.get("study") or {}).get("wall") or {}
     if wall.get("words"):
         print(f"  wall time: {wall['words']}")
+    budget = (doc.get("study") or {}).get("time_budget") or {}
+    if budget.get("words"):
+        print(f"  time budget: {budget['words']}")
     other = ((training or {}).get("other") or {}).get("file")
     print(f"  best config: {setup.out_dir / 'best.yaml'}"
           + (f" (and {setup.out_dir / other})" if other else "")

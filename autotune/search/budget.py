@@ -1,0 +1,186 @@
+"""A study that ends by a time its user set (``study.time_budget_s``).
+
+Users run autotune before every long run and nightly on many workloads, so its own wall time is
+part of what it costs them; ``n_trials`` and ``confirm_budget_s`` say how much work to do, not
+how long it takes. Under a time budget the study plans in time:
+
+- the search starts a trial only while the next one (this driver's trials so far, on average)
+  and what must follow the search still end within the budget. What follows is the numerics
+  check, the scaling measurement, the same-training trial where the best changes what is
+  trained, and the confirmation: at least ``confirm_runs`` rounds of the finalists and the
+  baseline, and, where the budget allows, the rounds it would take uncut up to
+  ``AFTER_SEARCH_SHARE`` of the budget (each estimated from the finalists' own windows,
+  search/cost.revised);
+- as the search ends, the confirmation gets what is left after the numerics check and scaling
+  are set aside (``confirm_budget_s`` cut to it, a tie's extra rounds included), never fewer
+  than ``confirm_runs`` rounds: an interval needs them, and a budget too small for them is
+  overrun and says so;
+- the header states the plan once the first window is timed, the summary what it cut
+  (best.yaml ``study.time_budget``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.results.record import study_attrs
+from autotune.results.trials import baseline_trial, best_trial, changes_training, finalists
+from autotune.search.confirm import figure_window_s
+from autotune.search.cost import Estimate, revised
+from autotune.search.progress import clock_text
+from autotune.search.setup import StudySetup
+
+#: The share of a time budget kept for the phases after the search where they would use it:
+#: a third, so that a study under a budget costs at most about 1.5 times its search.
+AFTER_SEARCH_SHARE = 1 / 3
+
+
+@dataclass
+class After:
+    """What the phases after the search need, estimated from the trials so far (seconds)."""
+
+    confirm_least_s: float  # confirm_runs rounds
+    confirm_s: float  # the rounds it would take uncut (capped by confirm_budget_s)
+    numerics_s: float
+    scaling_s: float
+    same_training_s: float
+
+    @property
+    def fixed_s(self) -> float:
+        """The phases the budget does not cut."""
+        return self.numerics_s + self.scaling_s + self.same_training_s
+
+
+def with_deadline(setup: StudySetup) -> StudySetup:
+    """The setup with its deadline, as the study starts (unchanged without a budget)."""
+    if setup.time_budget_s is None:
+        return setup
+    return dataclasses.replace(setup, deadline=time.monotonic() + setup.time_budget_s)
+
+
+def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> After:
+    """The phases after the search, from the finalists' windows so far; ``trial_s``: one
+    trial's time. The next trial may join the finalists, each of whose least rounds then runs
+    its window too, taken as long as the longest finalist's (a same-training finalist made the
+    rounds of a 90 s budget's study 10 s longer than the stop before it had counted); where the best changes what is trained, the
+    study runs one more trial after the search (search/same_training.py)."""
+    runs = setup.confirm_runs
+    uncut = revised(setup, study, runs)
+    least = revised(dataclasses.replace(setup, confirm_budget_s=0.0), study, runs)
+    best, base = best_trial(study), baseline_trial(study)
+    same = trial_s if best and base and changes_training(study, best, base) else 0.0
+    windows = [figure_window_s(t) for t in finalists(study, max(1, setup.confirm_top))]
+    joins = runs * max(windows) if runs and windows and "confirmation" in least else 0.0
+    return After(least.get("confirmation", 0.0) + joins, uncut.get("confirmation", 0.0) + joins,
+                 uncut.get("numerics check", 0.0), uncut.get("scaling", 0.0), same)
+
+
+def first_after(setup: StudySetup, est: Estimate) -> After:
+    """The phases after the search as the first window foresees them (search/cost.estimate:
+    rounds of the finalists and the baseline at that window's time)."""
+    least = setup.confirm_runs * est.round_s
+    return After(least, max(least, est.confirm_s), est.numerics_s, est.scaling_s,
+                 est.trial_each_s)
+
+
+def planned_confirm_s(setup: StudySetup, after: After) -> float:
+    """The confirmation the search leaves room for: its least rounds, more up to the share."""
+    assert setup.time_budget_s is not None
+    room = AFTER_SEARCH_SHARE * setup.time_budget_s - after.fixed_s
+    return max(after.confirm_least_s, min(after.confirm_s, room))
+
+
+def search_stop(setup: StudySetup, study: optuna.Study, trial_s: list[float]) -> str | None:
+    """Why the search stops before its next trial (None: it goes on). ``trial_s``: this
+    driver's trials so far, each as it waited for it; the baseline always runs."""
+    if setup.deadline is None or not trial_s:
+        return None
+    each = statistics.fmean(trial_s)
+    after = after_search(setup, study, each)
+    confirm_s = planned_confirm_s(setup, after)
+    left = setup.deadline - time.monotonic()
+    if each + after.fixed_s + confirm_s <= left:
+        return None
+    return (f"the search stops after {len(trial_s)} trial(s) of this run: the next (~{each:.0f} s) "
+            f"and what must follow it ({_after_words(after, confirm_s)}) would end past "
+            f"study.time_budget_s={setup.time_budget_s:g} ({clock_text(max(0.0, left))} left)")
+
+
+def _after_words(after: After, confirm_s: float) -> str:
+    parts = [f"confirmation ~{confirm_s:.0f} s"] if confirm_s else []
+    for name, sec in (("numerics check", after.numerics_s), ("scaling", after.scaling_s),
+                      ("the same-training trial", after.same_training_s)):
+        if sec:
+            parts.append(f"{name} ~{sec:.0f} s")
+    return ", ".join(parts) or "nothing"
+
+
+def confirmation_setup(setup: StudySetup, study: optuna.Study) -> StudySetup:
+    """As the search ends: the confirmation's budget, cut to what the study's budget leaves
+    after the numerics check and scaling, and the time its rounds (a tie's included) end by.
+    Unchanged without a budget."""
+    if setup.deadline is None:
+        return setup
+    uncut = revised(setup, study, setup.confirm_runs)
+    after_s = uncut.get("numerics check", 0.0) + uncut.get("scaling", 0.0)
+    end = setup.deadline - after_s
+    room = max(0.0, end - time.monotonic())
+    return dataclasses.replace(setup, confirm_budget_s=min(setup.confirm_budget_s,
+                                                           math.floor(room)),
+                               confirm_end=end)
+
+
+def plan(setup: StudySetup, est: Estimate, n_trials: int) -> tuple[int, float, str]:
+    """(trials that fit, the confirmation's planned seconds, the plan in words), from the
+    first window's estimate: said once it is known, so the user sees what the budget buys
+    before most of it is spent."""
+    assert setup.time_budget_s is not None
+    after = first_after(setup, est)
+    confirm_s = float(math.floor(planned_confirm_s(setup, after)))
+    first_s = est.trial_each_s
+    room = setup.time_budget_s - est.setup_s - after.fixed_s - confirm_s
+    fit = max(1, min(n_trials, int(room // first_s) if first_s > 0 else n_trials))
+    trials = (f"~{fit} trial(s) of ~{first_s:.0f} s" if fit >= n_trials else
+              f"~{fit} of the {n_trials} trials asked fit at ~{first_s:.0f} s each (a trial starts "
+              "while it and what must follow it fit; a pruned one ends sooner)")
+    cut = []
+    if setup.confirm_runs and confirm_s < after.confirm_s:
+        cut.append(f"the confirmation to ~{confirm_s:.0f} s (uncut: "
+                   f"~{after.confirm_s:.0f} s)")
+    over = est.setup_s + fit * first_s + after.fixed_s + confirm_s - setup.time_budget_s
+    words = (f"time budget {clock_text(setup.time_budget_s)} (study.time_budget_s): {trials}, "
+             f"then {_after_words(after, confirm_s)}; "
+             + (f"it cuts {' and '.join(cut)}" if cut else "nothing cut"))
+    if over > 1:
+        words += (f"; the least a trusted answer needs (the baseline, "
+                  f"{setup.confirm_runs} confirmation rounds, the numerics check) ends "
+                  f"~{clock_text(over)} past it")
+    return fit, confirm_s, words
+
+
+def record(setup: StudySetup, study: optuna.Study, measured_s: float) -> dict[str, Any] | None:
+    """best.yaml's ``study.time_budget``: the budget, the wall time measured, and what it cut
+    (the search's stop, in a worker's words, and the confirmation's budget)."""
+    if setup.time_budget_s is None:
+        return None
+    asked_confirm_s = setup.confirm_budget_s
+    stop = study_attrs(study).get("budget_stop") or {}
+    stopped = stop.get("words") if stop.get("deadline") == setup.deadline else None
+    cut = [stopped] if stopped else []
+    conf = study_attrs(study).get("confirmation") or {}
+    given = conf.get("budget_s")
+    if given is not None and float(given) < asked_confirm_s - 0.5:
+        cut.append(f"the confirmation's budget {asked_confirm_s:g} s -> {float(given):.0f} s")
+    words = (f"{clock_text(measured_s)} of {clock_text(setup.time_budget_s)} "
+             f"({100 * measured_s / setup.time_budget_s:.0f}%)"
+             + (f"; cut: {'; '.join(cut)}" if cut else "; nothing cut"))
+    return {"budget_s": setup.time_budget_s, "measured_s": round(measured_s, 1),
+            "search_stop": stopped, "confirm_budget_s": given,
+            "asked_confirm_budget_s": asked_confirm_s, "words": words}

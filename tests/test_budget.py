@@ -1,0 +1,84 @@
+"""A study under study.time_budget_s: planned to fit once its first window is timed, its search
+stopped where the next trial and what must follow it would end past the budget, its
+confirmation's budget cut to what is left, and what it cut said in the summary and best.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.core.env import Env
+from autotune.core.knobs import build_space
+from autotune.search.budget import AFTER_SEARCH_SHARE, plan
+from autotune.search.cost import estimate
+from autotune.search.setup import StudySetup
+from autotune.workloads.mlp import MLPWorkload
+from tests.conftest import TINY_WINDOW, ran_to_the_end, run_cli
+
+
+def _setup(env: Env, budget_s: float, **kw: object) -> StudySetup:
+    return StudySetup(name="b", storage="sqlite://", out_dir=Path("."), env=env,
+                      space=build_space(env, MLPWorkload(), {}), workload_spec={},
+                      workload_label="mlp", window={}, memory_limit_gb=1.0,
+                      time_budget_s=budget_s, confirm_runs=3, confirm_top=3,
+                      numerics_steps=10, **kw)  # type: ignore[arg-type]
+
+
+def test_the_plan_fits_the_trials_and_the_confirmation_to_the_budget(cpu_env: Env) -> None:
+    # A first window of 6 s (1 s of it ceilings and profiles), 40 trials asked, 300 s of
+    # confirmation asked: 4 windows a round at 5 s.
+    setup = _setup(cpu_env, 300.0)
+    first = {"extras_s": 1.0, "warmup_s": 1.0, "measure_s": 3.0, "step_ms": {"median": 10.0}}
+    est = estimate(setup, 40, 3, 2.0, 6.0, first)
+    fit, confirm_s, words = plan(setup, est, 40)
+    # The least confirmation is 3 rounds of 4 windows (60 s); a third of the budget less the
+    # numerics check and the same-training trial is more, and the rounds uncut more still.
+    fixed = est.numerics_s + est.trial_each_s
+    assert confirm_s == int(AFTER_SEARCH_SHARE * 300 - fixed)
+    assert 60 < confirm_s < est.confirm_s
+    # The trials fill the rest at the first window's time.
+    assert fit == int((300 - 2.0 - fixed - confirm_s) // 6.0) < 40
+    assert f"~{fit} of the 40 trials asked fit" in words, words
+    assert f"the confirmation to ~{confirm_s:.0f} s" in words, words
+    assert "past it" not in words
+    # A budget too small for the least a trusted answer needs says by how much it overruns.
+    fit, confirm_s, words = plan(_setup(cpu_env, 40.0), est, 40)
+    assert fit == 1 and confirm_s == 60, (fit, confirm_s)
+    assert "past it" in words, words
+    # A budget with room for everything cuts nothing.
+    fit, _, words = plan(_setup(cpu_env, 10_000.0), est, 40)
+    assert fit == 40 and "nothing cut" in words, words
+
+
+def test_a_budget_must_be_positive(tmp_path: Path) -> None:
+    proc = run_cli(["workload=mlp", "device=cpu", "study.time_budget_s=0"], tmp_path)
+    assert proc.returncode == 2 and "study.time_budget_s=0" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_study_under_a_time_budget_stops_its_search_and_cuts_its_confirmation(
+        tmp_path: Path) -> None:
+    """20 trials of windows of about 3 s and a confirmation of up to 300 s asked, in 50 s: the
+    search stops early, the confirmation gets what is left (its least rounds all the same),
+    and the summary and best.yaml say what was cut."""
+    window = [f"window.{k}={v}" for k, v in TINY_WINDOW.items()]
+    proc = run_cli(["workload=mlp", "device=cpu", "study.name=b", "study.n_trials=20",
+                    "study.time_budget_s=50", "study.numerics_steps=2", "study.agent=false",
+                    "study.prune=false", "window.min_measure_seconds=1", *window], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    assert "study.time_budget_s=50 (00:50): the trials and the confirmation are cut" in out
+    assert "time budget 00:50 (study.time_budget_s): ~" in out, out[-3000:]
+    doc = yaml.safe_load((tmp_path / "studies" / "b" / "best.yaml").read_text())
+    budget = doc["study"]["time_budget"]
+    assert budget["budget_s"] == 50
+    assert budget["search_stop"] and "the search stops after" in budget["search_stop"], budget
+    assert doc["study"]["trials"] < 20, doc["study"]
+    assert f"time budget: {budget['words']}" in out
+    conf = doc.get("confirmation") or {}
+    if conf:  # a study whose finalists were the baseline alone confirms nothing
+        assert conf["budget_s"] < 300 and "300 s ->" in budget["words"], (conf, budget)
+        assert conf["rounds"] >= 3, conf  # the least rounds run whatever the budget
