@@ -64,3 +64,54 @@ def test_typed_records_round_trip_through_a_real_storage(tmp_path: Path) -> None
     assert declared({"knobs": 1, "typo_key": 2}) == ["typo_key"]
     assert declared(stored.user_attrs, StudyAttrs) == []
     assert "outcome" in TrialAttrs.__annotations__
+
+
+def test_a_window_result_is_stored_under_the_declared_keys() -> None:
+    """The window's result, the trial's stored record and what a twin copies are one
+    declaration: every WindowResult field is a WindowAttrs key or said not stored (and why),
+    and window_attrs writes nothing undeclared."""
+    import dataclasses
+
+    from autotune.measure.protocol import WindowResult
+    from autotune.results.record import MEASURED_KEYS, ReadingAttrs, WindowAttrs
+    from autotune.search.window_record import NOT_STORED, window_attrs
+
+    names = {f.name for f in dataclasses.fields(WindowResult)}
+    window = set(WindowAttrs.__annotations__)
+    assert names - set(NOT_STORED) <= window, sorted(names - set(NOT_STORED) - window)
+    assert set(NOT_STORED) <= names, sorted(set(NOT_STORED) - names)  # no stale excuse
+    full = WindowResult(outcome="crash", error="boom", tokens_computed=10, tokens=8,
+                        loader_profile={"stages": []}, signal="SIGKILL", exit_code=-9,
+                        length_groups={"group_steps": 2, "groups": 3})
+    stored = set(window_attrs(full, "samples/s"))
+    assert stored <= window, sorted(stored - window)
+    # Every field stored is written (only the driver's verdict keys come later).
+    assert names - set(NOT_STORED) <= stored, sorted(names - set(NOT_STORED) - stored)
+    assert MEASURED_KEYS == window | set(ReadingAttrs.__annotations__)
+
+
+def test_a_twin_records_every_field_its_measured_trial_has(tmp_path: Path) -> None:
+    """One free knob of two values, four trials: configurations repeat, and each repeat is
+    told its twin's outcome rather than measured again. The twin's record reads as the
+    measured trial's to the confirmation, the estimate and the export: every measured field
+    is there, with the same values (extras_s, warmup_s and top_kernels were once left out)."""
+    from autotune.results.record import MEASURED_KEYS
+    from tests.conftest import BARE_ARGS, ran_to_the_end, run_cli
+
+    pinned = ["knobs.num_workers=0", "knobs.batch_size=32", "knobs.amp=off",
+              "knobs.optimizer_impl=default", "knobs.host_allocator=default",
+              "knobs.cpu_threads=2"]
+    proc = run_cli(["workload=mlp", "device=cpu", "study.name=t", "study.n_trials=4",
+                    "study.agent=false", "study.prune=false", *pinned, *BARE_ARGS], tmp_path)
+    assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), proc.stderr[-3000:]
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path}/studies/t/study.db")
+    trials = {t.number: t for t in study.get_trials()}
+    twins = [t for t in trials.values() if "duplicate_of" in t.user_attrs]
+    assert twins, [t.user_attrs.get("knobs") for t in trials.values()]
+    for twin in twins:
+        measured = trials[twin.user_attrs["duplicate_of"]]
+        fresh = {k: v for k, v in measured.user_attrs.items() if k in MEASURED_KEYS}
+        assert {"extras_s", "warmup_s", "wall_s", "timers", "outcome"} <= set(fresh)
+        copied = {k: v for k, v in twin.user_attrs.items() if k in MEASURED_KEYS}
+        assert copied == fresh, sorted(set(fresh) ^ set(copied))
+        assert twin.value == measured.value

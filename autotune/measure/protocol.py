@@ -169,7 +169,6 @@ class WindowResult(_Record):
     # Each measured ceiling's noise: the relative spread of its rate within its measurement.
     ceiling_noise: dict[str, float] = field(default_factory=dict)
     error: str = ""  # one line; the full stderr tail is kept by the runner
-    notes: list[str] = field(default_factory=list)
     # A numerics request (numerics.py): the first N optimizer steps' losses.
     losses: list[float] = field(default_factory=list)
     # Where the loader's time goes (measure/loader_profile.py): an input-bound trial's

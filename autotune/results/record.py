@@ -21,10 +21,9 @@ from optuna.trial import FrozenTrial
 Source = Literal["baseline", "sampler", "agent", "requeue", "start_from", "same_training"]
 
 
-class TrialAttrs(TypedDict, total=False):
-    """One trial's record."""
+class OwnerAttrs(TypedDict, total=False):
+    """Who runs a trial (ownership among workers), why it was asked, and with which knobs."""
 
-    # -- who runs it (ownership among workers) and why it was asked
     owner_host: str
     owner_pid: int
     owner_start: float
@@ -36,7 +35,12 @@ class TrialAttrs(TypedDict, total=False):
     knobs: dict[str, Any]  # every knob's value, fixed ones included
     measuring: bool  # its window started (a twin waits for it rather than measuring again)
     duplicate_of: int  # a twin: the trial whose outcome it reuses
-    # -- what its window measured (WindowResult, see autotune.measure.protocol)
+
+
+class WindowAttrs(TypedDict, total=False):
+    """What a trial's window measured (measure/protocol.WindowResult, stored by
+    search/window_record.window_attrs)."""
+
     outcome: str
     reason: str  # "" when ok; else "<outcome>: <why>"
     samples_per_sec: float
@@ -74,12 +78,27 @@ class TrialAttrs(TypedDict, total=False):
     top_kernels: list[dict[str, Any]]  # the profiler's top kernels by GPU time (Nsight's targets)
     signal: str
     exit_code: int
-    # -- what the driver made of it
+
+
+class ReadingAttrs(TypedDict, total=False):
+    """What the driver made of a trial's window: its ceilings, their noise, the diagnosis."""
+
     ceilings: dict[str, float]
     ceiling_noise: dict[str, float]
     ceiling_violation: str
     fraction_of_ceiling: float
     diagnosis: dict[str, Any]
+
+
+class TrialAttrs(OwnerAttrs, WindowAttrs, ReadingAttrs, total=False):
+    """One trial's record: who ran it, what its window measured, what the driver read in it."""
+
+
+#: What a trial's window and the driver's reading of it recorded: all a twin (the same knobs,
+#: measured by another worker's trial) copies from the trial that measured them, so that a
+#: twin's record reads as a fresh one to the confirmation, the estimate and the export.
+MEASURED_KEYS: frozenset[str] = frozenset(WindowAttrs.__annotations__) | frozenset(
+    ReadingAttrs.__annotations__)
 
 
 class StudyAttrs(TypedDict, total=False):

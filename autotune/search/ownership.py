@@ -14,6 +14,7 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results.record import (
+    MEASURED_KEYS,
     TrialAttrs,
     set_stored_trial_attrs,
     set_trial_attrs,
@@ -27,14 +28,6 @@ GRACE_S = 60.0
 # Failed trials whose configuration was never measured to its end by its own fault: a twin
 # with the same knobs must measure it rather than copy the failure.
 UNMEASURED_OUTCOMES = ("driver_lost", "interrupted", "driver_error")
-#: What a twin (same knobs, another worker's trial) copies of the trial that measured them.
-TWIN_KEYS = ("outcome", "reason", "samples_per_sec", "step_ms", "peak_memory_gb", "compile_s",
-             "compile_cache", "final_loss", "timers", "diagnosis", "wall_s", "chunks",
-             "ceilings", "fraction_of_ceiling", "trace", "contention", "input_shapes",
-             "comm", "ranks", "unit", "tokens_per_sec", "tokens", "tokens_computed",
-             "padding_share", "padding_batches", "length_groups")
-
-
 def owner(cpus: str | None = None) -> TrialAttrs:
     """The driver's stamp on a trial it runs. With several workers on one node, ``cpus`` (the
     cores its trials are pinned to, "0,1") is stamped too: a trial pruned or failed before its
@@ -118,7 +111,7 @@ def copy_twin(study: optuna.Study, trial: optuna.Trial, twin: FrozenTrial) -> Fr
         if not owner_alive(twin, time.time()):
             reap_lost_trials(study)
     measured = trial_attrs(twin)
-    set_trial_attrs(trial, cast(TrialAttrs, {k: v for k, v in measured.items() if k in TWIN_KEYS}))
+    set_trial_attrs(trial, cast(TrialAttrs, {k: v for k, v in measured.items() if k in MEASURED_KEYS}))
     set_trial_attrs(trial, {"duplicate_of": twin.number})
     if twin.state == TrialState.COMPLETE:
         for key, value in twin.constraints.items():

@@ -18,6 +18,18 @@ from autotune.results.record import TrialAttrs
 _TRACE_LISTS = ("top_kernels", "top_cpu_ops")
 
 
+#: WindowResult's fields a trial does not store under their own name, and why: every other
+#: field is a key of results/record.WindowAttrs (tests/test_record.py holds the three to it).
+NOT_STORED = {
+    "steps": "the window's steps and samples make its samples_per_sec and tokens_per_sec",
+    "samples": "the window's steps and samples make its samples_per_sec and tokens_per_sec",
+    "error": "stored after the outcome in reason",
+    "losses": "a numerics run's (search/numerics.py), not a trial's",
+    "ceilings": "the driver's reading, merged with the study's cached ones (ReadingAttrs)",
+    "ceiling_noise": "the driver's reading, merged with the study's cached ones (ReadingAttrs)",
+}
+
+
 def window_attrs(r: WindowResult, study_unit: str) -> TrialAttrs:
     """The trial's record of its window. A failed window keeps the study's unit (its own is
     the default) and its stderr's tail; an ok one drops the tail (it is noise there)."""
