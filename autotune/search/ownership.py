@@ -63,6 +63,9 @@ def owner_alive(trial: FrozenTrial, now: float) -> bool:
 def reap_lost_trials(study: optuna.Study) -> list[int]:
     """Fail trials left RUNNING by a dead driver (reason driver_lost) and enqueue each one's
     configuration once more. Safe to race: only the worker whose state change wins re-queues."""
+    # Private attributes, as Optuna's own fail_stale_trials uses them: no public API fails a
+    # trial another process holds (Optuna's heartbeat, which would, is started only by
+    # study.optimize, not for ask/tell; and it cannot tell a dead pid on this host at once).
     storage, now, reaped = study._storage, time.time(), []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if owner_alive(t, now):
@@ -101,13 +104,21 @@ def twin_of(study: optuna.Study, knobs: dict[str, Any], number: int) -> FrozenTr
     return None
 
 
+def stored_trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """A trial as the storage holds it now, by its number (a trial's number is its index
+    among the study's trials)."""
+    trial = study.get_trials(deepcopy=False)[number]
+    assert trial.number == number
+    return trial
+
+
 def copy_twin(study: optuna.Study, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
     """Tell ``trial`` its twin's outcome rather than measure the same knobs again (waiting,
     while the twin still runs on another worker, for it to end or its worker to be found
     dead)."""
     while twin.state == TrialState.RUNNING:
         time.sleep(1.0)
-        twin = study._storage.get_trial(twin._trial_id)
+        twin = stored_trial(study, twin.number)
         if not owner_alive(twin, time.time()):
             reap_lost_trials(study)
     measured = trial_attrs(twin)

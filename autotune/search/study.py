@@ -25,7 +25,6 @@ from autotune.measure.runner import Interrupted, Watch, run_window
 from autotune.results.compare import versions
 from autotune.results.record import (
     TrialAttrs,
-    set_stored_trial_attrs,
     set_study_attrs,
     set_trial_attrs,
     trial_attrs,
@@ -36,7 +35,7 @@ from autotune.search.budget import search_stop
 from autotune.search.conditions import record_conditions
 from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
-from autotune.search.ownership import copy_twin, owner, reap_lost_trials, twin_of
+from autotune.search.ownership import copy_twin, owner, reap_lost_trials, stored_trial, twin_of
 from autotune.search.pruning import (
     cache_ceilings,
     cached_ceilings,
@@ -163,7 +162,7 @@ class Driver:
                 return stop.reason
             if time.monotonic() - last_beat[0] > HEARTBEAT_S:
                 last_beat[0] = time.monotonic()
-                set_stored_trial_attrs(study._storage, trial._trial_id, {"heartbeat": time.time()})
+                set_trial_attrs(trial, {"heartbeat": time.time()})
             return None
 
         try:
@@ -175,8 +174,7 @@ class Driver:
             self.busy.saw(result)
         except Interrupted as exc:
             self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
-            study.tell(trial, state=TrialState.FAIL)
-            self._after(trial)
+            self._after(study.tell(trial, state=TrialState.FAIL))
             raise
         except Exception as exc:
             # A fault of the driver itself (a bug, a storage error): the window is already
@@ -191,7 +189,7 @@ class Driver:
             # storage). Its configuration was re-queued there; this measurement is dropped.
             log.warning("trial %d was failed by another worker while it ran; result dropped",
                         trial.number)
-            return self.study._storage.get_trial(trial._trial_id)
+            return stored_trial(self.study, trial.number)
 
     def measure(self, req: TrialRequest, trial_dir: Path,
                 on_progress: Callable[[Watch], str | None] | None,
@@ -264,7 +262,7 @@ class Driver:
         if diag:
             log.info("  diagnosis: %s", diag.get("summary", diag.get("bottleneck")))
         self._keep_finalists_traces()
-        self._after(trial)
+        self._after(frozen)
         return frozen
 
     def _keep_finalists_traces(self) -> None:
@@ -283,16 +281,16 @@ class Driver:
         """Same knobs as an earlier trial: its outcome is reused (ownership.copy_twin)."""
         frozen = copy_twin(self.study, trial, twin)
         log.info("trial %d: same knobs as trial %d, outcome reused", trial.number, twin.number)
-        self._after(trial)
+        self._after(frozen)
         return frozen
 
     def _record(self, trial: optuna.Trial, r: WindowResult) -> None:
         set_trial_attrs(trial, window_attrs(r, study_unit(self.study)))
         write_loader_profile(r, self.trials_dir / str(trial.number))
 
-    def _after(self, trial: optuna.Trial) -> None:
+    def _after(self, frozen: FrozenTrial) -> None:
         if self.on_trial is not None:
-            self.on_trial(self.study, self.study._storage.get_trial(trial._trial_id))
+            self.on_trial(self.study, frozen)
 
 
 def _short(knobs: dict[str, Any], space: Space) -> str:
