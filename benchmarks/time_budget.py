@@ -66,9 +66,11 @@ def row(label: str, doc: dict[str, Any], base_knobs: dict[str, Any]) -> str:
     iv = _interval(doc)
     changed = {k: v for k, v in doc["knobs"].items() if base_knobs.get(k) != v}
     speed = (f"{iv[0]:.2f}x ({iv[1]:.2f}-{iv[2]:.2f})" if iv else doc.get("speedup_text") or "-")
+    expected = doc["study"]["wall"].get("expected_s")
+    said = f"{expected:.0f} ({100 * (wall / expected - 1):+.0f}%)" if expected else "-"
     return (f"| {label} | {doc['study']['trials']} | {phases.get('search', 0):.0f} | "
             f"{phases.get('confirmation', 0):.0f} | {phases.get('numerics check', 0):.0f} | "
-            f"{wall:.0f} | {wall / max(phases.get('search', 1.0), 1e-9):.2f} | {speed} | "
+            f"{wall:.0f} | {said} | {wall / max(phases.get('search', 1.0), 1e-9):.2f} | {speed} | "
             f"{', '.join(f'{k}={v}' for k, v in changed.items()) or 'none'} | {doc['_exit']} |")
 
 
@@ -110,9 +112,9 @@ def main() -> None:
         f"`{uncut['_command']}`, then the same with `study.time_budget_s={budget}` "
         f"({a.ratio:g}x the first study's search).",
         "",
-        "| study | trials | search s | confirmation s | numerics s | wall s | wall / search "
-        "| speedup (95% CI) | exported knobs changed | exit |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| study | trials | search s | confirmation s | numerics s | wall s | expected s (miss) "
+        "| wall / search | speedup (95% CI) | exported knobs changed | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         row("as today", uncut, base),
         row(f"time_budget_s={budget}", cut, base),
         "",
