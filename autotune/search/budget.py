@@ -22,6 +22,7 @@ how long it takes. Under a time budget the study plans in time:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import statistics
 import time
@@ -36,6 +37,8 @@ from autotune.search.confirm import figure_window_s
 from autotune.search.cost import Estimate, revised
 from autotune.search.progress import clock_text
 from autotune.search.setup import StudySetup
+
+log = logging.getLogger("autotune")
 
 #: The share of a time budget kept for the phases after the search where they would use it:
 #: a third, so that a study under a budget costs at most about 1.5 times its search.
@@ -69,11 +72,13 @@ def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> Afte
     """The phases after the search, from the finalists' windows so far; ``trial_s``: one
     trial's time. The next trial may join the finalists, each of whose least rounds then runs
     its window too, taken as long as the longest finalist's (a same-training finalist made the
-    rounds of a 90 s budget's study 10 s longer than the stop before it had counted); where the best changes what is trained, the
-    study runs one more trial after the search (search/same_training.py)."""
+    rounds of a 90 s budget's study 10 s longer than the stop before it had counted); where
+    the best changes what is trained, the study runs one more trial after the search
+    (search/same_training.py). The least confirmation is that of the fewest finalists
+    (``confirmation_setup`` cuts them to fit)."""
     runs = setup.confirm_runs
     uncut = revised(setup, study, runs)
-    least = revised(dataclasses.replace(setup, confirm_budget_s=0.0), study, runs)
+    least = revised(fewest_finalists(setup, 1), study, runs)
     best, base = best_trial(study), baseline_trial(study)
     same = trial_s if best and base and changes_training(study, best, base) else 0.0
     windows = [figure_window_s(t) for t in finalists(study, max(1, setup.confirm_top))]
@@ -82,10 +87,18 @@ def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> Afte
                  uncut.get("numerics check", 0.0), uncut.get("scaling", 0.0), same)
 
 
+def fewest_finalists(setup: StudySetup, top: int) -> StudySetup:
+    """The setup of a confirmation of the ``top`` fastest finalists run to its least rounds
+    (confirm_budget_s 0: ``confirm_runs`` rounds and no more)."""
+    return dataclasses.replace(setup, confirm_top=top, confirm_budget_s=0.0)
+
+
 def first_after(setup: StudySetup, est: Estimate) -> After:
     """The phases after the search as the first window foresees them (search/cost.estimate:
-    rounds of the finalists and the baseline at that window's time)."""
-    least = setup.confirm_runs * est.round_s
+    rounds of the finalists and the baseline at that window's time); the least confirmation
+    is of one finalist and the baseline, the fewest the budget may cut it to."""
+    windows = max(1, min(setup.confirm_top + 1, est.trials))
+    least = setup.confirm_runs * min(2, windows) * est.round_s / windows
     return After(least, max(least, est.confirm_s), est.numerics_s, est.scaling_s,
                  est.trial_each_s)
 
@@ -124,17 +137,26 @@ def _after_words(after: After, confirm_s: float) -> str:
 
 def confirmation_setup(setup: StudySetup, study: optuna.Study) -> StudySetup:
     """As the search ends: the confirmation's budget, cut to what the study's budget leaves
-    after the numerics check and scaling, and the time its rounds (a tie's included) end by.
-    Unchanged without a budget."""
+    after the numerics check and scaling, and the time its rounds (a tie's included) end by;
+    its finalists cut to the most whose least rounds fit in it (study.confirm_top, down to
+    one). Unchanged without a budget."""
     if setup.deadline is None:
         return setup
     uncut = revised(setup, study, setup.confirm_runs)
     after_s = uncut.get("numerics check", 0.0) + uncut.get("scaling", 0.0)
     end = setup.deadline - after_s
     room = max(0.0, end - time.monotonic())
+    top = setup.confirm_top
+    while top > 1 and revised(fewest_finalists(setup, top), study,
+                              setup.confirm_runs).get("confirmation", 0.0) > room:
+        top -= 1
+    if top < setup.confirm_top:
+        log.info("the time budget leaves ~%.0f s for the confirmation: its finalists are the "
+                 "%d fastest (study.confirm_top=%d), whose %d least rounds fit in it", room, top,
+                 setup.confirm_top, setup.confirm_runs)
     return dataclasses.replace(setup, confirm_budget_s=min(setup.confirm_budget_s,
                                                            math.floor(room)),
-                               confirm_end=end)
+                               confirm_end=end, confirm_top=top)
 
 
 def plan(setup: StudySetup, est: Estimate, n_trials: int) -> tuple[int, float, str]:
@@ -165,7 +187,8 @@ def plan(setup: StudySetup, est: Estimate, n_trials: int) -> tuple[int, float, s
     return fit, confirm_s, words
 
 
-def record(setup: StudySetup, study: optuna.Study, measured_s: float) -> dict[str, Any] | None:
+def record(setup: StudySetup, study: optuna.Study, measured_s: float,
+           confirming: StudySetup | None = None) -> dict[str, Any] | None:
     """best.yaml's ``study.time_budget``: the budget, the wall time measured, and what it cut
     (the search's stop, in a worker's words, and the confirmation's budget)."""
     if setup.time_budget_s is None:
@@ -178,9 +201,13 @@ def record(setup: StudySetup, study: optuna.Study, measured_s: float) -> dict[st
     given = conf.get("budget_s")
     if given is not None and float(given) < asked_confirm_s - 0.5:
         cut.append(f"the confirmation's budget {asked_confirm_s:g} s -> {float(given):.0f} s")
+    if confirming is not None and conf and confirming.confirm_top < setup.confirm_top:
+        cut.append(f"its finalists to the {confirming.confirm_top} fastest "
+                   f"(study.confirm_top={setup.confirm_top})")
     words = (f"{clock_text(measured_s)} of {clock_text(setup.time_budget_s)} "
              f"({100 * measured_s / setup.time_budget_s:.0f}%)"
              + (f"; cut: {'; '.join(cut)}" if cut else "; nothing cut"))
     return {"budget_s": setup.time_budget_s, "measured_s": round(measured_s, 1),
             "search_stop": stopped, "confirm_budget_s": given,
+            "confirm_top": confirming.confirm_top if confirming else setup.confirm_top,
             "asked_confirm_budget_s": asked_confirm_s, "words": words}

@@ -142,7 +142,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
         clock.phase("confirmation")
         with StopFlag() as stop:
             try:
-                confirm(confirming, study, confirm_runs, setup.confirm_top, stop)
+                confirm(confirming, study, confirm_runs, confirming.confirm_top, stop)
             except Interrupted:
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143
@@ -163,7 +163,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
                 log.warning("scaling measurement interrupted; best.yaml has no scaling figure")
                 code = 130 if stop.reason == "SIGINT" else 143
     set_study_attrs(study, {"wall": clock.record()})
-    budget = budget_record(setup, study, clock.elapsed())
+    budget = budget_record(setup, study, clock.elapsed(), confirming)
     if budget is not None:
         set_study_attrs(study, {"time_budget": budget})
     write_exports(study, setup.out_dir, str(setup.storage))
