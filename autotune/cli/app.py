@@ -154,7 +154,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         run_steps=cfg.study.run_steps,
         remeasure_contended=max(0, cfg.study.remeasure_contended),
         confirm_precision=cfg.study.confirm_precision,
-        confirm_budget_s=max(0.0, cfg.study.confirm_budget_s),
+        confirm_budget_s=max(0.0, cfg.study.confirm_budget_s), race=bool(cfg.study.race),
         global_batch=global_batch, numerics_steps=max(0, cfg.study.numerics_steps),
         numerics_tolerance=_tolerance(cfg), launch=launch_spec(cfg.launch, env),
         scaling=bool(cfg.launch.scaling), training=cfg.study.training,

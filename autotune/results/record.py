@@ -118,6 +118,7 @@ class StudyAttrs(TypedDict, total=False):
     training: str  # study.training: which answer best.yaml holds ("any" or "same")
     superseded: list[int]  # crashed baselines a later run replaced
     confirmation: dict[str, Any]
+    race: dict[str, Any]  # the search's race: its rounds and dropped contenders (search/race.py)
     numerics: dict[str, Any]
     wall: dict[str, Any]  # this run's expected and measured wall time (search/cost.py)
     budget_stop: dict[str, Any]  # why a run's search stopped early (study.time_budget_s)

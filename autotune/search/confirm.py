@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial
 from autotune.measure.protocol import FIGURE_ONLY, TrialRequest, WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, t975
-from autotune.results.record import set_study_attrs, trial_attrs
+from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.trials import (
     baseline_trial,
     best_trial,
@@ -55,7 +55,13 @@ from autotune.search.choose import (
     unsettled,
     window_noise,
 )
-from autotune.search.confirm_words import MAX_ROUNDS, busy_words, progress_words, round_words
+from autotune.search.confirm_words import (
+    MAX_ROUNDS,
+    busy_words,
+    progress_words,
+    race_words,
+    round_words,
+)
 from autotune.search.round_spread import expected_rounds
 from autotune.search.setup import StopFlag, StudySetup
 
@@ -110,6 +116,64 @@ class Rounds:
         if result.contention:
             self.loads.append(result.contention)
 
+    def join(self, n: int) -> None:
+        """``n`` takes part from the next round on: the rounds before it are None, so that
+        every list stays aligned by round (interval_of pairs by round)."""
+        if n not in self.runs:
+            self.runs[n] = [None] * len(self.order)
+            self.contended[n] = [False] * len(self.order)
+
+    def sat_out(self) -> None:
+        """After a round: None for everyone who was not in it."""
+        for n, vals in self.runs.items():
+            if len(vals) < len(self.order):
+                vals.append(None)
+                self.contended[n].append(False)
+
+    def paired(self, n: int, base: int) -> int:
+        """The rounds in which ``n`` and the baseline were both measured."""
+        return sum(1 for c, b in zip(self.runs[n], self.runs[base], strict=False) if c and b)
+
+    def only(self, keep: Collection[int]) -> Rounds:
+        """These rounds for ``keep`` alone (the search's race rounds, for the finalists left)."""
+        order = [[n for n in o if n in keep] for o in self.order]
+        return Rounds([n for n in self.runs if n in keep],
+                      runs={n: v for n, v in self.runs.items() if n in keep},
+                      contended={n: v for n, v in self.contended.items() if n in keep},
+                      loads=list(self.loads), order=order, failures=list(self.failures),
+                      seconds=list(self.seconds))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"runs": {str(n): v for n, v in self.runs.items()},
+                "contended": {str(n): v for n, v in self.contended.items()},
+                "loads": [compact_load(c) for c in self.loads], "order": self.order,
+                "failures": self.failures, "seconds": [round(s, 2) for s in self.seconds]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Rounds:
+        runs = {int(n): list(v) for n, v in (d.get("runs") or {}).items()}
+        return cls(list(runs), runs=runs,
+                   contended={int(n): list(v) for n, v in (d.get("contended") or {}).items()},
+                   loads=list(d.get("loads") or []), order=[list(o) for o in d.get("order") or []],
+                   failures=list(d.get("failures") or []),
+                   seconds=[float(s) for s in d.get("seconds") or []])
+
+
+def raced(study: optuna.Study) -> tuple[Rounds, set[int]]:
+    """The rounds the search's race ran, and the contenders it dropped (none: empty)."""
+    race = study_attrs(study).get("race") or {}
+    return Rounds.from_dict(race), {int(n) for n in race.get("dropped") or []}
+
+
+def eliminate(cands: list[Candidate], same: Collection[int], floor: int) -> list[Candidate]:
+    """The candidates still in question: racing (choose.racing) among those with at least
+    ``floor`` rounds, where it is trusted; one with fewer is kept until it has them (a
+    contender that joined late, or one whose windows failed)."""
+    ready = [c for c in cands if c.interval.rounds >= floor]
+    kept = {c.number for c in racing(ready, same)} | {c.number for c in cands
+                                                       if c.interval.rounds < floor}
+    return [c for c in cands if c.number in kept]
+
 
 def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
             stop: StopFlag | None = None,
@@ -130,8 +194,12 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
                  "nothing to compare it with", base.number)
         return None
     trials = {t.number: t for t in [*finals, base]}
-    rounds = Rounds(list(trials))
-    active = [t.number for t in finals]
+    rounds, dropped = raced(study)  # the rounds the search's race ran, if it raced
+    rounds = rounds.only(trials)
+    race_rounds = len(rounds.order)
+    for n in trials:
+        rounds.join(n)
+    active = [t.number for t in finals if t.number not in dropped] or [t.number for t in finals]
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     noise = max_noise(trials.values(), rounds)
     floor = trusted_rounds(noise, setup.confirm_precision)
@@ -152,28 +220,35 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s, expected,
                                  spread.words() if spread else ""))
     said: set[str] = set()  # what the rounds' lines have explained once (confirm_words.py)
-    while True:
+    race_s = sum(rounds.seconds)
+    why = None
+    settled = candidates(trials, rounds, active, base)
+    if rounds.order:  # the search raced: its rounds count, and may already be enough
+        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
+        settled = eliminate(settled, same, floor)
+        active = [c.number for c in settled]
+        why = _stop_reason(setup, rounds, settled, runs, race_s, floor, base.number)
+        log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
+    while not why:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)
-        _round(setup, trials, order, rounds, stop, run)
-        cands = _candidates(trials, rounds, active, base)
+        run_round(setup, trials, order, rounds, stop, run)
+        cands = candidates(trials, rounds, active, base)
         # Racing drops a finalist on the same evidence a precision stop needs: after 3
         # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) beside a batch-128
         # winner at 2.03x, where the run before had confirmed batch 64 at 2.00-2.09x over 10
         # rounds: dropped that early, a finalist never reaches the tie rule.
         floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
-        settled = racing(cands, same) if len(rounds.order) >= floor else cands
+        settled = eliminate(cands, same, floor)
         active = [c.number for c in settled]
-        why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor)
+        why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor, base.number)
         log.info("  %s", progress_words(len(rounds.order), settled, floor,
                                         setup.confirm_precision, sum(rounds.seconds),
                                         setup.confirm_budget_s, base.number, said,
                                         busy_words(order, rounds.contended, base.number)))
-        if why:
-            break
     settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor, same)
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
-    every = _candidates(trials, rounds, [t.number for t in finals], base)
+    every = candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
     decide_same(record, settled, same, setup.confirm_precision)
@@ -182,6 +257,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
     if tie:
         record["tie_settling"] = tie
+    if race_rounds:
+        record["race"] = {"rounds": race_rounds, "spent_s": round(race_s, 1),
+                          "dropped": sorted(dropped)}
     set_study_attrs(study, {"confirmation": record})
     _log(record, study)
     return record
@@ -207,7 +285,7 @@ def expected_round_s(trials: Collection[FrozenTrial]) -> float:
     return sum(figure_window_s(t) for t in trials)
 
 
-def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,
+def run_round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,
            stop: StopFlag | None, run: Callable[..., WindowResult]) -> None:
     i = len(rounds.order)
     seconds = 0.0  # the round's windows' own wall time (a served window's, in a benchmark)
@@ -223,6 +301,7 @@ def _round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], 
         seconds += res.wall_s
     rounds.order.append(order)
     rounds.seconds.append(seconds)
+    rounds.sat_out()
 
 
 def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Rounds,
@@ -248,14 +327,10 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
         active = [c.number for c in settled]
         order = [c.number for c in pair] + [base.number]
         rng.shuffle(order)
-        _round(setup, trials, order, rounds, stop, run)
-        for n in active:
-            if n not in order:  # sat this round out
-                rounds.runs[n].append(None)
-                rounds.contended[n].append(False)
+        run_round(setup, trials, order, rounds, stop, run)  # the others sit it out (None)
         spent += rounds.seconds[-1]
-        cands = _candidates(trials, rounds, active, base)
-        settled = racing(cands, same) if len(rounds.order) >= floor else cands
+        cands = candidates(trials, rounds, active, base)
+        settled = eliminate(cands, same, floor)
         pair = unsettled(settled, setup.confirm_precision)
     outcome = "unsettled when the budget was spent: the tie-break stands"
     if not pair and settled:
@@ -272,7 +347,7 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
                      "outcome": outcome, "words": words}
 
 
-def _candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int],
+def candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int],
                 base: FrozenTrial) -> list[Candidate]:
     base_knobs = trial_attrs(base)["knobs"]
     out = []
@@ -319,15 +394,20 @@ def trusted_rounds(noise: float, precision: float) -> int:
 
 
 def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], runs: int,
-                 spent_s: float, floor: int = PRECISE_ROUNDS) -> str | None:
-    done = len(rounds.order)
+                 spent_s: float, floor: int = PRECISE_ROUNDS, base: int | None = None
+                 ) -> str | None:
+    """Why the rounds stop (None: another round). The least rounds and the trusted floor are
+    counted per candidate, in the rounds where it and the baseline were both measured: a
+    contender the search's race took in late has fewer than the rounds run."""
     if not cands:
         return "failed"
+    done = min((rounds.paired(c.number, base) if base is not None and c.number != base
+                else len(rounds.order)) for c in cands)
     if done < runs:
         return None
     if done >= max(floor, MIN_ROUNDS) and precise(cands, setup.confirm_precision):
         return "precision"
-    if done >= MAX_ROUNDS:
+    if len(rounds.order) >= MAX_ROUNDS:
         return "rounds"
     # Stop before a round that would end past the budget (rounds take about as long as the last).
     if spent_s + rounds.seconds[-1] > setup.confirm_budget_s or past_end(setup, rounds):

@@ -10,7 +10,7 @@ silent all the while in a log. A line per round shows where that time goes and w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from autotune.results.intervals import MIN_ROUNDS, t975
 from autotune.search.choose import Candidate
@@ -136,3 +136,14 @@ def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision:
                 "confirmation runs: they stop there, and the interval says how precise it got")
     why = "at this spread" if end > floor else "the windows' noise trusts no fewer"
     return f"{head}; {state}: ~{end - done} more round(s), ~{more_s:.0f}s ({why})"
+
+
+def race_words(rounds_run: int, race_s: float, cands: Sequence[Candidate],
+               dropped: Collection[int], base: int) -> str:
+    """What the confirmation starts from where the search raced its finalists
+    (search/race.py): the rounds, each finalist's interval so far, who the race dropped."""
+    parts = [f"trial {c.number} {c.interval.text()}" for c in cands if c.number != base]
+    gone = (f"; dropped by the race (shown slower than another): trial(s) "
+            f"{', '.join(map(str, sorted(dropped)))}" if dropped else "")
+    return (f"from the search's race: {rounds_run} round(s), {race_s:.0f}s, counted in the "
+            f"rounds and the budget: {'; '.join(parts) or 'no finalist measured yet'}{gone}")

@@ -55,6 +55,7 @@ from autotune.search.confirm import (
     expected_round_s,
     figure_window_s,
     only_baseline,
+    raced,
     trusted_rounds,
 )
 from autotune.search.contended import BusyMachine
@@ -106,7 +107,9 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
                      f"{max(1, min(2 * top + 3, n_trials + 1))} windows (your configuration "
                      f"and {top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their "
                      "figures are close, and up to 2 that train the same model as yours), at "
-                     f"most {setup.confirm_budget_s:g} s more")
+                     f"most {setup.confirm_budget_s:g} s more"
+                     + (" (its first rounds run during the search, as finalists are found: "
+                        "study.race)" if setup.race else ""))
     if setup.numerics_steps:
         parts.append(f"a numerics check ({setup.numerics_steps} steps of each configuration "
                      "to export, the next only if one is refused, and twice of your "
@@ -276,10 +279,13 @@ def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
     return expected_rounds(setup.round_spread.spread, setup.confirm_precision, least)
 
 
-def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float) -> float:
+def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
+               raced_rounds: int = 0, raced_s: float = 0.0) -> float:
     """At least confirm_runs rounds; past them, rounds stop before one would end past the
-    budget."""
-    return max(confirm_runs * per_round, min(rounds * per_round, setup.confirm_budget_s))
+    budget. Where the search raced (search/race.py), its ``raced_rounds`` count in the least
+    rounds and the ``raced_s`` they took in the budget."""
+    least = max(confirm_runs - raced_rounds, 0) * per_round
+    return max(least, min(rounds * per_round, setup.confirm_budget_s) - raced_s)
 
 
 def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
@@ -301,8 +307,10 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     elif confirm_runs:
         noises = [window_noise(t) for t in trials]
         noise = max(noises) if min(noises) > 0 else 0.0  # confirm.max_noise before any round
+        race, _ = raced(study)  # the search's race: its rounds and seconds count (race.py)
         out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
-                                         expected_round_s(trials))
+                                         expected_round_s(trials), len(race.order),
+                                         sum(race.seconds))
     if setup.numerics_steps:
         out["numerics check"] = _numerics_s(setup, leaders, base)
     if setup.scaling:

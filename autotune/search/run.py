@@ -26,7 +26,7 @@ from autotune.results.compare import REGRESSION_EXIT, compare_studies, verdict
 from autotune.results.export import best_document, write_exports
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.report_html import write_report
-from autotune.results.storage import open_storage
+from autotune.results.storage import is_sqlite, open_storage
 from autotune.results.trials import counts
 from autotune.results.trust import could_not_measure
 from autotune.search.budget import confirmation_setup, plan, with_deadline
@@ -118,6 +118,10 @@ def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, A
 def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
     setup.round_spread = round_spread(setup.env.device, setup.env.device_name,
                                       [*_own_earlier(setup, storage), *setup.earlier])
+    if setup.race and (workers > 1 or not is_sqlite(str(setup.storage))):
+        log.info("study.race: the finalists are raced during the search only with one worker "
+                 "on the study's own SQLite file; here every round runs after the search")
+        setup = dataclasses.replace(setup, race=False)
     confirm_runs = setup.confirm_runs
     clock = CostClock(setup, n_trials, confirm_runs)
     setup = with_deadline(setup)  # the budget counts from here, as the clock does

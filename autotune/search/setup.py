@@ -59,6 +59,9 @@ class StudySetup:
     confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
     confirm_precision: float = 0.05  # stop confirming at a +-5% interval ...
     confirm_budget_s: float = 300.0  # ... or after this many seconds of rounds
+    #: study.race: rounds of the finalists during the search (search/race.py); run_study
+    #: turns it off where several workers share the study.
+    race: bool = False
     # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
     # the knobs of an earlier best to enqueue after the baseline (study.start_from).
     compare_to: str | None = None

@@ -45,6 +45,7 @@ from autotune.search.pruning import (
     distrust_ceilings,
     window_pruner,
 )
+from autotune.search.race import race_round
 from autotune.search.setup import StopFlag, StudySetup, create_study
 from autotune.search.units import in_study_unit, over_limit, result_line
 from autotune.search.window_record import window_attrs, write_loader_profile
@@ -113,7 +114,8 @@ class Driver:
                 raise BaselineCrashed(paragraph(crashed, self.setup.out_dir))
             began = time.monotonic()
             self.before_ask()
-            self.run_one(stop)
+            told = self.run_one(stop)
+            race_round(self.setup, self.study, told, stop)  # a finalist: one round at once
             trial_s.append(time.monotonic() - began)
             done += 1
         return done

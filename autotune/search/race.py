@@ -1,0 +1,108 @@
+"""Racing the finalists during the search, so that the confirmation only tops up.
+
+A confirmation that starts after the last trial measures every finalist from its first round,
+and on a noisy machine it needs six rounds before it may drop one (confirm.PRECISE_ROUNDS).
+Racing methods (F-race, irace: Birattari et al., GECCO 2002; López-Ibáñez et al., 2016)
+compare candidates in blocks as they come and drop one as soon as the data say it cannot win.
+Here, after a trial whose window puts it among the finalists (results/trials.finalists), one
+round of the confirmation's kind runs at once: the finalists still in the race and the
+baseline, each once, in a random order (confirm.run_round). A contender whose interval lies below
+another's once both have the trusted rounds is dropped (confirm.eliminate, successive
+elimination). The rounds and the drops are kept in the study (``race``), so a killed study
+resumes with them and the confirmation starts from them: their windows count in its least
+rounds, its trusted floor and its budget (study.confirm_budget_s covers the race's rounds and
+its own), and a finalist the search found late gets its rounds there.
+
+The race runs with one worker on a study's own storage: several workers sharing a study would
+each run rounds on their own cores and write the one record. Their confirmation starts fresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.measure.protocol import WindowResult
+from autotune.measure.runner import run_window
+from autotune.results.record import set_study_attrs
+from autotune.results.trials import baseline_trial, changes_training, finalists, over_limit
+from autotune.search.budget import search_stop
+from autotune.search.confirm import (
+    candidates,
+    eliminate,
+    expected_round_s,
+    max_noise,
+    raced,
+    run_round,
+    trusted_rounds,
+)
+from autotune.search.setup import StopFlag, StudySetup
+
+log = logging.getLogger("autotune")
+
+#: The race may spend this share of study.confirm_budget_s during the search; the rest is the
+#: confirmation's, for the finalists found late and the rounds a precision stop needs.
+RACE_BUDGET_SHARE = 0.5
+
+
+def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
+               stop: StopFlag | None = None,
+               run: Callable[..., WindowResult] = run_window) -> bool:
+    """After trial ``told``: one round of the contenders and the baseline where ``told`` is
+    among the finalists. Returns whether a round ran."""
+    base = baseline_trial(study)
+    why = _no_round(setup, study, told, base)
+    if why is not None or base is None:
+        if why:
+            log.debug("no race round after trial %d: %s", told.number, why)
+        return False
+    rounds, dropped = raced(study)
+    contenders = [t for t in finalists(study, max(1, setup.confirm_top))
+                  if t.number not in dropped and t.number != base.number]
+    trials = {t.number: t for t in [*contenders, base]}
+    round_s = expected_round_s(trials.values())
+    spent = sum(rounds.seconds)
+    if spent + round_s > RACE_BUDGET_SHARE * setup.confirm_budget_s:
+        log.info("  race: no round after trial %d: %.0fs of rounds so far and ~%.0fs more would "
+                 "pass %.0f%% of study.confirm_budget_s; the confirmation takes it from here",
+                 told.number, spent, round_s, 100 * RACE_BUDGET_SHARE)
+        return False
+    if search_stop(setup, study, [round_s]):  # study.time_budget_s: the round does not fit
+        return False
+    for n in trials:
+        rounds.join(n)
+    order = list(trials)
+    random.Random(f"{study.study_name}-{setup.seed}-race-{len(rounds.order)}").shuffle(order)
+    run_round(setup, trials, order, rounds, stop, run)
+    cands = candidates(trials, rounds, [t.number for t in contenders], base)
+    floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
+    same = {n for n, t in trials.items() if not changes_training(study, t, base)}
+    kept = {c.number for c in eliminate(cands, same, floor)}
+    out = sorted({c.number for c in cands} - kept)
+    dropped |= set(out)
+    set_study_attrs(study, {"race": {**rounds.as_dict(), "dropped": sorted(dropped)}})
+    log.info("  race round %d (%.0fs): %s%s", len(rounds.order), rounds.seconds[-1],
+             "; ".join(f"trial {c.number} {c.interval.text()}" for c in cands),
+             f"; dropped trial(s) {', '.join(map(str, out))}: shown slower than another "
+             f"over {floor}+ rounds" if out else "")
+    return True
+
+
+def _no_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
+              base: FrozenTrial | None) -> str | None:
+    """Why no round follows ``told`` (None: one does)."""
+    if not setup.race:
+        return "study.race is off, or the study has several workers"
+    if setup.confirm_runs < 1:
+        return "no confirmation (study.confirm_runs=0)"
+    if base is None or told.number == base.number:
+        return "the baseline is measured in every round anyway"
+    if told.state != TrialState.COMPLETE or over_limit(told):
+        return "it did not complete within the memory limit"
+    if told.number not in {t.number for t in finalists(study, max(1, setup.confirm_top))}:
+        return "it is not among the finalists"
+    return None

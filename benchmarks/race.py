@@ -1,0 +1,92 @@
+"""The old path and the new side by side: a study whose finalists are measured in rounds
+only after the search (``study.race=false``) and the same study racing them during the search
+(search/race.py), and, with ``--ratio``, the racing study under ``study.time_budget_s``.
+
+    python -m benchmarks.race [--workload resnet18] [--ratio 1.5] [--record]
+
+Run from the repository's root. Each study is the README's command as a user types it (plus a
+study name and a temporary out_dir), on the same seed. The table splits the search's time into
+its trials' windows and the race's rounds, so that "wall / search" is read against the
+trials' own time (what the search costs without rounds), and compares the exported knobs and
+the speedup's interval; ``--record`` appends it to docs/benchmarks.md with the machine, the
+date and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.time_budget import ROOT, _interval, _phases, run_study
+
+
+def _race_s(doc: dict[str, Any]) -> float:
+    return float(((doc.get("confirmation") or {}).get("race") or {}).get("spent_s") or 0.0)
+
+
+def row(label: str, doc: dict[str, Any], base_knobs: dict[str, Any]) -> str:
+    phases = _phases(doc)
+    wall = float(doc["study"]["wall"]["measured_s"])
+    search, race = phases.get("search", 0.0), _race_s(doc)
+    own = max(search - race, 1e-9)  # the trials' windows: the search without the race's rounds
+    iv = _interval(doc)
+    conf = doc.get("confirmation") or {}
+    changed = {k: v for k, v in doc["knobs"].items() if base_knobs.get(k) != v}
+    speed = f"{iv[0]:.2f}x ({iv[1]:.2f}-{iv[2]:.2f})" if iv else doc.get("speedup_text") or "-"
+    expected = doc["study"]["wall"].get("expected_s")
+    said = f"{expected:.0f} ({100 * (wall / expected - 1):+.0f}%)" if expected else "-"
+    rounds = f"{conf.get('rounds', '-')} ({(conf.get('race') or {}).get('rounds', 0)} raced)"
+    return (f"| {label} | {doc['study']['trials']} | {own:.0f} | {race:.0f} | "
+            f"{phases.get('confirmation', 0):.0f} | {phases.get('numerics check', 0):.0f} | "
+            f"{wall:.0f} | {said} | {wall / own:.2f} | {rounds} | {speed} | "
+            f"{', '.join(f'{k}={v}' for k, v in changed.items()) or 'none'} | {doc['_exit']} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="resnet18")
+    ap.add_argument("--ratio", type=float, default=0.0,
+                    help="also the racing study under study.time_budget_s = this x the old "
+                         "study's search (0: not run)")
+    ap.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
+    a = ap.parse_args()
+    docs: list[tuple[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="race-") as tmp:
+        out = Path(tmp)
+        old = run_study(a.workload, "old", out, ["study.race=false"])
+        docs.append(("rounds after the search (study.race=false)", old))
+        docs.append(("raced during the search", run_study(a.workload, "raced", out, [])))
+        if a.ratio:
+            budget = round(a.ratio * _phases(old)["search"])
+            docs.append((f"raced, time_budget_s={budget}",
+                         run_study(a.workload, "budget", out, [f"study.time_budget_s={budget}"])))
+    base = old["_baseline_knobs"]
+    command = f"python -m benchmarks.race --workload {a.workload}" + (
+        f" --ratio {a.ratio:g}" if a.ratio else "")
+    lines = [
+        f"## The finalists raced during the search ({datetime.date.today()}, {a.workload})",
+        "",
+        f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
+        f"device {old['device']['type']} ({old['device']['name']}). Command: `{command}`: "
+        f"`{old['_command']}`, then the same without `study.race=false`.",
+        "",
+        "| study | trials | trials' windows s | race s | confirmation s | numerics s | wall s "
+        "| expected s (miss) | wall / trials' windows | rounds | speedup (95% CI) "
+        "| exported knobs changed | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *[row(label, doc, base) for label, doc in docs],
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if a.record:
+        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
+            f.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()

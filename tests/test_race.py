@@ -1,0 +1,217 @@
+"""The search races its finalists (search/race.py): after a trial that lands among them, one
+round of the finalists and the baseline; a finalist shown slower is dropped before the search
+ends; the confirmation starts from those rounds and only tops them up."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune.measure.protocol import WindowResult
+from autotune.results.intervals import Interval
+from autotune.search.choose import Candidate
+from autotune.search.confirm import Rounds, confirm, eliminate, raced
+from autotune.search.race import race_round
+from tests.conftest import TINY_ARGS, run_cli
+
+#: Each configuration's figure in every window: batch 64 is well behind the two others.
+FIGURES = {"base": 100.0, "b128": 210.0, "b64": 150.0, "b96": 205.0}
+
+
+def _setup(tmp_path: Path, **study: Any) -> Any:
+    from autotune.cli.app import build_setup
+    from autotune.cli.config import Config, StudyConfig, WindowConfig
+    from tests.conftest import TINY_WINDOW
+
+    cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",
+                 study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False, **study),
+                 window=WindowConfig(**TINY_WINDOW))
+    return build_setup(cfg, [])[0]
+
+
+def _knobs(setup: Any) -> dict[str, dict[str, Any]]:
+    base = setup.space.baseline
+    four = {"channels_last": True, "amp": "bf16", "host_allocator": "retain"}
+    return {"base": base, "b128": {**base, **four, "batch_size": 128},
+            "b64": {**base, **four, "batch_size": 64}, "b96": {**base, **four, "batch_size": 96}}
+
+
+def _tell(study: optuna.Study, name: str, knobs: dict[str, Any], value: float | None,
+          quiet: bool = True) -> optuna.trial.FrozenTrial:
+    """A trial as the search tells it: its knobs, its window's wall time and noise."""
+    from optuna.distributions import IntDistribution
+    study.add_trial(optuna.trial.create_trial(
+        params={"batch_size": knobs["batch_size"]},
+        distributions={"batch_size": IntDistribution(1, 256)}, value=value,
+        state=optuna.trial.TrialState.COMPLETE if value is not None
+        else optuna.trial.TrialState.PRUNED,
+        user_attrs={"knobs": knobs, "outcome": "ok" if value else "pruned",
+                    "peak_memory_gb": 1.0, "wall_s": 4.0,
+                    "source": "baseline" if name == "base" else "search",
+                    "ceiling_noise": {"window": 0.005 if quiet else 0.08}},
+        system_attrs={"constraints": [-1.0]}))
+    return study.trials[-1]
+
+
+def _serve(names: dict[str, str], seen: list[tuple[int, str]]) -> Any:
+    """Each window's figure, planted, a little noise alternating by round."""
+    def run(req: Any, trial_dir: Path, **_: Any) -> WindowResult:
+        i = int(trial_dir.name.split("-")[0])
+        name = names[json.dumps(req.knobs, sort_keys=True)]
+        seen.append((i, name))
+        wiggle = 1.002 if (i + len(name)) % 2 else 0.998
+        return WindowResult(outcome="ok", samples_per_sec=FIGURES[name] * wiggle, steps=10,
+                            wall_s=1.0)
+    return run
+
+
+def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
+        tmp_path: Path, caplog: Any) -> None:
+    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300)
+    assert setup.race  # on by default (study.race)
+    knobs = _knobs(setup)
+    names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
+    study = optuna.create_study(direction="maximize")
+    seen: list[tuple[int, str]] = []
+    run = _serve(names, seen)
+    number: dict[str, int] = {}
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        for name, value in (("base", 100.0), ("b64", 150.0), ("b128", 210.0)):
+            t = _tell(study, name, knobs[name], value)
+            number[name] = t.number
+            race_round(setup, study, t, run=run)
+        # The baseline gets no round of its own; batch 64 and 128 raced from their trials on.
+        rounds, dropped = raced(study)
+        assert [sorted(o) for o in rounds.order] == [
+            sorted([number["b64"], number["base"]]),
+            sorted([number["b64"], number["b128"], number["base"]])]
+        # A trial that is not among the finalists, and a pruned one, get no round.
+        pruned = _tell(study, "b96", {**knobs["b96"], "cpu_threads": 1}, None)
+        assert not race_round(setup, study, pruned, run=run)
+        # Rounds go on after each finalist's trial: batch 64, behind batch 128 at the trusted
+        # floor (3 rounds of quiet windows), is dropped before the search ends.
+        for _ in range(2):
+            assert race_round(setup, study, study.trials[number["b128"]], run=run)
+        rounds, dropped = raced(study)
+        assert dropped == {number["b64"]}, (rounds, dropped)
+        assert "dropped trial(s)" in caplog.text
+        # A finalist found late joins: the rounds before it are None, every list aligned.
+        t = _tell(study, "b96", knobs["b96"], 205.0)
+        number["b96"] = t.number
+        assert race_round(setup, study, t, run=run)
+        rounds, dropped = raced(study)
+        assert rounds.runs[number["b96"]][:-1] == [None] * (len(rounds.order) - 1)
+        assert number["b64"] not in rounds.order[-1]  # dropped: no longer measured
+        assert {len(v) for v in rounds.runs.values()} == {len(rounds.order)}
+    raced_rounds = len(rounds.order)
+
+    seen.clear()
+    record = confirm(setup, study, 3, 3, run=run)
+    assert record is not None and record["stopped"] == "precision", record
+    assert record["race"] == {"rounds": raced_rounds, "spent_s": float(sum(rounds.seconds)),
+                              "dropped": [number["b64"]]}
+    # The confirmation measured only what was missing: never the dropped finalist, and fewer
+    # rounds than it needs from nothing (3, the trusted floor of quiet windows).
+    assert "b64" not in {name for _, name in seen}
+    assert record["rounds"] - raced_rounds < 3
+    assert number["b64"] in record["dropped"]
+    assert record["best_trial"] == number["b128"]
+    iv = record["intervals"][str(number["b128"])]
+    # Raced from its trial on (the race's first round was batch 64's): its interval counts
+    # every round since, the race's included.
+    assert iv["rounds"] == record["rounds"] - 1 > record["rounds"] - raced_rounds
+
+
+def test_the_race_keeps_to_its_share_of_the_confirmation_budget(tmp_path: Path,
+                                                              caplog: Any) -> None:
+    """Rounds during the search spend the confirmation's budget: at most RACE_BUDGET_SHARE of
+    it, then the confirmation takes over; the confirmation's budget counts them."""
+    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=18)  # a round ~8 s (4 s windows)
+    knobs = _knobs(setup)
+    names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
+    study = optuna.create_study(direction="maximize")
+    run = _serve(names, [])
+    _tell(study, "base", knobs["base"], 100.0)
+    t = _tell(study, "b128", knobs["b128"], 210.0)
+    assert race_round(setup, study, t, run=run)  # 2 s of served windows
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        assert not race_round(setup, study, t, run=run)  # 2 s + ~8 s > 9 s
+    assert "the confirmation takes it from here" in caplog.text
+    record = confirm(setup, study, 3, 3, run=run)
+    # The least 3 rounds, the race's one counted; its seconds in what the rounds spent.
+    assert record is not None and record["rounds"] == 3, record
+    assert record["race"]["spent_s"] == 2.0 and record["spent_s"] == 6.0
+
+
+def test_no_race_when_it_is_off_or_there_is_no_confirmation(tmp_path: Path) -> None:
+    for study_cfg in ({"race": False}, {"confirm_runs": 0}):
+        setup = _setup(tmp_path, **study_cfg)
+        knobs = _knobs(setup)
+        study = optuna.create_study(direction="maximize")
+        _tell(study, "base", knobs["base"], 100.0)
+        t = _tell(study, "b128", knobs["b128"], 210.0)
+        assert not race_round(setup, study, t, run=_serve({}, []))
+        assert "race" not in study.user_attrs
+
+
+def test_rounds_round_trip_and_a_late_contender_is_not_dropped_before_its_floor() -> None:
+    rounds = Rounds([0, 1])
+    for r in range(2):
+        rounds.runs[0].append(100.0)
+        rounds.runs[1].append(200.0 + r)
+        rounds.contended[0].append(False)
+        rounds.contended[1].append(r == 1)
+        rounds.order.append([1, 0])
+        rounds.seconds.append(2.0)
+    rounds.join(2)
+    rounds.runs[2].append(150.0)
+    rounds.contended[2].append(False)
+    rounds.runs[0].append(100.0)
+    rounds.contended[0].append(False)
+    rounds.order.append([2, 0])
+    rounds.seconds.append(2.0)
+    rounds.sat_out()  # trial 1 sat this one out
+    assert rounds.runs[1][-1] is None and rounds.runs[2][:2] == [None, None]
+    back = Rounds.from_dict(json.loads(json.dumps(rounds.as_dict())))
+    assert back.runs == rounds.runs and back.contended == rounds.contended
+    assert back.order == rounds.order and back.seconds == rounds.seconds
+    assert back.paired(1, 0) == 2 and back.paired(2, 0) == 1
+    assert back.only({0, 2}).order == [[0], [0], [2, 0]]
+
+    lead = Candidate(1, Interval(2.0, 1.9, 2.1, 6), 3, 1.0, ())
+    behind = Candidate(2, Interval(1.5, 1.4, 1.6, 6), 3, 1.0, ())
+    late = Candidate(3, Interval(1.2, 0.0, float("inf"), 1), 3, 1.0, ())
+    assert [c.number for c in eliminate([lead, behind, late], (), 6)] == [1, 3]
+    # Below the floor nobody is dropped, however far behind.
+    assert len(eliminate([lead, behind, late], (), 7)) == 3
+
+
+@pytest.mark.slow
+def test_a_real_study_races_and_its_confirmation_starts_from_the_rounds(tmp_path: Path) -> None:
+    """Through the command line: the race's rounds are in the study and in the confirmation's
+    record, and its windows are real (confirm/<round>-<trial>); study.race=false runs every
+    round after the search."""
+    common = [*TINY_ARGS, "study.n_trials=3", "study.agent=false", "study.prune=false",
+              "study.numerics_steps=0"]
+    # Exit 4: the machine was too busy to rank them (the subject here is where rounds run).
+    out = run_cli([*common, "study.name=raced", "study.confirm_budget_s=30"], tmp_path)
+    assert out.returncode in (0, 4), out.stderr[-3000:]
+    study = optuna.load_study(study_name="raced",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'raced' / 'study.db'}")
+    race = study.user_attrs.get("race")
+    assert race and race["order"], out.stdout[-3000:]
+    conf = study.user_attrs["confirmation"]
+    assert conf["race"]["rounds"] == len(race["order"]) and conf["rounds"] >= len(race["order"])
+    assert "race round 1" in out.stdout and "from the search's race" in out.stdout
+    assert (tmp_path / "studies" / "raced" / "confirm" / f"0-{race['order'][0][0]}").is_dir()
+
+    out = run_cli([*common, "study.name=unraced", "study.race=false"], tmp_path)
+    assert out.returncode in (0, 4), out.stderr[-3000:]
+    study = optuna.load_study(study_name="unraced",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'unraced' / 'study.db'}")
+    assert "race" not in study.user_attrs and "race" not in study.user_attrs["confirmation"]
