@@ -33,10 +33,11 @@ def _load(tmp_path: Path, name: str) -> tuple[dict, optuna.Study]:
 
 
 def test_finalists_and_the_baseline_are_measured_in_randomized_rounds(tmp_path: Path) -> None:
+    # Every round after the search (study.race=false): tests/test_race.py has the race's.
     proc = run_cli(["workload=mlp", "device=cpu", "study.name=c", "study.n_trials=5",
                     "study.prune=false", "study.confirm_runs=3", "study.confirm_top=2",
                     "study.confirm_precision=10", "window.profile=true",
-                    "window.profile_steps=1", *ARGS], tmp_path)
+                    "window.profile_steps=1", "study.race=false", *ARGS], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc, study = _load(tmp_path, "c")
     conf = study.user_attrs["confirmation"]

@@ -148,6 +148,26 @@ def test_the_race_keeps_to_its_share_of_the_confirmation_budget(tmp_path: Path,
     assert record["race"]["spent_s"] == 2.0 and record["spent_s"] == 6.0
 
 
+def test_finalists_the_race_never_measured_get_their_rounds_in_the_confirmation(
+        tmp_path: Path) -> None:
+    """The race measured batch 64, which batch 128 then displaced from the one finalist's
+    place before any round of its own: the confirmation measures batch 128 from scratch, its
+    least rounds counted in its own rounds, not the race's."""
+    setup = _setup(tmp_path, confirm_top=1, confirm_budget_s=300)
+    knobs = _knobs(setup)
+    names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
+    study = optuna.create_study(direction="maximize")
+    seen: list[tuple[int, str]] = []
+    _tell(study, "base", knobs["base"], 100.0)
+    assert race_round(setup, study, _tell(study, "b64", knobs["b64"], 150.0),
+                      run=_serve(names, seen))
+    b128 = _tell(study, "b128", knobs["b128"], 210.0)  # no round after it
+    record = confirm(setup, study, 3, 1, run=_serve(names, seen))
+    assert record is not None and record["best_trial"] == b128.number, record
+    assert record["race"]["rounds"] == 1 and record["rounds"] >= 4
+    assert record["intervals"][str(b128.number)]["rounds"] == record["rounds"] - 1 >= 3
+
+
 def test_no_race_when_it_is_off_or_there_is_no_confirmation(tmp_path: Path) -> None:
     for study_cfg in ({"race": False}, {"confirm_runs": 0}):
         setup = _setup(tmp_path, **study_cfg)

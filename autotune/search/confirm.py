@@ -224,11 +224,12 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     why = None
     settled = candidates(trials, rounds, active, base)
     if rounds.order:  # the search raced: its rounds count, and may already be enough
+        log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
+    if rounds.order and all(rounds.paired(n, base.number) for n in active if n != base.number):
         floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
         settled = eliminate(settled, same, floor)
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, race_s, floor, base.number)
-        log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
     while not why:
         order = [n for n in trials if n in active or n == base.number]
         rng.shuffle(order)
