@@ -62,8 +62,8 @@ from autotune.core.workload import build_workload  # noqa: E402
 from autotune.measure.protocol import TrialRequest  # noqa: E402
 from autotune.search.setup import StudySetup, create_study  # noqa: E402
 from benchmarks.fidelity import fidelity_row, fidelity_sets, long_window  # noqa: E402
-from benchmarks.figures import Rec, config_key  # noqa: E402
-from benchmarks.figures import noise as window_noise  # noqa: E402
+from benchmarks.strategy_figures import Rec, config_key  # noqa: E402
+from benchmarks.strategy_figures import noise as window_noise  # noqa: E402
 from benchmarks.measure_cache import MeasurementCache, ReplayDriver, machine  # noqa: E402
 from benchmarks.presets import PRESETS, Preset  # noqa: E402
 

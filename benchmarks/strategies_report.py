@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from benchmarks.fidelity import fidelity_tau, long_self_tau
-from benchmarks.figures import NOISE_FLAG, Rec, curves, median_or_none, summarize
+from benchmarks.strategy_figures import NOISE_FLAG, Rec, curves, median_or_none, summarize
 from benchmarks.svg import chart
 
 ROOT = Path(__file__).resolve().parent.parent

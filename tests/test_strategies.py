@@ -13,7 +13,7 @@ import pytest
 from autotune.core.env import Env
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Watch
-from benchmarks.figures import (
+from benchmarks.strategy_figures import (
     Rec,
     incumbent_scores,
     kendall_tau,
