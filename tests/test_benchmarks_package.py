@@ -69,3 +69,21 @@ def test_every_benchmark_imports_as_a_package_module_without_running(
     module = importlib.import_module(f"benchmarks.{name}")
     assert Path(module.__file__ or "").resolve() == BENCHMARKS / f"{name}.py"
     assert capsys.readouterr().out == "", f"importing benchmarks.{name} printed"
+
+
+def test_a_record_goes_above_every_earlier_section_and_quotes_the_command(
+        tmp_path: Path) -> None:
+    from benchmarks.record import command, prepend_section
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nIntro.\n\n## Old (2026-11-22)\n\n| a |\n|---|\n| 1 |\n")
+    prepend_section(f"## New (2026-11-29)\n\n    {command('benchmarks.x', ['a b', '--y'])}\n\n"
+                    "| b |\n|---|\n| 2 |", page)
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nIntro.\n\n## New (2026-11-29)\n\n"
+                           "    python -m benchmarks.x 'a b' --y\n")
+    assert "| 2 |\n\n## Old (2026-11-22)" in text  # a blank line ends the new table
+    with pytest.raises(ValueError):
+        prepend_section("Not a section", page)
+    prepend_section("## Alone", tmp_path / "new.md")
+    assert (tmp_path / "new.md").read_text() == "## Alone\n\n"
