@@ -4,10 +4,11 @@ or a test's ``subprocess.run`` waits for). A one-trial study of 2 ranks (``--npr
 process) with a tiny window, so the fixed costs dominate, as they do in the test suite's
 hundred-odd studies and in the GPU check's three commands.
 
-    PYTHONPATH=. python benchmarks/cli_overhead.py [--runs 3] [--nproc 2] [--root <another checkout>]
+    python -m benchmarks.cli_overhead [--runs 3] [--nproc 2] [--root <another checkout>]
 
+Run from the repository's root.
 ``--root`` runs another checkout's code (e.g. ``git worktree add /tmp/before HEAD~1``) for a
-side-by-side; the rows name the commit. Appends a section to docs/benchmarks.md.
+side-by-side; the rows name the commit. Puts a section at the top of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.child_env import child_env
+from benchmarks.record import command, prepend_section
 
-from benchmarks.child_env import child_env  # noqa: E402
-from benchmarks.history import prepend_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ARGS = ["workload=mlp", "study.name=o", "study.n_trials=1", "study.confirm_runs=0",
         "device=cpu", "study.numerics_steps=0",
@@ -109,7 +109,7 @@ def main() -> None:
     for _ in range(a.runs):  # interleaved: a slow minute touches every checkout alike
         for r in roots:
             rows[commit(r)].append(one(r, a.nproc))
-    text = section(rows, "PYTHONPATH=. python benchmarks/cli_overhead.py " + " ".join(sys.argv[1:]))
+    text = section(rows, command("benchmarks.cli_overhead"))
     print(text)
     if not a.no_write:
         prepend_section(text)

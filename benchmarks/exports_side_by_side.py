@@ -13,10 +13,10 @@ in randomized interleaved rounds (as confirmation does, through the same trial w
   interval a session states (a between-period term the study's interval does not carry);
 - each export against the fastest of them, paired over all rounds: which differ at all.
 
-    python benchmarks/exports_side_by_side.py S1/best.yaml S2/best.yaml ... --rounds 8 \\
+    python -m benchmarks.exports_side_by_side S1/best.yaml S2/best.yaml ... --rounds 8 \\
         --sessions 3 --gap 60 [--record]
 
-Run it on an otherwise idle machine.
+Run it from the repository's root, on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -26,16 +26,13 @@ import datetime
 import json
 import platform
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from autotune.results.intervals import Interval, paired_speedup  # noqa: E402
-from benchmarks.reproduce import Side, interleaved, study_sides  # noqa: E402
+from autotune.results.intervals import Interval, paired_speedup
+from benchmarks.record import command, prepend_section
+from benchmarks.reproduce import Side, interleaved, study_sides
 
 BASELINE = "baseline"
 
@@ -106,7 +103,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--gap", type=float, default=60.0, help="idle seconds between sessions")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
+    ap.add_argument("--record", action="store_true", help="add the section to docs/benchmarks.md")
     a = ap.parse_args()
     request, sides, claims = load_sides(a.best_yaml)
     rng = random.Random(a.seed)
@@ -119,16 +116,13 @@ def main() -> None:
         sessions.append(interleaved(request, sides, a.rounds, rng))
     minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
     cpu = platform.processor() or platform.machine()
-    head = (f"Exports side by side ({started:%Y-%m-%d %H:%M} UTC, {cpu}, {minutes:.1f} min): "
-            "`python benchmarks/exports_side_by_side.py "
-            f"{' '.join(str(p) for p in a.best_yaml)} --rounds {a.rounds} --sessions "
-            f"{a.sessions} --gap {a.gap:g}`; the first study's baseline; workload "
-            f"`{json.dumps(request['workload'], sort_keys=True)}`.")
+    head = (f"## Exports side by side ({started:%Y-%m-%d %H:%M} UTC, {cpu}, {minutes:.1f} min)"
+            f"\n\n`{command('benchmarks.exports_side_by_side')}`; the first study's baseline; "
+            f"workload `{json.dumps(request['workload'], sort_keys=True)}`.")
     text = report(sessions, claims, head)
     print(text)
     if a.record:
-        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
-            f.write("\n" + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks.figures import kendall_tau
+from benchmarks.strategy_figures import kendall_tau
 
 __all__ = ["fidelity_row", "fidelity_sets", "fidelity_tau", "long_self_tau", "long_window"]
 

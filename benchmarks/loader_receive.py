@@ -5,26 +5,24 @@ training process's own busy share of that wait (``loader_receive_share``), the w
 on a CPU, and the diagnosis's first fixes: where the workers are ahead and the training
 process spends the wait receiving their batches, more workers are the wrong advice.
 
-    PYTHONPATH=. python benchmarks/loader_receive.py [--rounds 2]
+    python -m benchmarks.loader_receive [--rounds 2]
+
+Run from the repository's root.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from autotune.diagnose.verdicts import diagnose  # noqa: E402
-from autotune.measure.protocol import TrialRequest  # noqa: E402
-from autotune.measure.runner import run_window  # noqa: E402
-from autotune.workloads.mlp import MLPWorkload  # noqa: E402
-from tests.workloads_diag import baseline_knobs  # noqa: E402
+from autotune.diagnose.verdicts import diagnose
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
+from autotune.workloads.mlp import MLPWorkload
+from tests.workloads_diag import baseline_knobs
 
 MLP = {"_target_": "autotune.workloads.mlp.MLPWorkload"}
 WINDOW = {"warmup_steps": 10, "measure_steps": 400, "measure_seconds": 4.0,

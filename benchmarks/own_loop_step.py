@@ -8,7 +8,9 @@ loader is the study's and the loop's alike), in one process, alternating which g
 ``--rounds`` times ``--steps`` steps each; the median milliseconds per step of each are printed
 and prepended to docs/benchmarks.md (unless ``--no-write``)::
 
-    PYTHONPATH=. python benchmarks/own_loop_step.py studies/own-loop/best.yaml [--no-write]
+    python -m benchmarks.own_loop_step studies/own-loop/best.yaml [--no-write]
+
+Run from the repository's root.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import argparse
 import datetime as dt
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,10 @@ import yaml
 from torch import nn
 from torch.nn.functional import cross_entropy
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import autotune  # noqa: E402
-from autotune.core.training import Training  # noqa: E402
-from benchmarks.history import prepend_section  # noqa: E402
-from examples.own_loop import FEATURES, LR, MAX_NORM, OwnLoopWorkload, network  # noqa: E402
+import autotune
+from autotune.core.training import Training
+from benchmarks.record import command, prepend_section
+from examples.own_loop import FEATURES, LR, MAX_NORM, OwnLoopWorkload, network
 
 LABELS = {"trial": "the trials' Training.step", "loop": "the loop's own lines (Runtime calls)"}
 
@@ -97,7 +95,7 @@ def main() -> None:
     text = "\n".join([
         f"## A loop of your own against the trials' step ({now}, {platform.machine()}, "
         f"Python {platform.python_version()}, torch {torch.__version__})", "",
-        f"    PYTHONPATH=. python {' '.join(sys.argv)}", "",
+        f"    {command('benchmarks.own_loop_step')}", "",
         f"examples/own_loop.py's model, knobs {shown}; {a.rounds} alternating rounds of "
         f"{a.steps} steps on 16 batches in memory; load average {load} when it ended.", "",
         "| step | median ms per step | rounds |", "|---|---|---|",

@@ -6,7 +6,9 @@ the study's confirmation does, and states the re-measured speedup with its 95% i
 (autotune/results/intervals.py) beside the study's: is the re-measured figure inside the
 study's interval?
 
-    python benchmarks/reproduce.py studies/resnet18-cpu/best.yaml --rounds 5 [--record]
+    python -m benchmarks.reproduce studies/resnet18-cpu/best.yaml --rounds 5 [--record]
+
+Run from the repository's root.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import datetime
 import json
 import random
 import statistics
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +25,12 @@ from typing import Any
 
 import optuna
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import autotune  # noqa: E402
-from autotune.measure.protocol import TrialRequest  # noqa: E402
-from autotune.measure.runner import run_window  # noqa: E402
-from autotune.results.intervals import Interval, paired_speedup  # noqa: E402
-from autotune.results.storage import open_storage  # noqa: E402
+import autotune
+from autotune.measure.protocol import TrialRequest
+from autotune.measure.runner import run_window
+from autotune.results.intervals import Interval, paired_speedup
+from autotune.results.storage import open_storage
+from benchmarks.record import command, prepend_section
 
 
 @dataclass
@@ -110,7 +109,7 @@ def main() -> None:
     ap.add_argument("best_yaml")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--storage", help="study storage URL (default: study.db beside best.yaml)")
-    ap.add_argument("--record", action="store_true", help="append the result to docs/benchmarks.md")
+    ap.add_argument("--record", action="store_true", help="add the result to docs/benchmarks.md")
     a = ap.parse_args()
     out = reproduce(Path(a.best_yaml), a.rounds, a.storage)
     doc, iv, figs = out["doc"], out["interval"], out["figures"]
@@ -121,8 +120,11 @@ def main() -> None:
     print(f"study: {doc.get('speedup_text')}; re-measured alone: {iv.text()}; inside the "
           f"study's interval: {out['inside']}")
     if a.record:
-        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
-            f.write(line + "\n")
+        prepend_section("\n".join([
+            f"## A study's export re-measured alone ({datetime.date.today()})", "",
+            f"    {command('benchmarks.reproduce')}", "",
+            "| date | study | the study said | re-measured alone | exported / baseline, samples/s "
+            "| inside the study's interval |", "|---|---|---|---|---|---|", line]))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ times in the order A/B/.../B/A; the short window's error against the long one; K
 between the two rankings, and between the long window's own rounds (what this machine allows
 any window); each window's noise (IQR/median of its step times), flagged above 10%.
 
-    python benchmarks/strategies.py --preset smoke            # ~2 minutes, a 4-point space
-    python benchmarks/strategies.py --preset cpu --record     # appends to docs/benchmarks.md
+    python -m benchmarks.strategies --preset smoke            # ~2 minutes, a 4-point space
+    python -m benchmarks.strategies --preset cpu --record     # adds to docs/benchmarks.md
+
+Run from the repository's root.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ import dataclasses
 import itertools
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,20 +53,20 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from autotune.cli.config import StudyConfig, WindowConfig
+from autotune.core.env import Env, probe
+from autotune.core.knobs import Space, build_space
+from autotune.core.workload import build_workload
+from autotune.measure.protocol import TrialRequest
+from autotune.search.setup import StudySetup, create_study
+from benchmarks.fidelity import fidelity_row, fidelity_sets, long_window
+from benchmarks.measure_cache import MeasurementCache, ReplayDriver, machine
+from benchmarks.presets import PRESETS, Preset
+from benchmarks.record import command
+from benchmarks.strategy_figures import Rec, config_key
+from benchmarks.strategy_figures import noise as window_noise
 
-from autotune.cli.config import StudyConfig, WindowConfig  # noqa: E402
-from autotune.core.env import Env, probe  # noqa: E402
-from autotune.core.knobs import Space, build_space  # noqa: E402
-from autotune.core.workload import build_workload  # noqa: E402
-from autotune.measure.protocol import TrialRequest  # noqa: E402
-from autotune.search.setup import StudySetup, create_study  # noqa: E402
-from benchmarks.fidelity import fidelity_row, fidelity_sets, long_window  # noqa: E402
-from benchmarks.figures import Rec, config_key  # noqa: E402
-from benchmarks.figures import noise as window_noise  # noqa: E402
-from benchmarks.measure_cache import MeasurementCache, ReplayDriver, machine  # noqa: E402
-from benchmarks.presets import PRESETS, Preset  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SEARCHERS = ("random", "tpe", "tpe+prune", "autotune")
 
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> Bench:
     ap.add_argument("--no-store", action="store_true", help="keep measured windows in memory only")
     ap.add_argument("--keep", metavar="DIR", help="keep the studies in DIR")
     ap.add_argument("--record", action="store_true",
-                    help="append the table to docs/benchmarks.md and save the plot in docs/")
+                    help="add the table to docs/benchmarks.md and save the plot in docs/")
     a = ap.parse_args(argv)
     preset = dataclasses.replace(PRESETS[a.preset], **{k: v for k, v in
                                  (("seeds", a.seeds), ("budget", a.budget)) if v is not None})
@@ -387,8 +388,8 @@ def main(argv: list[str] | None = None) -> Bench:
         bench = run_bench(a.preset, preset, cache_dir, work)
     from benchmarks.strategies_report import write_report
 
-    command = "python benchmarks/strategies.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_report(bench, preset, command, ROOT / "docs" if a.record else None)
+    write_report(bench, preset, command("benchmarks.strategies", argv),
+                 ROOT / "docs" if a.record else None)
     return bench
 
 

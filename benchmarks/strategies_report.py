@@ -12,7 +12,8 @@ from typing import Any
 import optuna
 
 from benchmarks.fidelity import fidelity_tau, long_self_tau
-from benchmarks.figures import NOISE_FLAG, Rec, curves, median_or_none, summarize
+from benchmarks.record import prepend_section
+from benchmarks.strategy_figures import NOISE_FLAG, Rec, curves, median_or_none, summarize
 from benchmarks.svg import chart
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,7 +132,7 @@ def markdown(bench: Any, preset: Any, command: str, plot_name: str) -> list[str]
     rows = strategy_rows(bench)
     today = datetime.date.today().isoformat()
     lines = [
-        "", f"### Strategies, preset `{bench.preset}` ({today}, {env.device_name}, "
+        f"## Strategies, preset `{bench.preset}` ({today}, {env.device_name}, "
         f"{env.cpu_count} cores{'' if env.device == 'cpu' else f', {env.gpu_count} GPU'})", "",
         f"Command: `{command}`. Versions: torch {env.torch_version}, Optuna {optuna.__version__}"
         f"{f', CUDA {env.cuda_version}' if env.device == 'cuda' else ''}. Workload: "
@@ -212,6 +213,5 @@ def write_report(bench: Any, preset: Any, command: str, docs: Path | None) -> li
     print("\n".join(lines))
     print(f"plot: {svg_dir / plot_name}")
     if docs is not None:
-        with open(docs / "benchmarks.md", "a") as f:
-            f.write("\n".join(lines))
+        prepend_section("\n".join(lines), docs / "benchmarks.md")
     return lines

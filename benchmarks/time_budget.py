@@ -9,8 +9,8 @@ Run from the repository's root. The first study is the README's command as a use
 ``study.time_budget_s`` set to ``ratio`` x the first study's measured search time, so that it
 may spend on everything what the first spent searching, and half that again. Both run on the
 same seed. The table compares wall time, each phase, trials, the exported knobs and the
-speedup's interval; ``--record`` appends it to docs/benchmarks.md with the machine, the date
-and the command.
+speedup's interval; ``--record`` puts it at the top of docs/benchmarks.md with the machine,
+the date and the command.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import command, prepend_section
 
 
 def run_study(workload: str, name: str, out: Path, extra: list[str]) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="resnet18")
     ap.add_argument("--ratio", type=float, default=1.5)
-    ap.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
+    ap.add_argument("--record", action="store_true", help="add the section to docs/benchmarks.md")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="time-budget-") as tmp:
         out = Path(tmp)
@@ -108,7 +108,7 @@ def main() -> None:
         "",
         f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
         f"device {uncut['device']['type']} ({uncut['device']['name']}). "
-        f"Command: `python -m benchmarks.time_budget --workload {a.workload} --ratio {a.ratio:g}`: "
+        f"Command: `{command('benchmarks.time_budget')}`: "
         f"`{uncut['_command']}`, then the same with `study.time_budget_s={budget}` "
         f"({a.ratio:g}x the first study's search).",
         "",
@@ -125,8 +125,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if a.record:
-        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
-            f.write("\n" + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":

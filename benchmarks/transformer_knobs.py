@@ -11,15 +11,17 @@ its real Trainer.
    batch 32 exceeds without checkpointing: batch 16/32 x checkpointing off/on, the over-limit
    trial recorded, and the confirmed answer on whether checkpointing plus the bigger batch pays.
 
-    python benchmarks/transformer_knobs.py [--only search,grouping,packing,memory] [--out DIR]
+    python -m benchmarks.transformer_knobs [--only search,grouping,packing,memory] [--out DIR]
         [--collator lm|function]
+
+Run from the repository's root.
 
 ``--collator function``: the Trainer's collator is a plain ``collate(features)`` function that
 pads (examples/hf_lm.pad_collate) instead of transformers' LM collator; the padding is read
 from its batches all the same.
 
-Appends a section to docs/benchmarks.md (machine, date, command, figures from the studies'
-own records).
+Puts a section at the top of docs/benchmarks.md (machine, date, command, figures from the
+studies' own records).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import argparse
 import csv
 import datetime as dt
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,11 +37,8 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.history import prepend_section  # noqa: E402
-from examples.hf_lm import users_trainer  # noqa: E402
+from benchmarks.record import command, prepend_section
+from examples.hf_lm import users_trainer
 
 #: The user's own setup, pinned where a study measures one knob against it.
 PINNED = {"num_workers": 0, "cpu_threads": 2, "attention": "sdpa", "batch_size": 8,
@@ -155,7 +153,7 @@ def main() -> None:
     a = ap.parse_args()
     wanted = a.only.split(",")
     results = {n: run(n, s, a.out, a.collator) for n, s in studies().items() if n in wanted}
-    text = section(results, "python benchmarks/transformer_knobs.py " + " ".join(sys.argv[1:]),
+    text = section(results, command("benchmarks.transformer_knobs"),
                    a.collator)
     print(text)
     if not a.no_write:

@@ -51,7 +51,7 @@ class SlowReads(Dataset):
 class SlowReadsWorkload(MLPWorkload):
     """This script's data and model as an autotune workload, so a study measures what the
     script runs: ``workload._target_=examples.ddp_train.SlowReadsWorkload
-    +workload.latency_ms=2`` (benchmarks/ddp_shared_cores.py)."""
+    +workload.latency_ms=2`` (docs/benchmarks.md, "The shared-cores case")."""
 
     name = "slow-reads-mlp"
 

@@ -415,7 +415,7 @@ def test_the_rounds_cost_says_which_rounds_the_budget_can_cut() -> None:
     assert "stop at the budget, after 3 at least" in cut, cut
     assert round_words(10, 3, 6, budget_s=100).endswith("~60s for the 6 rounds it needs at least")
 
-# The confirmation of the README's study on one H100 (2026-11-26, benchmarks/gpu_check.sh):
+# The confirmation of the README's study on one H100 (2026-11-26, .ci/gpu/gpu_check.sh):
 # the baseline, its loader in the training process, read 564, 464 and 667 samples/s.
 _H100_CONF = {
     "finalists": [7, 5], "baseline_trial": 0, "rounds": 3, "leader": 7, "established": True,

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.sh rehearsed on the CPU (GPU_CHECK_DRY=1): the script a GPU loan runs
+""".ci/gpu/gpu_check.sh rehearsed on the CPU (GPU_CHECK_DRY=1): the script a GPU loan runs
 is proven here first: its steps, their timeouts, the $OUT layout (at most 8 files come back)
 and the figures page."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+SCRIPT = ROOT / ".ci" / "gpu" / "gpu_check.sh"
 
 
 def _rehearse(tmp_path: Path, script: Path = SCRIPT,
@@ -42,7 +42,7 @@ def _names(archive: Path) -> list[str]:
 
 @pytest.mark.timeout(2400)  # its steps' own budgets bound it; a busy machine takes longer
 def test_the_loan_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
-    """The loan's one command (benchmarks/gpu_loan.sh): the check's steps (study, lm, tests,
+    """The loan's one command (.ci/gpu/gpu_loan.sh): the check's steps (study, lm, tests,
     figures), then on the same machine compile, jpeg and ncu; at most 8 files come back."""
     # Budgets several times what each step takes idle (study ~80 s, lm ~60 s, jpeg ~40 s):
     # the rehearsal proves the plumbing, and a busy CI machine must not cut it.
@@ -71,7 +71,7 @@ def test_the_loan_rehearses_every_step_on_the_cpu(tmp_path: Path) -> None:
     # The ncu step says why it could not run: a CPU study has no Nsight commands.
     assert "ncu: SKIP" in rerun and "profile CUDA devices only" in rerun
     # install.log: where optuna, hydra and nvtx were missing and installed from .whl/, as on a
-    # GPU machine (benchmarks/gpu_image.sh rehearses with its software).
+    # GPU machine (.ci/gpu/gpu_image.sh rehearses with its software).
     files = sorted(p.name for p in out.iterdir())
     assert set(files) - {"install.log"} == {"figures.md", "lm.tgz", "rerun.tgz", "study.tgz",
                                            "summary.txt", "tests.tgz"}, files

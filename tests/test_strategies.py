@@ -13,7 +13,8 @@ import pytest
 from autotune.core.env import Env
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Watch
-from benchmarks.figures import (
+from benchmarks.measure_cache import CacheRefused, Entry, MeasurementCache, machine, replay
+from benchmarks.strategy_figures import (
     Rec,
     incumbent_scores,
     kendall_tau,
@@ -24,7 +25,6 @@ from benchmarks.figures import (
     trials_to,
     wasted_share,
 )
-from benchmarks.measure_cache import CacheRefused, Entry, MeasurementCache, machine, replay
 
 ENV = Env(device="cpu", device_name="AMD EPYC 9B14", total_memory_gb=8.0, cpu_count=2,
           cuda_capability=None, bf16=True, compiler=True, torch_version="2.14.1",
@@ -233,7 +233,7 @@ def test_tiny_benchmark_end_to_end(tmp_path: Path):
     assert [f["rank"] for f in [*bench.fidelity, *bench.spread]] == [1, 2]
     assert all(len(f["longs"]) == 2 and f["long"] and f["long_spread"] is not None
                for f in [*bench.fidelity, *bench.spread])
-    lines = write_report(bench, preset, "python benchmarks/strategies.py --preset tiny", tmp_path)
+    lines = write_report(bench, preset, "python -m benchmarks.strategies --preset tiny", tmp_path)
     text = (tmp_path / "benchmarks.md").read_text()
     for name in ("defaults", "recipe", "grid (oracle)", "random", "tpe+prune", "autotune"):
         assert f"| {name} |" in text

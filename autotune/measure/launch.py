@@ -104,7 +104,7 @@ def _trial_entry(request: str, result: str, log: str, env: dict[str, str],
     scheduling group that gets an equal share of the CPUs. A trial in a session of its own,
     beside one CPU hog elsewhere, got one of two cores for its two intra-op threads: a
     ResNet-18 step took 2,984-3,316 ms where the same loop in the driver's session took
-    620-641 ms (benchmarks/window_under_load.py, 2026-11-25). In the driver's session a trial
+    620-641 ms (2026-11-25, docs/benchmarks.md "Busy machines"). In the driver's session a trial
     competes for the CPUs as the user's own training, started from the same shell, would."""
     os.setpgid(0, 0)
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server too

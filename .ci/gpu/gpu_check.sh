@@ -3,10 +3,10 @@
 # One command of a 15-minute loan: at most 6 minutes on one H100, copy and install included, the
 # whole script under one timeout; a rerun of failed steps in about 3.
 #
-#   timeout 360 bash benchmarks/gpu_check.sh                        # on the GPU machine ($OUT set)
-#   STEPS="jpeg ncu" timeout 200 bash benchmarks/gpu_check.sh       # rerun the failed steps alone
-#   bash benchmarks/gpu_loan.sh       # a loan's one command: this check, then its cut steps again
-#   GPU_CHECK_DRY=1 OUT=/tmp/rehearsal bash benchmarks/gpu_check.sh  # the rehearsal, on the CPU
+#   timeout 360 bash .ci/gpu/gpu_check.sh                        # on the GPU machine ($OUT set)
+#   STEPS="jpeg ncu" timeout 200 bash .ci/gpu/gpu_check.sh       # rerun the failed steps alone
+#   bash .ci/gpu/gpu_loan.sh       # a loan's one command: this check, then its cut steps again
+#   GPU_CHECK_DRY=1 OUT=/tmp/rehearsal bash .ci/gpu/gpu_check.sh  # the rehearsal, on the CPU
 #
 # Steps, most informative first, so a loan cut short keeps what tells most:
 #   study    the README's main command on CUDA at 224 px (8 trials, 3 confirmation rounds at
@@ -20,8 +20,8 @@
 #   tests    the gpu-marked tests: each GPU path alone (CUDA faults, the sync rule, adapters,
 #            NCCL at world size 1, the allocator's expandable segments, every SDPA backend
 #            under checkpointing inside a CUDA Graph).
-#   figures  benchmarks/gpu_figures.py over the studies: figures.md (goal: 22x, 90% of ceiling).
-# Not in the default set (a loan's second phase runs them, benchmarks/gpu_loan.sh):
+#   figures  .ci/gpu/gpu_figures.py over the studies: figures.md (goal: 22x, 90% of ceiling).
+# Not in the default set (a loan's second phase runs them, .ci/gpu/gpu_loan.sh):
 #   compile  the study's exported configuration with torch.compile searched (off, default,
 #            reduce-overhead; max-autotune's minutes of kernel autotuning do not fit) and its
 #            loader narrowed to its own workers or one, so that a compiled trial whose loader
@@ -45,7 +45,7 @@
 # tests/test_gpu_check.py runs it.
 set -u -o pipefail
 
-SRC=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/gpu_check_out}
 DRY=${GPU_CHECK_DRY:-0}
 STEPS=${STEPS:-study lm tests figures}
@@ -96,7 +96,7 @@ fi
 # 90 s (once its windows were no longer read as contended by the user's own process), tests
 # 94 s in 4 pytest processes (test_nccl.py alone 34 s): 9 + 122 + 90 + 94 + 3 = 318 s of the
 # 352. The budgets add up to TOTAL_S less the copy; a step that is cut is rerun on the same
-# machine by benchmarks/gpu_loan.sh.
+# machine by .ci/gpu/gpu_loan.sh.
 : "${BUDGET_study:=135}" "${BUDGET_lm:=100}" "${BUDGET_tests:=100}" "${BUDGET_jpeg:=50}"
 : "${BUDGET_ncu:=47}" "${BUDGET_figures:=3}" "${BUDGET_compile:=220}"
 
@@ -126,7 +126,7 @@ run_step() {
     local t0=$SECONDS rc
     mkdir -p "logs"
     GPU_CHECK_STEP=$name WORK=$WORK STEP_BUDGET=$budget timeout -k 10 "$budget" \
-        bash "$WORK/benchmarks/gpu_check.sh" 2>&1 | stamp > "logs/$name.log"
+        bash "$WORK/.ci/gpu/gpu_check.sh" 2>&1 | stamp > "logs/$name.log"
     rc=${PIPESTATUS[0]}
     local took=$((SECONDS - t0)) status=PASS why=""
     if [ $rc = 124 ] || [ $rc = 137 ]; then status=TIMEOUT why="cut at ${budget}s"
@@ -296,7 +296,7 @@ compile_step() {
 }
 
 figures_step() {
-    "$PY" benchmarks/gpu_figures.py studies "$OUT/figures.md"
+    "$PY" .ci/gpu/gpu_figures.py studies "$OUT/figures.md"
 }
 
 # One step, started by run_step under its own timeout (bash functions cannot be timed).

@@ -5,9 +5,9 @@
 # PYTHONPATH as gpu_check.sh installs them there. Runs the loan's own command as a rehearsal
 # (GPU_CHECK_DRY=1, steps on the CPU), then the tests under that software.
 #
-#   bash benchmarks/gpu_image.sh                    # rehearsal + the fast tier (idle: 130 s + 69 s)
-#   bash benchmarks/gpu_image.sh tests/test_ddp.py  # rehearsal + the tests named (pytest args)
-#   SKIP_REHEARSAL=1 bash benchmarks/gpu_image.sh -m "not slow" -x
+#   bash .ci/gpu/gpu_image.sh                    # rehearsal + the fast tier (idle: 130 s + 69 s)
+#   bash .ci/gpu/gpu_image.sh tests/test_ddp.py  # rehearsal + the tests named (pytest args)
+#   SKIP_REHEARSAL=1 bash .ci/gpu/gpu_image.sh -m "not slow" -x
 #
 # What it found on 2026-11-27 (this project's 2-core VM, 63fe0d0): the rehearsal passed; the
 # fast tier failed 4 tests, the whole suite 4 more, and every test that starts a child process
@@ -16,7 +16,7 @@
 # needed no change for them. The docs tests are left out: the GPU image has
 # neither mkdocs nor nbformat, and the docs do not run there.
 set -euo pipefail
-SRC=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 IMG=${IMG:-/tmp/gpuimg}
 SITE=${SITE:-/tmp/site}
 cd "$SRC"
@@ -47,7 +47,7 @@ if [ "${SKIP_REHEARSAL:-0}" != 1 ]; then
     out=$(mktemp -d /tmp/gpu_image_out.XXXX)
     # gpu_loan.sh ends by printing the check's summary and its rerun's.
     GPU_CHECK_DRY=1 PYTHON="$IMG/bin/python" OUT="$out" LIMIT_S=400 WORK=/tmp/gpu_image_check \
-        bash benchmarks/gpu_loan.sh > "$out/loan.log" 2>&1 || true
+        bash .ci/gpu/gpu_loan.sh > "$out/loan.log" 2>&1 || true
     tail -n 20 "$out/loan.log"
     # A step fails when its last word is FAIL or TIMEOUT: one cut in the check and passed in
     # the loan's rerun is what a loan does (the dry steps keep the GPU's budgets; beside other

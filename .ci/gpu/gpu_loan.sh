@@ -5,8 +5,8 @@
 # stays warm 30 s) and start a fresh one, 1-3 of the loan's 15 minutes; one command of at most
 # 10 minutes does not.
 #
-#   run: bash benchmarks/gpu_loan.sh     carry [".whl"], timeout_s 600 (an H100 or an H200)
-#   GPU_CHECK_DRY=1 OUT=/tmp/loan LIMIT_S=300 bash benchmarks/gpu_loan.sh   # on the CPU
+#   run: bash .ci/gpu/gpu_loan.sh     carry [".whl"], timeout_s 600 (an H100 or an H200)
+#   GPU_CHECK_DRY=1 OUT=/tmp/loan LIMIT_S=300 bash .ci/gpu/gpu_loan.sh   # on the CPU
 #
 # $OUT gets the check's own files (summary.txt, figures.md, install.log and a .tgz per step:
 # 6) and rerun.tgz, the rerun's summary, figures and archives: 7 of the 8 that come back.
@@ -14,14 +14,14 @@
 # that passed in the check deselected. Measured on one H100, 2026-11-26 (docs/benchmarks.md):
 # the check took 346 s; its rerun, led by a study, left the tests 81 s.
 set -u -o pipefail
-SRC=$(cd "$(dirname "$0")/.." && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 : "${OUT:?set OUT to the folder whose files come back}"
 LIMIT_S=${LIMIT_S:-590}   # this command's own limit; the device allows 600 s
 CHECK_S=${CHECK_S:-360}
 WORK=${WORK:-/tmp/gpu_check}
 export WORK
 
-timeout -k 5 "$CHECK_S" bash "$SRC/benchmarks/gpu_check.sh"
+timeout -k 5 "$CHECK_S" bash "$SRC/.ci/gpu/gpu_check.sh"
 echo "check: exit $? after ${SECONDS}s (timeout ${CHECK_S}s)" >> "$OUT/summary.txt"
 
 # Failed or cut, or (ncu) without a study to read. The tests first: a study cut in its last
@@ -45,7 +45,7 @@ export BUDGET_tests=${RERUN_BUDGET_tests:-$((left - 10))} BUDGET_jpeg=${RERUN_BU
 export BUDGET_ncu=${RERUN_BUDGET_ncu:-40} BUDGET_compile=${RERUN_BUDGET_compile:-200}
 steps="$rerun ${EXTRA_STEPS-compile ncu jpeg} figures"
 OUT=$AGAIN STEPS="$steps" TOTAL_S=$left TEST_WORKERS=1 \
-    PASSED_LOG=$WORK/logs/tests.check.log timeout -k 5 "$left" bash "$SRC/benchmarks/gpu_check.sh"
+    PASSED_LOG=$WORK/logs/tests.check.log timeout -k 5 "$left" bash "$SRC/.ci/gpu/gpu_check.sh"
 echo "rerun: exit $? of steps '$steps', ${left}s given"  >> "$AGAIN/summary.txt"
 tar -czf "$OUT/rerun.tgz" -C "$(dirname "$AGAIN")" "$(basename "$AGAIN")"
 cat "$OUT/summary.txt" "$AGAIN/summary.txt"

@@ -1,6 +1,6 @@
-"""The GPU check's figures, from the studies benchmarks/gpu_check.sh ran.
+"""The GPU check's figures, from the studies .ci/gpu/gpu_check.sh ran.
 
-    python benchmarks/gpu_figures.py STUDIES_DIR OUT.md [--goal-speedup 22 --goal-ceiling 0.9]
+    python .ci/gpu/gpu_figures.py STUDIES_DIR OUT.md [--goal-speedup 22 --goal-ceiling 0.9]
 
 Reads each study's best.yaml and trials.csv under STUDIES_DIR and writes one Markdown page:
 the speedup with its interval against the goal, the share of the step-alone (compute) ceiling
