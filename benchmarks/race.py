@@ -8,8 +8,8 @@ Run from the repository's root. Each study is the README's command as a user typ
 study name and a temporary out_dir), on the same seed. The table splits the search's time into
 its trials' windows and the race's rounds, so that "wall / search" is read against the
 trials' own time (what the search costs without rounds), and compares the exported knobs and
-the speedup's interval; ``--record`` appends it to docs/benchmarks.md with the machine, the
-date and the command.
+the speedup's interval; ``--record`` puts it at the top of docs/benchmarks.md with the
+machine, the date and the command (benchmarks/record.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.time_budget import ROOT, _interval, _phases, run_study
+from benchmarks.record import command, prepend_section
+from benchmarks.time_budget import _interval, _phases, run_study
 
 
 def _race_s(doc: dict[str, Any]) -> float:
@@ -65,13 +66,12 @@ def main() -> None:
             docs.append((f"raced, time_budget_s={budget}",
                          run_study(a.workload, "budget", out, [f"study.time_budget_s={budget}"])))
     base = old["_baseline_knobs"]
-    command = f"python -m benchmarks.race --workload {a.workload}" + (
-        f" --ratio {a.ratio:g}" if a.ratio else "")
+    cmd = command("benchmarks.race")
     lines = [
         f"## The finalists raced during the search ({datetime.date.today()}, {a.workload})",
         "",
         f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-        f"device {old['device']['type']} ({old['device']['name']}). Command: `{command}`: "
+        f"device {old['device']['type']} ({old['device']['name']}). Command: `{cmd}`: "
         f"`{old['_command']}`, then the same without `study.race=false`.",
         "",
         "| study | trials | trials' windows s | race s | confirmation s | numerics s | wall s "
@@ -84,8 +84,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if a.record:
-        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
-            f.write("\n" + text)
+        prepend_section(text)
 
 
 if __name__ == "__main__":
