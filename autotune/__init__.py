@@ -43,13 +43,13 @@ if TYPE_CHECKING:
     from autotune.production.environment_check import EnvironmentChanged
     from autotune.production.meter import Meter, SlowerThanMeasured
     from autotune.production.runtime import KnobOverridden, Runtime
-    from autotune.search.verify import Verified
+    from autotune.production.verify import Verified
 
 #: Where each public name lives.
 _WHERE = {
     "Stage": "autotune.core.stages", "Training": "autotune.core.training",
     "Workload": "autotune.core.workload", "WorkloadError": "autotune.core.workload",
-    "CannotTravel": "autotune.core.shipping", "Verified": "autotune.search.verify",
+    "CannotTravel": "autotune.core.shipping", "Verified": "autotune.production.verify",
     "BestConfig": "autotune.production.best",
     "load_best": "autotune.production.best",
     "EnvironmentChanged": "autotune.production.environment_check",

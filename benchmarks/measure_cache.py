@@ -43,7 +43,7 @@ import autotune
 from autotune.core.env import Env
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Watch, run_window
-from autotune.search.study import Driver
+from autotune.search.loop.driver import Driver
 
 # The modules whose code decides a measured figure: a change to them invalidates the store.
 MEASURING_CODE = ("window.py", "training.py", "runner.py", "launch.py", "profiling.py",

@@ -9,7 +9,7 @@ from autotune.core.knobs import build_space
 from autotune.core.training import Training
 from autotune.core.workload import build_workload
 from autotune.measure.batches import Batches
-from autotune.search.numerics import deviation
+from autotune.search.checks.numerics import deviation
 
 SPECS = {
  "mlp": {"_target_": "autotune.workloads.mlp.MLPWorkload"},

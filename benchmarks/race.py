@@ -1,6 +1,6 @@
 """The old path and the new side by side: a study whose finalists are measured in rounds
 only after the search (``study.race=false``) and the same study racing them during the search
-(search/race.py), and, with ``--ratio``, the racing study under ``study.time_budget_s``.
+(search/loop/race.py), and, with ``--ratio``, the racing study under ``study.time_budget_s``.
 
     python -m benchmarks.race [--workload resnet18] [--ratio 1.5] [--record]
 

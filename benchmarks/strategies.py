@@ -17,7 +17,7 @@ window (``run_window``: a fresh subprocess per window) and its own study driver:
 - ``random`` (Optuna RandomSampler), ``tpe`` (autotune's TPE sampler; no diagnosis, pruning or
   agent), ``tpe+prune`` (its pruning, no agent) and ``autotune`` (agent, pruning and the
   confirmation a study runs by default), each with the same trial budget, for several sampler
-  seeds, through ``study.Driver``.
+  seeds, through ``loop.driver.Driver``.
 
 Every window is stored (benchmarks/measure_cache.py says how that stays honest: never across
 machines or versions; a stored window is charged its measured wall time, and pruning replays
@@ -171,7 +171,7 @@ def confirmed(setup: StudySetup, study: optuna.Study, cache: MeasurementCache) -
     configurations and the baseline, ``confirm_runs`` fresh windows each, in turn), its windows
     stored under their own tags (never a search window's) and charged their seconds: one
     ``confirm`` record whose key is the winner, or none when it could not confirm."""
-    from autotune.search.confirm import confirm
+    from autotune.search.confirmation.confirm import confirm
 
     defaults = StudyConfig()
     rounds: dict[str, int] = {}

@@ -71,7 +71,7 @@ def test_agent_goes_on_from_a_step_that_read_within_the_noise_of_the_best(cpu_en
     the export, measured side by side) was never tried. A trial within FINALIST_BAND of the
     best is steered from too; one further below is not."""
     from autotune.core.knobs import build_space
-    from autotune.search.agent import propose
+    from autotune.search.loop.agent import propose
     from autotune.workloads.mlp import MLPWorkload
 
     space = build_space(cpu_env, MLPWorkload(), {"batch_size": [32, 64, 128]})
@@ -96,7 +96,7 @@ def test_agent_steers_from_the_least_over_trial_while_none_fits_the_memory_limit
     from autotune.cli.app import ranked
     from autotune.cli.config import LaunchConfig
     from autotune.core.knobs import build_space
-    from autotune.search.agent import propose
+    from autotune.search.loop.agent import propose
     from autotune.workloads.gpt import GPTWorkload
 
     space = build_space(ranked(cpu_env, LaunchConfig(nproc_per_node=2)), GPTWorkload().cpu_sized(),

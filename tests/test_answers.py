@@ -19,7 +19,7 @@ import autotune
 from autotune.core.effects import same_training_knobs, training_changes
 from autotune.core.knobs import EFFECTS, KNOBS, Knob
 from autotune.results.intervals import paired_speedup
-from autotune.search.choose import Candidate, racing
+from autotune.search.confirmation.choose import Candidate, racing
 from tests.conftest import BARE_ARGS, run_cli
 
 # -- the classes ---------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def _serve(study: optuna.Study, numbers: dict[str, int],
 
 def test_the_confirmation_states_the_same_training_answer_with_its_interval(
         tmp_path: Path) -> None:
-    from autotune.search import confirm as confirm_mod
+    from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, n = _planted(tmp_path)
     record = confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))
@@ -187,7 +187,7 @@ def test_both_answers_are_written_and_read_back(tmp_path: Path) -> None:
     from autotune.adapters.hf_workload import training_arguments_kwargs
     from autotune.adapters.lightning_workload import lightning_document
     from autotune.results.export import write_exports
-    from autotune.search import confirm as confirm_mod
+    from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, n = _planted(tmp_path)
     confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))
@@ -239,8 +239,8 @@ def _csv(path: Path) -> list[dict[str, str]]:
 def test_the_summary_states_both_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                          ) -> None:
     from autotune.results.export import best_document
-    from autotune.search import confirm as confirm_mod
-    from autotune.search.summary import print_summary
+    from autotune.search.confirmation import confirm as confirm_mod
+    from autotune.search.console.summary import print_summary
 
     setup, study, n = _planted(tmp_path)
     confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))
@@ -260,7 +260,7 @@ def test_the_summary_states_both_answers(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_study_training_same_puts_the_same_training_answer_in_best_yaml(tmp_path: Path) -> None:
     from autotune.results.export import write_exports
-    from autotune.search import confirm as confirm_mod
+    from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, n = _planted(tmp_path, training="same")
     confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))
@@ -280,7 +280,7 @@ def test_study_training_same_puts_the_same_training_answer_in_best_yaml(tmp_path
 
 def test_a_best_that_trains_the_same_model_is_said_once_and_written_once(tmp_path: Path) -> None:
     from autotune.results.export import write_exports
-    from autotune.search import confirm as confirm_mod
+    from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, n = _planted(tmp_path)
     # The same-training trial measures fastest in the rounds: it is the one answer.
@@ -356,8 +356,8 @@ def test_a_same_training_answer_the_numerics_check_refuses_is_not_exported(
     answer stands."""
     from autotune.results.record import set_study_attrs
     from autotune.results.trials import chosen_trial
-    from autotune.search import confirm as confirm_mod
-    from autotune.search.numerics import _repick_confirmation
+    from autotune.search.checks.numerics import _repick_confirmation
+    from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, n = _planted(tmp_path)
     confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))

@@ -11,8 +11,8 @@ import yaml
 
 from autotune.core.env import Env
 from autotune.core.knobs import build_space
-from autotune.search.budget import AFTER_SEARCH_SHARE, plan
-from autotune.search.cost import estimate
+from autotune.search.console.cost import estimate
+from autotune.search.loop.budget import AFTER_SEARCH_SHARE, plan
 from autotune.search.setup import StudySetup
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import TINY_WINDOW, ran_to_the_end, run_cli

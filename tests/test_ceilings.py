@@ -76,8 +76,8 @@ def test_a_beaten_ceiling_is_recorded_and_never_prunes(tmp_path: Path) -> None:
     import csv
 
     from autotune.results.export import write_exports
+    from autotune.search.loop.driver import Driver
     from autotune.search.pruning import cache_ceilings, cached_ceilings, ceiling_verdict
-    from autotune.search.study import Driver
 
     setup = _setup(tmp_path)
     driver = Driver(setup)

@@ -66,7 +66,7 @@ def test_compiled_trials_record_cold_and_warm_compiles_and_break_even(tmp_path: 
     best.yaml states both and the compiled finalist's break-even; with run_steps, the
     objective is the whole run's samples/s."""
     from autotune.results.export import write_exports
-    from autotune.search.study import Driver
+    from autotune.search.loop.driver import Driver
 
     setup = _setup(tmp_path, run_steps=50)
     driver = Driver(setup)

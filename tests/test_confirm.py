@@ -17,9 +17,15 @@ import yaml
 
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 from autotune.results.trust import could_not_measure, one_sided, window_loads
-from autotune.search.choose import Candidate, candidates_of, pick, still_racing, tie_words
-from autotune.search.confirm import PRECISE_ROUNDS, trusted_rounds
-from autotune.search.confirm_words import round_words
+from autotune.search.confirmation.choose import (
+    Candidate,
+    candidates_of,
+    pick,
+    still_racing,
+    tie_words,
+)
+from autotune.search.confirmation.confirm import PRECISE_ROUNDS, trusted_rounds
+from autotune.search.confirmation.words import round_words
 from tests.conftest import TINY_ARGS, run_cli
 
 #: TINY_ARGS without its quick confirmation and without profiling: each test sets its own.
@@ -308,7 +314,7 @@ def test_a_tie_broken_against_the_leader_is_settled_by_more_rounds_first(
     and exported batch 64 for its lower memory; side by side it was 6% slower. Rounds of the
     two and the baseline alone now settle such a tie before the tie-break decides it; the
     other finalists sit those rounds out."""
-    from autotune.search import confirm as confirm_mod
+    from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, names = _served_study(tmp_path, budget_s=300)
     seen: list[tuple[int, str]] = []
@@ -324,7 +330,7 @@ def test_a_tie_broken_against_the_leader_is_settled_by_more_rounds_first(
     extra = [name for i, name in seen if i >= PRECISE_ROUNDS]
     assert set(extra) == {"base", "b128", "b64"}  # the third finalist sat them out
     assert record["runs"][str(number["five"])][PRECISE_ROUNDS:] == [None] * tie["rounds"]
-    from autotune.search.summary import confirmation_lines
+    from autotune.search.console.summary import confirmation_lines
     said = confirmation_lines({"metrics": {}, "baseline": {}, "confirmation": record})
     assert tie["words"] in said and f"{tie['rounds']} more round(s)" in tie["words"]
 
@@ -344,7 +350,7 @@ def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path,
     30) stop after 3 rounds, known to +-5%; the same rounds behind 8% windows (a shared 2-core
     VM's) need PRECISE_ROUNDS, and the cost said before the rounds counts that many; a window
     whose spread is unknown vouches for nothing."""
-    from autotune.search import confirm as confirm_mod
+    from autotune.search.confirmation import confirm as confirm_mod
 
     assert trusted_rounds(0.005, 0.05) == MIN_ROUNDS
     assert trusted_rounds(0.02, 0.05) == 4  # 3.18 * 0.028 / 2 = 4.5%
@@ -374,7 +380,7 @@ def test_each_round_says_where_the_intervals_stand_and_when_they_will_be_precise
     """A line per round: each finalist's interval, and the rounds still needed at the spread
     its rounds show (a t interval narrows as t975(n-1)/sqrt(n)), the windows' trusted floor,
     or the budget, whichever ends them."""
-    from autotune.search.confirm_words import MAX_ROUNDS, progress_words, rounds_for
+    from autotune.search.confirmation.words import MAX_ROUNDS, progress_words, rounds_for
 
     def cand(n: int) -> Candidate:  # rounds alternating 1.1x and 1.2x: about 5% apart
         return Candidate(1, paired_speedup([(110.0, 120.0)[i % 2] for i in range(n)],
@@ -438,7 +444,7 @@ def test_a_noisy_baseline_alone_does_not_make_the_study_unmeasured() -> None:
     configurations are ranked, only the speedup's size is uncertain. The summary says why
     (the baseline's spread), and the study is not "too noisy to rank configurations"."""
     from autotune.results.trust import baseline_noise
-    from autotune.search.summary import confirmation_lines
+    from autotune.search.console.summary import confirmation_lines
 
     assert could_not_measure(_study_with(_H100_CONF)) is None
     words = baseline_noise(_H100_CONF)
@@ -477,7 +483,7 @@ def test_a_round_beside_other_work_says_what_became_of_its_windows() -> None:
     """A pair with a contended window is left out of its interval while 3 quiet rounds
     remain: the round's line says which window and that it was left out, since the intervals
     it prints are then the round before's (a 2-rank study's round 5, 2026-11-28)."""
-    from autotune.search.confirm_words import busy_words
+    from autotune.search.confirmation.words import busy_words
 
     quiet4 = [False] * 4
     assert busy_words([2, 0, 3], {0: [*quiet4, False], 2: [*quiet4, False],
@@ -493,7 +499,7 @@ def test_a_round_beside_other_work_says_what_became_of_its_windows() -> None:
     assert said == ("the windows of trials 2, 3 ran beside other work: counted, as fewer than 3 "
                     "quiet rounds remain")
     # The words ride on the round's line.
-    from autotune.search.confirm_words import progress_words
+    from autotune.search.confirmation.words import progress_words
 
     def cand(n: int) -> Candidate:
         return Candidate(1, paired_speedup([(110.0, 120.0)[i % 2] for i in range(n)],

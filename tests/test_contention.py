@@ -177,7 +177,7 @@ def test_a_chunk_read_under_contention_never_prunes(tmp_path: Path) -> None:
     from autotune.cli.config import Config, StudyConfig, WindowConfig
     from autotune.measure.runner import Watch
     from autotune.results.record import set_trial_attrs
-    from autotune.search.study import Driver
+    from autotune.search.loop.driver import Driver
 
     window = {**TINY_WINDOW, "profile": False}
     cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",
@@ -216,7 +216,7 @@ def test_remeasure_contended_0_takes_a_busy_window_once_with_its_load_named(
     hog is measured once, not again after a wait, and says it was contended."""
     from autotune.cli.app import build_setup
     from autotune.cli.config import Config, StudyConfig, WindowConfig
-    from autotune.search.study import Driver
+    from autotune.search.loop.driver import Driver
 
     window = {**TINY_WINDOW, "measure_steps": 400, "measure_seconds": 3.0}
     cfg = Config(workload={"_target_": "autotune.workloads.mlp.MLPWorkload"}, device="cpu",

@@ -75,7 +75,7 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     still to come while the load stays."""
     from autotune.core.knobs import build_space
     from autotune.diagnose.thresholds import CONTENDED_WAIT_S
-    from autotune.search.cost import estimate
+    from autotune.search.console.cost import estimate
     from autotune.search.setup import StudySetup
     from autotune.workloads.mlp import MLPWorkload
 

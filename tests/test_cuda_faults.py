@@ -42,7 +42,7 @@ def test_cuda_oom_trial_is_recorded_infeasible(tmp_path: Path) -> None:
 
     from autotune.cli.app import build_setup
     from autotune.cli.config import Config, StudyConfig, WindowConfig
-    from autotune.search.study import Driver
+    from autotune.search.loop.driver import Driver
 
     cfg = Config(workload={"_target_": "tests.workloads_cuda.HugeActivation"}, device="cuda",
                  study=StudyConfig(out_dir=str(tmp_path), agent=False, confirm_runs=0),

@@ -18,7 +18,7 @@ from autotune.core.env import Env
 from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
 from autotune.diagnose.verdicts import diagnose
 from autotune.results.launch_export import ddp_step_section
-from autotune.search.numerics import families
+from autotune.search.checks.numerics import families
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import ROOT, child_env
 
@@ -129,7 +129,7 @@ def test_the_communication_verdict_offers_the_step_knobs_the_study_searches(cpu_
 
 def test_scaling_needs_ranks_and_is_in_the_wall_time_estimate(cpu_env: Env) -> None:
     from autotune.cli.crash import UsageError
-    from autotune.search.cost import estimate
+    from autotune.search.console.cost import estimate
     from autotune.search.setup import StudySetup
 
     with pytest.raises(UsageError, match="launch.nproc_per_node=N"):

@@ -76,7 +76,7 @@ def test_every_exception_a_page_names_is_importable_from_autotune() -> None:
 
 
 def test_what_autotune_verify_raises_is_the_exported_verify_error() -> None:
-    from autotune.search import verify as rounds
+    from autotune.production import verify as rounds
 
     assert issubclass(autotune.VerifyError, rounds.VerifyError)
     assert issubclass(autotune.VerifyError, autotune.StudyError)

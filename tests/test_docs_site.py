@@ -36,7 +36,7 @@ def test_site_builds_strict_and_lists_every_key_and_knob(tmp_path: Path) -> None
                  "autotune.adapters.hf.training_arguments_kwargs",
                  "autotune.adapters.lightning.trainer_kwargs",
                  "autotune.adapters.lightning.dataloader_kwargs",
-                 "autotune.search.verify.Verified", "autotune.cli.api.VerifyError",
+                 "autotune.production.verify.Verified", "autotune.cli.api.VerifyError",
                  "autotune.core.shipping.CannotTravel"):
         assert f'id="{name}"' in api_html, name
     # The Hugging Face page shows the tutorial's own code (highlighted: read without the tags).

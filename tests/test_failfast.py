@@ -11,7 +11,7 @@ import optuna
 import yaml
 
 from autotune.cli.main import force_workload_args
-from autotune.search.failfast import NOTHING_EXPORTED, user_frame
+from autotune.search.loop.failfast import NOTHING_EXPORTED, user_frame
 from tests.conftest import TINY_ARGS, run_cli
 
 CRASH = "workload._target_=tests.workloads_user.CrashesEveryStep"

@@ -210,7 +210,7 @@ def test_invalid_pin_names_valid_values(cpu_env: Env) -> None:
 def test_a_trial_stored_before_a_knob_existed_resumes_with_what_it_ran(cpu_env: Env) -> None:
     """An old resnet18 study's trials lack transform_split: they ran every input stage on
     the host, not the domain's first value (0, all on the device)."""
-    from autotune.search.agent import candidate
+    from autotune.search.loop.agent import candidate
 
     wl = small_resnet()
     space = build_space(cpu_env, wl, {})
@@ -224,7 +224,7 @@ def test_a_trial_stored_before_a_knob_existed_resumes_with_what_it_ran(cpu_env: 
     assert proposed is not None and proposed["transform_split"] == 3
     assert proposed["num_workers"] == 1
     # and it counts as tried: the agent does not re-run it as a "new" split-3 configuration
-    from autotune.search.agent import tried
+    from autotune.search.loop.agent import tried
 
     study = optuna.create_study()
     study.enqueue_trial({}, user_attrs={"knobs": old})

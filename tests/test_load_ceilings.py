@@ -47,7 +47,7 @@ class PlantedCeilingWorkload(MLPWorkload):
 def _study(tmp_path: Path, workload: dict[str, Any]) -> Any:
     from autotune.cli.app import build_setup
     from autotune.cli.config import Config, StudyConfig, WindowConfig
-    from autotune.search.study import Driver
+    from autotune.search.loop.driver import Driver
 
     cfg = Config(workload=workload, device="cpu",
                  study=StudyConfig(out_dir=str(tmp_path / "studies"), agent=False),

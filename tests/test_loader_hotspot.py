@@ -13,7 +13,7 @@ from autotune.core.knobs import build_space
 from autotune.diagnose import diagnose
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
-from autotune.search.agent import candidate
+from autotune.search.loop.agent import candidate
 from autotune.workloads.jpeg_folder import write_random_jpegs
 from tests.conftest import TINY_WINDOW
 from tests.workloads_augment import AugmentedJPEGs, TinyJPEGFolder

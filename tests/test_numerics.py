@@ -11,7 +11,7 @@ import yaml
 
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
-from autotune.search.numerics import (
+from autotune.search.checks.numerics import (
     DEFAULT_TOLERANCE,
     check_tolerance,
     deviation,

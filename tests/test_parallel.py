@@ -15,7 +15,7 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from autotune.search.ownership import owner_alive
+from autotune.search.loop.ownership import owner_alive
 from tests.conftest import BARE_ARGS, PG_PASSWORD, child_env, ran_to_the_end, run_cli
 
 WORKER = [sys.executable, "-c", "from autotune.cli.main import main; main()"]
@@ -35,7 +35,7 @@ def _check_study(url: str, name: str, expect: int) -> list[optuna.trial.FrozenTr
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     finished = [t for t in trials if t.state.is_finished()]
     # Each invocation may measure one more trial after its search, the same-training answer's
-    # (search/same_training.py), when its best changes what is trained: the search's are counted.
+    # (search/loop/same_training.py), when its best changes what is trained: the search's are counted.
     searched = [t for t in finished if t.user_attrs.get("source") != "same_training"]
     assert len(searched) == expect, [(t.number, t.state, t.user_attrs.get("reason")) for t in trials]
     assert len({t.number for t in trials}) == len(trials)

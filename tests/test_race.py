@@ -1,4 +1,4 @@
-"""The search races its finalists (search/race.py): after a trial that lands among them, one
+"""The search races its finalists (search/loop/race.py): after a trial that lands among them, one
 round of the finalists and the baseline; a finalist shown slower is dropped before the search
 ends; the confirmation starts from those rounds and only tops them up."""
 
@@ -14,9 +14,9 @@ import pytest
 
 from autotune.measure.protocol import WindowResult
 from autotune.results.intervals import Interval
-from autotune.search.choose import Candidate
-from autotune.search.confirm import Rounds, confirm, eliminate, raced
-from autotune.search.race import race_round
+from autotune.search.confirmation.choose import Candidate
+from autotune.search.confirmation.confirm import Rounds, confirm, eliminate, raced
+from autotune.search.loop.race import race_round
 from tests.conftest import TINY_ARGS, run_cli
 
 #: Each configuration's figure in every window: batch 64 is well behind the two others.

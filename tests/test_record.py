@@ -74,7 +74,7 @@ def test_a_window_result_is_stored_under_the_declared_keys() -> None:
 
     from autotune.measure.protocol import WindowResult
     from autotune.results.record import MEASURED_KEYS, ReadingAttrs, WindowAttrs
-    from autotune.search.window_record import NOT_STORED, window_attrs
+    from autotune.search.loop.window_record import NOT_STORED, window_attrs
 
     names = {f.name for f in dataclasses.fields(WindowResult)}
     window = set(WindowAttrs.__annotations__)

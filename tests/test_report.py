@@ -400,7 +400,7 @@ def _confirmed_study(runs: dict[str, list[float]]) -> optuna.Study:
 
     from autotune.results.intervals import paired_speedup
     from autotune.results.record import set_study_attrs
-    from autotune.search.choose import candidates_of, decide, still_racing
+    from autotune.search.confirmation.choose import candidates_of, decide, still_racing
 
     study = optuna.create_study(direction="maximize")
     dist = {"batch_size": CategoricalDistribution([32, 64, 128])}

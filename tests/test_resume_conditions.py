@@ -1,5 +1,5 @@
 """A study resumed under other measurement conditions is refused before it writes anything
-(autotune/search/conditions.py): a 2-rank study resumed as one process pruned its first trial
+(autotune/search/loop/conditions.py): a 2-rank study resumed as one process pruned its first trial
 against the ranks' summed rate (2026-11-27)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from autotune.cli.app import build_setup
 from autotune.cli.config import Config, LaunchConfig, StudyConfig, WindowConfig
-from autotune.search.conditions import ChangedConditions, check_resumable, record_conditions
+from autotune.search.loop.conditions import ChangedConditions, check_resumable, record_conditions
 from autotune.search.setup import StudySetup
 from tests.conftest import BARE_ARGS, TINY_WINDOW, run_cli
 

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.core.env import Env
 from autotune.results.intervals import t975
-from autotune.search.confirm_words import MAX_ROUNDS, round_words
+from autotune.search.confirmation.words import MAX_ROUNDS, round_words
 from autotune.search.round_spread import (
     DEVICE_SPREAD,
     RoundSpread,
@@ -80,7 +80,7 @@ def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(
     300 s budget: at a CPU's spread the estimate is the budget, and says so; at a quiet
     spread it is the rounds that spread needs."""
     from autotune.core.knobs import build_space
-    from autotune.search.cost import estimate
+    from autotune.search.console.cost import estimate
     from autotune.search.setup import StudySetup
     from autotune.workloads.mlp import MLPWorkload
 
@@ -121,7 +121,7 @@ def test_a_reference_run_is_counted_at_the_baselines_numerics_at_the_finalists_b
     import optuna
 
     from autotune.core.knobs import build_space
-    from autotune.search.cost import _numerics_s
+    from autotune.search.console.cost import _numerics_s
     from autotune.search.setup import StudySetup
     from autotune.workloads.mlp import MLPWorkload
 

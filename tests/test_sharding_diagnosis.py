@@ -118,7 +118,7 @@ def test_a_rank_over_the_limit_is_named_and_the_fsdp_arguments_export() -> None:
 
 
 def test_sharded_finalists_are_checked_in_numerics_families_of_their_own() -> None:
-    from autotune.search.numerics import DEFAULT_TOLERANCE, families
+    from autotune.search.checks.numerics import DEFAULT_TOLERANCE, families
 
     ref = {"sharding": "no_shard", "fsdp_param_dtype": "fp32", "fsdp_reduce_dtype": "fp32",
            "fsdp_wrap_blocks": 1, "fsdp_prefetch": 0}
@@ -139,7 +139,7 @@ def test_a_baseline_over_the_memory_limit_is_never_kept_and_the_export_says_so()
     from autotune.results.export import best_document
     from autotune.results.intervals import paired_speedup
     from autotune.results.record import set_study_attrs
-    from autotune.search.choose import candidates_of, decide, still_racing
+    from autotune.search.confirmation.choose import candidates_of, decide, still_racing
 
     study = optuna.create_study(direction="maximize")
     dist = {"sharding": CategoricalDistribution(["no_shard", "full_shard"])}

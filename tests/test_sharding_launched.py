@@ -125,7 +125,7 @@ def test_a_sharded_finalist_trains_like_its_unsharded_reference(tmp_path: Path) 
     study's own check, on the study's setup."""
     from autotune.cli.app import build_setup
     from autotune.cli.compose import compose_config
-    from autotune.search.numerics import _check_one, check_tolerance
+    from autotune.search.checks.numerics import _check_one, check_tolerance
 
     pinned = ["knobs.fsdp_wrap_blocks=1", "knobs.fsdp_prefetch=0", "knobs.fsdp_param_dtype=fp32",
               "knobs.bucket_cap_mb=25", "knobs.gradient_as_bucket_view=false",

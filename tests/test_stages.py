@@ -16,7 +16,7 @@ from autotune.core.stages import Stage
 from autotune.core.training import Training
 from autotune.core.workload import Workload
 from autotune.diagnose.verdicts import diagnose
-from autotune.search.agent import candidate
+from autotune.search.loop.agent import candidate
 from autotune.workloads.jpeg_folder import JPEGFolderWorkload, write_random_jpegs
 from autotune.workloads.mlp import MLPWorkload
 from autotune.workloads.resnet18 import ResNet18Workload
@@ -162,7 +162,7 @@ def test_an_input_bound_diagnosis_moves_the_stages_and_the_agent_lands_on_a_vali
     fix = next(f for f in fixes if f["knob"] == "transform_split")
     assert fix["value"] == 0
     # The jitter stage has no batched version: 0 is capped at the nearest valid split, 2.
-    from autotune.search.agent import _within
+    from autotune.search.loop.agent import _within
     value = _within(space, fix, base["transform_split"])
     proposed = candidate(space, base, {**fix, "value": value})
     assert proposed is not None and proposed["transform_split"] == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from autotune.search.verify import causes
+from autotune.production.verify import causes
 from tests.conftest import TINY_ARGS, run_cli
 
 

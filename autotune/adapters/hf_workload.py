@@ -72,7 +72,7 @@ class HFWorkload(Workload):
         **HF_LIMITS,
     }
     cpu_sharding = HF_CPU_SHARDING
-    #: The verify side for this workload: the user's Trainer.train (autotune/search/verify.py).
+    #: The verify side for this workload: the user's Trainer.train (autotune/production/verify.py).
     verifier = "autotune.adapters.hf_verify"
 
     def __init__(self, model: str, dataset: str, config: str | None = None,

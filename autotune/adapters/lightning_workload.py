@@ -108,7 +108,7 @@ class LightningWorkload(Workload):
         "length_grouping": ([False], "the Lightning adapter keeps the DataModule's own sampler "
                                      "(its prepared loader does not regroup batches by length)"),
     }
-    #: The verify side for this workload: the user's Trainer.fit (autotune/search/verify.py).
+    #: The verify side for this workload: the user's Trainer.fit (autotune/production/verify.py).
     verifier = "autotune.adapters.lightning_verify"
 
     def __init__(self, module: str, module_args: Mapping[str, Any] | None = None,

@@ -32,13 +32,13 @@ from autotune.cli.config import Config
 from autotune.cli.crash import UsageError
 from autotune.core.shipping import ToShip, workload_parts
 from autotune.core.workload import Workload
+from autotune.production import verify as verify_module
 from autotune.production.best import BestConfig, load_best
+from autotune.production.verify import Verified
+from autotune.production.verify import verify as verify_rounds
 from autotune.results.compare import REGRESSION_EXIT
-from autotune.search import verify as verify_module
-from autotune.search.failfast import NOTHING_EXPORTED
+from autotune.search.loop.failfast import NOTHING_EXPORTED
 from autotune.search.run import COULD_NOT_MEASURE, run_study
-from autotune.search.verify import Verified
-from autotune.search.verify import verify as verify_rounds
 
 log = logging.getLogger("autotune")
 
@@ -128,7 +128,7 @@ def verify(study: str | Path, *, rounds: int = 5, steps: int | None = None,
            warmup: int | None = None, script: Sequence[str] | None = None,
            nproc_per_node: int = 1) -> Verified:
     """Measure the realized speedup of the study's exported configuration in the production
-    path, interleaved with the original settings (autotune/search/verify.py): ``study`` is a
+    path, interleaved with the original settings (autotune/production/verify.py): ``study`` is a
     best.yaml, its folder, or a study name under studies/. ``script``: your training script
     and its arguments, run as they are (it must build ``autotune.Runtime`` and step its
     ``meter()``). Returns a ``Verified``: the rounds' figures, the realized speedup with its

@@ -29,8 +29,8 @@ from autotune.results.storage import (
     resolve_url,
 )
 from autotune.results.trials import ANSWER_FILES, ANSWERS
-from autotune.search.conditions import ChangedConditions, check_resumable
-from autotune.search.numerics import check_tolerance
+from autotune.search.checks.numerics import check_tolerance
+from autotune.search.loop.conditions import ChangedConditions, check_resumable
 from autotune.search.run import run_study
 from autotune.search.setup import StudySetup
 
@@ -116,7 +116,7 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         space = without_accumulation(space)
 
     label = workload_name(spec)
-    # A run as ranks is measured under other conditions than one process (search/conditions.py):
+    # A run as ranks is measured under other conditions than one process (search/loop/conditions.py):
     # by default it gets a study of its own rather than a refusal to resume the other.
     name = cfg.study.name or f"{label}-{env.device}" + (f"-{env.ranks}ranks" if env.ranks > 1 else "")
     out_dir = Path(cfg.study.out_dir) / name

@@ -78,7 +78,7 @@ class StudyConfig:
         "Stop starting new trials after this many seconds (null: no limit)."))
     time_budget_s: float | None = _key(None, help=(
         "The whole study's wall time in seconds: search, confirmation and numerics check "
-        "(search/budget.py). Trials are started while the next one and what must follow it "
+        "(search/loop/budget.py). Trials are started while the next one and what must follow it "
         "fit; about a third is kept for the confirmation and the numerics check (at least "
         "`confirm_runs` rounds; `confirm_budget_s` is cut to what is left). The header states "
         "the plan once the first window is timed, the summary what it cut. null: `n_trials` "
@@ -89,12 +89,12 @@ class StudyConfig:
         "Stop trials early that cannot beat the best (Optuna pruner + measured ceilings)."))
     confirm_runs: int = _key(3, help=(
         "After the search, the finalists and the baseline are measured again in rounds (each "
-        "once per round, in a random order; search/confirm.py): at least this many rounds (an "
+        "once per round, in a random order; search/confirmation/confirm.py): at least this many rounds (an "
         "interval needs 3), then more until `confirm_precision` (a stop on precision is trusted "
         "from 3 rounds for quiet windows, 6 for noisy ones) or `confirm_budget_s`. 0 rounds = "
         "report the search figures."))
     race: bool = _key(True, help=(
-        "Race the finalists during the search (search/race.py): after a trial that lands "
+        "Race the finalists during the search (search/loop/race.py): after a trial that lands "
         "among them, one round of the finalists still in the race and the baseline, and a "
         "finalist shown slower than another dropped; the confirmation starts from those "
         "rounds (they count in `confirm_runs`, the trusted floor and `confirm_budget_s`, "
@@ -149,7 +149,7 @@ class StudyConfig:
         "best-same-training.yaml (any) or best-any-training.yaml (same) where it is another "
         "configuration."))
     numerics_steps: int = _key(10, help=(
-        "Numerics check before export (autotune/search/numerics.py): each finalist's first N "
+        "Numerics check before export (autotune/search/checks/numerics.py): each finalist's first N "
         "optimizer steps against the baseline's numerics (same seed, data order and batch "
         "size, and fed as the finalist is: its DataLoader workers, prefetch, pinning, so "
         "random augmentations draw the same crops), in trial subprocesses; the reference runs "
@@ -163,7 +163,7 @@ class StudyConfig:
         "device_transform, tf32, attention, padding_free, comm_hook, sharding, "
         "fsdp_param_dtype, fsdp_reduce_dtype; defaults (default 0.05, amp and fsdp_param_dtype "
         "0.10, the others 0.05) and their measured starting points in "
-        "autotune/search/numerics.py."))
+        "autotune/search/checks/numerics.py."))
     start_from: str | None = _key(None, help=(
         "Enqueue this earlier study's best configuration right after the baseline (same "
         "storage rule as `compare_to`)."))

@@ -64,7 +64,7 @@ def _app(cfg: DictConfig) -> None:
 
 def verify_main(argv: list[str]) -> int:
     """``autotune verify <study> [--rounds N] [--steps N] [--warmup N] [--script train.py
-    [args...]]``: the realized speedup in the production path (autotune/search/verify.py)."""
+    [args...]]``: the realized speedup in the production path (autotune/production/verify.py)."""
     import argparse
 
     from autotune.cli.api import StudyError, verify

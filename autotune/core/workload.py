@@ -94,7 +94,7 @@ class Workload:
     #: they can (autotune wraps the model in DDP, core/distributed.py).
     not_launchable: str | None = None
     #: How ``autotune verify`` runs this workload's production path, one side of its A/B
-    #: rounds: a module with ``main()`` (autotune/search/verify.py). By default the runtime
+    #: rounds: a module with ``main()`` (autotune/production/verify.py). By default the runtime
     #: API around the workload's own objects (autotune/production/parity.py); the adapters
     #: run their framework's real Trainer.
     verifier: str = "autotune.production.parity"

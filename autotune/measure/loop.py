@@ -68,7 +68,7 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, 
         at_edge = chunks.at_edge(len(marks), now, step_marks[3])
         if at_edge:
             # The load so far (a few /proc reads per edge): a chunk read while other processes
-            # held the cores must not prune the trial (search/study.py reads the heartbeat).
+            # held the cores must not prune the trial (search/loop/driver.py reads the heartbeat).
             progress.contended = between(start_load, snapshot())["contended"]
             progress.restarting = bool(host.epoch_start_steps) and len(marks) < epoch_steps
         progress.beat("measure", len(marks),

@@ -1,4 +1,4 @@
-"""CHILD side: a numerics request's first N losses (``autotune.search.numerics`` compares them
+"""CHILD side: a numerics request's first N losses (``autotune.search.checks.numerics`` compares them
 with the reference run's)."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def mentions_oom(text: str) -> bool:
 #: A window that is only a figure (a confirmation round's, a scaling round's) skips the
 #: profiler capture, the loader profile and, under several ranks, the all-reduce's counterfactual
 #: (measure/comm.py: 20 barrier-started steps, which took 42 s of a 63 s window of the README's
-#: CPU study as 2 ranks, batch 128, 2026-11-27). search/cost.py estimates such a window as a
+#: CPU study as 2 ranks, batch 128, 2026-11-27). search/console/cost.py estimates such a window as a
 #: trial's time less its ``extras_s``.
 FIGURE_ONLY = {"profile": False, "loader_profile": False, "comm": False}
 
@@ -155,7 +155,7 @@ class WindowResult(_Record):
     compile_cache: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0
     # Seconds spent on what a confirmation window skips: ceilings, profiler capture, loader
-    # profile, the all-reduce's counterfactual (search/cost.py and confirm.expected_round_s
+    # profile, the all-reduce's counterfactual (search/console/cost.py and confirm.expected_round_s
     # estimate a confirmation window from a trial's time without them).
     extras_s: float = 0.0
     final_loss: float | None = None

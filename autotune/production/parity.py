@@ -1,7 +1,7 @@
 """One side of ``autotune verify``'s A/B rounds: the production path run in a process of its own
 with one configuration (the user's original settings, or the exported ones), timed per step.
 
-``autotune verify`` (autotune/search/verify.py) starts ``python -m <verifier> --spec ...
+``autotune verify`` (autotune/production/verify.py) starts ``python -m <verifier> --spec ...
 --config <side>.yaml --side baseline|exported --steps N --warmup W --device D --out r.json``
 for each side of each round; the verifier is the workload's (``Workload.verifier``). This
 module is the default one: the runtime API (``autotune.Runtime``, the code a plain PyTorch
@@ -92,7 +92,7 @@ class StepClock:
 
 
 def side_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The arguments every verifier takes (autotune/search/verify.py passes them)."""
+    """The arguments every verifier takes (autotune/production/verify.py passes them)."""
     ap = argparse.ArgumentParser(description="one side of autotune verify's rounds")
     ap.add_argument("--spec", required=True, help="the study's workload spec (JSON file)")
     ap.add_argument("--config", required=True, help="this side's best.yaml")

@@ -5,7 +5,7 @@ Most of a study's speedup may come from a knob that changes what is trained: a 4
 4x fewer optimizer steps per epoch at the same learning rate, and a user who applies it
 unawares changes their convergence. The knob registry classes every knob (core/knobs.py:
 speed, numerics, training); the confirmation measures both answers with their own interval
-(search/confirm.py, choose.decide_same). best.yaml holds the one ``study.training`` asks for
+(search/confirmation/confirm.py, choose.decide_same). best.yaml holds the one ``study.training`` asks for
 (``any`` by default) and states the other in its ``training`` section; the other answer is
 written beside it (``ANSWER_FILES``) where it is another configuration. The words follow the
 linear scaling rule users apply to a larger batch (Goyal et al. 2017: learning rate x k for

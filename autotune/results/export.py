@@ -173,7 +173,7 @@ def best_document(study: optuna.Study, storage_url: str,
         words = sharding_words(trials, best, attrs.get("memory_limit_gb"))
         if words:
             doc["sharding"] = {"strategy": knobs.get("sharding", "no_shard"), "words": words}
-        if attrs.get("scaling"):  # launch.scaling: search/scaling.py
+        if attrs.get("scaling"):  # launch.scaling: search/checks/scaling.py
             doc["scaling"] = attrs["scaling"]
         doc["comm"] = {"best": trial_attrs(best).get("comm") or None,
                        "baseline": trial_attrs(base).get("comm") or None if base else None}

@@ -7,7 +7,7 @@ the round's ratio. The speedup is the geometric mean of the rounds' ratios; its 
 Student-t interval on the log ratios. Why t and not a bootstrap: confirmation stops after as
 few as 3 rounds, where a percentile bootstrap's interval is known to be too narrow (it can
 never be wider than the rounds' own range); t on log ratios is exact for log-normal timing
-noise and honest at small n. One definition for confirmation (search/confirm.py) and for
+noise and honest at small n. One definition for confirmation (search/confirmation/confirm.py) and for
 production parity (``autotune verify``).
 """
 

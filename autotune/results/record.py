@@ -66,7 +66,7 @@ class WindowAttrs(TypedDict, total=False):
     chunks: list[float]
     wall_s: float
     extras_s: float  # ceilings, profiles, all-reduce probe: what a confirmation window skips
-    warmup_s: float  # the window's warm-up steps (search/cost.py: a numerics run's start-up)
+    warmup_s: float  # the window's warm-up steps (search/console/cost.py: a numerics run's start-up)
     measure_s: float  # its measured steps
     trace: dict[str, Any]
     stderr_tail: str
@@ -107,7 +107,7 @@ class StudyAttrs(TypedDict, total=False):
     workload: str  # the workload's one-line description
     unit: str  # the objective's unit, set by the first measured trial (absent: samples/s)
     workload_target: str | None  # its factory's import path
-    workload_arguments: dict[str, Any]  # its factory's arguments (search/conditions.py)
+    workload_arguments: dict[str, Any]  # its factory's arguments (search/loop/conditions.py)
     device: dict[str, Any]  # autotune.core.env.Env.to_dict()
     versions: dict[str, Any]  # library versions (the nightly comparison reads them)
     fixed_knobs: dict[str, Any]  # knob -> [value, why]
@@ -118,11 +118,11 @@ class StudyAttrs(TypedDict, total=False):
     training: str  # study.training: which answer best.yaml holds ("any" or "same")
     superseded: list[int]  # crashed baselines a later run replaced
     confirmation: dict[str, Any]
-    race: dict[str, Any]  # the search's race: its rounds and dropped contenders (search/race.py)
+    race: dict[str, Any]  # the search's race: its rounds and dropped contenders (search/loop/race.py)
     numerics: dict[str, Any]
-    wall: dict[str, Any]  # this run's expected and measured wall time (search/cost.py)
+    wall: dict[str, Any]  # this run's expected and measured wall time (search/console/cost.py)
     budget_stop: dict[str, Any]  # why a run's search stopped early (study.time_budget_s)
-    time_budget: dict[str, Any]  # the budget, the wall time, what it cut (search/budget.py)
+    time_budget: dict[str, Any]  # the budget, the wall time, what it cut (search/loop/budget.py)
     launch: dict[str, Any]  # each trial's ranks (cli/app.launch_spec); absent: one process
     scaling: dict[str, Any]  # launch.scaling: the exported configuration as one rank too
 

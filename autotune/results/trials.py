@@ -157,7 +157,7 @@ def same_training_finalists(study: optuna.Study, finals: list[FrozenTrial]) -> l
     """The confirmation's same-training candidates beside ``finals``: the fastest trial of the
     search that trains the same model, and the latest trial that measured the search's best's
     speed and numerics knobs at the user's own batch (source ``same_training``,
-    search/same_training.py). The baseline and configurations already among the finalists are
+    search/loop/same_training.py). The baseline and configurations already among the finalists are
     measured in every round anyway; [] where there is no other."""
     base = baseline_trial(study)
     if base is None:

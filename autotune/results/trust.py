@@ -3,11 +3,11 @@
 A study on a machine that stays busy still produces figures: they describe the machine's
 moods, not the configurations. Even a precise ratio does when the load fell on one side of it
 (one_sided). Confirmation runs until its intervals are precise or its
-budget is spent (search/confirm.py); when it ends on the budget while most windows were
+budget is spent (search/confirmation/confirm.py); when it ends on the budget while most windows were
 contended, or with the winner's speedup still known only to more than three times the precision
 asked, the study says so, names the load it saw ("other processes used 1.7 of 2 cores during
 9 of 12 windows") or the noise, exports only
-what its intervals support (search/confirm.py keeps the user's configuration when the winner's
+what its intervals support (search/confirmation/confirm.py keeps the user's configuration when the winner's
 interval includes 1.0) and exits with search/run.py's COULD_NOT_MEASURE, so that a scheduler
 can tell. Read from the stored study alone: best.yaml, the summary and the report say the same.
 """

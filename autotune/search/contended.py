@@ -5,7 +5,7 @@ processes held the cores reads whatever share of the machine the trial got, not 
 configuration can do: the search would rank the machine's moods. So a contended window is run
 again after a short wait, a bounded number of times (diagnose/thresholds.py); the first quiet
 reading stands, or, on a machine that stays busy, the last one with its load named. Nothing is
-pruned on a chunk read under contention (study.Driver.pruning_check).
+pruned on a chunk read under contention (loop.driver.Driver.pruning_check).
 """
 
 from __future__ import annotations

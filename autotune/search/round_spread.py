@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.results.intervals import MIN_ROUNDS, t975
-from autotune.search.confirm_words import MAX_ROUNDS
+
+#: However generous the budget, a confirmation ends after this many rounds (here, below the
+#: confirmation's modules, because the rounds' expected count is capped by it too).
+MAX_ROUNDS = 30
 
 #: The rounds' spread (SD of the log ratio, the widest finalist's) by device kind, where no
 #: earlier confirmation on this device says it: the median of the studies measured

@@ -29,19 +29,24 @@ from autotune.results.report_html import write_report
 from autotune.results.storage import is_sqlite, open_storage
 from autotune.results.trials import counts
 from autotune.results.trust import could_not_measure
-from autotune.search.budget import confirmation_setup, plan, with_deadline
-from autotune.search.budget import record as budget_record
-from autotune.search.confirm import confirm
-from autotune.search.cost import CostClock, plan_words
-from autotune.search.failfast import NOTHING_EXPORTED, BaselineCrashed, crashed_baseline, paragraph
-from autotune.search.numerics import check_numerics
-from autotune.search.progress import StudyProgress
+from autotune.search.checks.numerics import check_numerics
+from autotune.search.checks.scaling import measure_scaling
+from autotune.search.confirmation.confirm import confirm
+from autotune.search.console.cost import CostClock, plan_words
+from autotune.search.console.progress import StudyProgress
+from autotune.search.console.summary import print_summary
+from autotune.search.loop.budget import confirmation_setup, plan, with_deadline
+from autotune.search.loop.budget import record as budget_record
+from autotune.search.loop.driver import Driver
+from autotune.search.loop.failfast import (
+    NOTHING_EXPORTED,
+    BaselineCrashed,
+    crashed_baseline,
+    paragraph,
+)
+from autotune.search.loop.same_training import measure_same_training
 from autotune.search.round_spread import round_spread
-from autotune.search.same_training import measure_same_training
-from autotune.search.scaling import measure_scaling
 from autotune.search.setup import StopFlag, StudySetup, create_study
-from autotune.search.study import Driver
-from autotune.search.summary import print_summary
 
 log = logging.getLogger("autotune")
 

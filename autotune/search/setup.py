@@ -45,7 +45,7 @@ class StudySetup:
     agent: bool = True
     prune: bool = True
     timeout_s: float | None = None
-    time_budget_s: float | None = None  # study.time_budget_s (search/budget.py)
+    time_budget_s: float | None = None  # study.time_budget_s (search/loop/budget.py)
     #: time.monotonic() by which the study should end (run_study sets it from time_budget_s
     #: as it starts; CLOCK_MONOTONIC is one clock for every worker process of a node), and by
     #: which the confirmation's rounds should, to leave the numerics check its time.
@@ -59,7 +59,7 @@ class StudySetup:
     confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
     confirm_precision: float = 0.05  # stop confirming at a +-5% interval ...
     confirm_budget_s: float = 300.0  # ... or after this many seconds of rounds
-    #: study.race: rounds of the finalists during the search (search/race.py); run_study
+    #: study.race: rounds of the finalists during the search (search/loop/race.py); run_study
     #: turns it off where several workers share the study.
     race: bool = False
     # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
@@ -96,7 +96,7 @@ class StudySetup:
     numerics_tolerance: dict[str, float] = field(default_factory=dict)
     #: Each trial as the production launch runs it (cli/app.launch_spec; {}: one process).
     launch: dict[str, Any] = field(default_factory=dict)
-    #: launch.scaling: measure the exported configuration as one rank too (search/scaling.py).
+    #: launch.scaling: measure the exported configuration as one rank too (search/checks/scaling.py).
     scaling: bool = False
     #: study.training: which answer best.yaml holds, "any" or "same" (results/trials.ANSWERS).
     training: str = "any"

@@ -47,7 +47,13 @@ from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.trials import ANSWERS, baseline_trial, chosen_trial
-from autotune.search.choose import candidates_of, decide, decide_same, racing, still_racing
+from autotune.search.confirmation.choose import (
+    candidates_of,
+    decide,
+    decide_same,
+    racing,
+    still_racing,
+)
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
@@ -248,7 +254,7 @@ def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag |
 
 def _repick_confirmation(study: optuna.Study, results: dict[str, Any]) -> None:
     """If the confirmation's winner was refused, the choice is made again among the finalists
-    left (their rounds and intervals stand: search/choose.py decide); with none left, best.yaml
+    left (their rounds and intervals stand: search/confirmation/choose.py decide); with none left, best.yaml
     falls back to the search figures."""
     conf = dict(study_attrs(study).get("confirmation") or {})
     same = conf.get("same_training") or {}

@@ -2,7 +2,7 @@
 after each round where the intervals stand and how many more rounds they need at the spread
 measured so far.
 
-The confirmation is the part of a study least known in advance (search/cost.py): a gpt study
+The confirmation is the part of a study least known in advance (search/console/cost.py): a gpt study
 on this project's 2-core VM (2026-11-28) planned its 6 rounds at ~93 s and ran 11 in 126 s,
 silent all the while in a log. A line per round shows where that time goes and when it ends.
 """
@@ -13,10 +13,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 
 from autotune.results.intervals import MIN_ROUNDS, t975
-from autotune.search.choose import Candidate
-
-#: However generous the budget, a confirmation ends after this many rounds.
-MAX_ROUNDS = 30
+from autotune.search.confirmation.choose import Candidate
+from autotune.search.round_spread import MAX_ROUNDS
 
 
 def round_words(round_s: float, runs: int, floor: int, budget_s: float, expected: int = 0,
@@ -141,7 +139,7 @@ def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision:
 def race_words(rounds_run: int, race_s: float, cands: Sequence[Candidate],
                dropped: Collection[int], base: int) -> str:
     """What the confirmation starts from where the search raced its finalists
-    (search/race.py): the rounds, each finalist's interval so far, who the race dropped."""
+    (search/loop/race.py): the rounds, each finalist's interval so far, who the race dropped."""
     parts = [f"trial {c.number} {c.interval.text()}" for c in cands if c.number != base]
     gone = (f"; dropped by the race (shown slower than another): trial(s) "
             f"{', '.join(map(str, sorted(dropped)))}" if dropped else "")

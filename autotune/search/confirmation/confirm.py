@@ -9,7 +9,7 @@ one position). Each finalist's speedup is the geometric mean of its per-round ra
 baseline, with a 95% interval (results/intervals.py). Rounds go on, at least ``runs`` of them,
 until every finalist still in question is known to ``setup.confirm_precision`` or
 ``setup.confirm_budget_s`` is spent; a finalist whose interval falls wholly below the leader's
-stops being measured. The choice among those left is search/choose.py's; where its tie-break
+stops being measured. The choice among those left is search/confirmation/choose.py's; where its tie-break
 would export another finalist than the leader before their paired rounds settle which is
 faster (choose.unsettled), the two and the baseline get more rounds, up to TIE_BUDGET_SHARE
 of the budget again.
@@ -42,7 +42,7 @@ from autotune.results.trials import (
     same_training_finalists,
 )
 from autotune.results.trials import window_noise as search_noise
-from autotune.search.choose import (
+from autotune.search.confirmation.choose import (
     Candidate,
     changed_knobs,
     cv,
@@ -55,7 +55,7 @@ from autotune.search.choose import (
     unsettled,
     window_noise,
 )
-from autotune.search.confirm_words import (
+from autotune.search.confirmation.words import (
     MAX_ROUNDS,
     busy_words,
     progress_words,
@@ -219,7 +219,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
                 if spread else 0)
     log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s, expected,
                                  spread.words() if spread else ""))
-    said: set[str] = set()  # what the rounds' lines have explained once (confirm_words.py)
+    said: set[str] = set()  # what the rounds' lines have explained once (words.py)
     race_s = sum(rounds.seconds)
     why = None
     settled = candidates(trials, rounds, active, base)

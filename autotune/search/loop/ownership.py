@@ -20,7 +20,7 @@ from autotune.results.record import (
     set_trial_attrs,
     trial_attrs,
 )
-from autotune.search.failfast import superseded
+from autotune.search.loop.failfast import superseded
 
 # A RUNNING trial whose driver has not beaten for this long is considered lost (other hosts;
 # on the same host a dead pid is proof enough).

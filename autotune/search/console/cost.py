@@ -50,7 +50,9 @@ from autotune.results.trials import (
     same_training_finalists,
     window_noise,
 )
-from autotune.search.confirm import (
+from autotune.search.checks.numerics import reference_knobs
+from autotune.search.checks.scaling import SCALING_ROUNDS
+from autotune.search.confirmation.confirm import (
     TIE_BUDGET_SHARE,
     expected_round_s,
     figure_window_s,
@@ -58,18 +60,16 @@ from autotune.search.confirm import (
     raced,
     trusted_rounds,
 )
+from autotune.search.console.progress import clock_text
 from autotune.search.contended import BusyMachine
-from autotune.search.numerics import reference_knobs
-from autotune.search.progress import clock_text
 from autotune.search.round_spread import RoundSpread, expected_rounds
-from autotune.search.scaling import SCALING_ROUNDS
 from autotune.search.setup import StudySetup
 
 #: Runs of a numerics check besides one per answer checked: the reference twice (its
-#: run-to-run deviation bounds the tolerance, search/numerics.py), one per batch size.
+#: run-to-run deviation bounds the tolerance, search/checks/numerics.py), one per batch size.
 REFERENCE_RUNS = 2
 #: Answers the numerics check runs before the search says which: best.yaml's, and the one
-#: that trains the same model where that differs (search/numerics.py checks no other).
+#: that trains the same model where that differs (search/checks/numerics.py checks no other).
 ANSWERS_CHECKED = 2
 
 
@@ -282,7 +282,7 @@ def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
 def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
                raced_rounds: int = 0, raced_s: float = 0.0) -> float:
     """At least confirm_runs rounds; past them, rounds stop before one would end past the
-    budget. Where the search raced (search/race.py), its ``raced_rounds`` count in the least
+    budget. Where the search raced (search/loop/race.py), its ``raced_rounds`` count in the least
     rounds and the ``raced_s`` they took in the budget."""
     least = max(confirm_runs - raced_rounds, 0) * per_round
     return max(least, min(rounds * per_round, setup.confirm_budget_s) - raced_s)
@@ -416,7 +416,7 @@ class CostClock:
         return self.first_estimate
 
     def refit(self, n_trials: int, confirm_budget_s: float) -> Estimate | None:
-        """The first estimate again for a plan cut to a time budget (search/budget.py)."""
+        """The first estimate again for a plan cut to a time budget (search/loop/budget.py)."""
         if self.first_estimate is None:
             return None
         cut = dataclasses.replace(self.setup, confirm_budget_s=confirm_budget_s)

@@ -14,7 +14,7 @@ tied even when its rounds cannot exclude a tie: preferring it for its fewer knob
 more than the user said mattered (an idle run's tie of four went from 1.80x to 1.68x that
 way). Where the tie-break would export another finalist than the leader while their paired
 rounds show it neither slower nor within the precision of the leader, the two get more rounds
-first (``unsettled``; search/confirm.py). A speedup is exported only when its whole interval
+first (``unsettled``; search/confirmation/confirm.py). A speedup is exported only when its whole interval
 lies above 1.0 (``decide``, which fills the confirmation's record; the numerics check calls it
 again when it refuses the winner).
 """
@@ -171,7 +171,7 @@ def cv(values: Sequence[float]) -> float:
 def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -> dict[str, Any]:
     """Fill in the choice among ``settled`` (the candidates still in question): the winner,
     its figures and interval. Also how the numerics check re-picks when it refuses the
-    winner (search/numerics.py)."""
+    winner (search/checks/numerics.py)."""
     for key in ("best_trial", "leader", "established", "precise", "tie", "best_runs",
                 "best_samples_per_sec", "speedup", "speedup_ci", "speedup_text"):
         record.pop(key, None)

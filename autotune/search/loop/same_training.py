@@ -24,8 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.effects import same_training_knobs
 from autotune.results.record import TrialAttrs, trial_attrs
 from autotune.results.trials import baseline_trial, best_trial, changes_training
+from autotune.search.loop.driver import Driver
 from autotune.search.setup import StopFlag, StudySetup
-from autotune.search.study import Driver
 
 log = logging.getLogger("autotune")
 

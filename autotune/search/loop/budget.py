@@ -34,9 +34,9 @@ import optuna
 
 from autotune.results.record import study_attrs
 from autotune.results.trials import baseline_trial, best_trial, changes_training, finalists
-from autotune.search.confirm import figure_window_s
-from autotune.search.cost import Estimate, revised
-from autotune.search.progress import clock_text
+from autotune.search.confirmation.confirm import figure_window_s
+from autotune.search.console.cost import Estimate, revised
+from autotune.search.console.progress import clock_text
 from autotune.search.setup import StudySetup
 
 log = logging.getLogger("autotune")
@@ -77,7 +77,7 @@ def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> Afte
     its window too, taken as long as the longest finalist's (a same-training finalist made the
     rounds of a 90 s budget's study 10 s longer than the stop before it had counted); where
     the best changes what is trained, the study runs one more trial after the search
-    (search/same_training.py). The least confirmation is that of the fewest finalists
+    (search/loop/same_training.py). The least confirmation is that of the fewest finalists
     (``confirmation_setup`` cuts them to fit)."""
     runs = setup.confirm_runs
     uncut = revised(setup, study, runs)

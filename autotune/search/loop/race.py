@@ -30,8 +30,7 @@ from autotune.measure.protocol import WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs
 from autotune.results.trials import baseline_trial, changes_training, finalists, over_limit
-from autotune.search.budget import search_stop
-from autotune.search.confirm import (
+from autotune.search.confirmation.confirm import (
     candidates,
     eliminate,
     expected_round_s,
@@ -40,6 +39,7 @@ from autotune.search.confirm import (
     run_round,
     trusted_rounds,
 )
+from autotune.search.loop.budget import search_stop
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")

@@ -30,12 +30,14 @@ from autotune.results.record import (
     trial_attrs,
 )
 from autotune.results.trials import baseline_trial, best_value, finalists, study_unit
-from autotune.search import agent
-from autotune.search.budget import search_stop
-from autotune.search.conditions import record_conditions
 from autotune.search.contended import BusyMachine, measure_settled
-from autotune.search.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
-from autotune.search.ownership import copy_twin, owner, reap_lost_trials, stored_trial, twin_of
+from autotune.search.loop import agent
+from autotune.search.loop.budget import search_stop
+from autotune.search.loop.conditions import record_conditions
+from autotune.search.loop.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
+from autotune.search.loop.ownership import copy_twin, owner, reap_lost_trials, stored_trial, twin_of
+from autotune.search.loop.race import race_round
+from autotune.search.loop.window_record import window_attrs, write_loader_profile
 from autotune.search.pruning import (
     cache_ceilings,
     cached_ceilings,
@@ -45,10 +47,8 @@ from autotune.search.pruning import (
     distrust_ceilings,
     window_pruner,
 )
-from autotune.search.race import race_round
 from autotune.search.setup import StopFlag, StudySetup, create_study
 from autotune.search.units import in_study_unit, over_limit, result_line
-from autotune.search.window_record import window_attrs, write_loader_profile
 
 log = logging.getLogger("autotune")
 

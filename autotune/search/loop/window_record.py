@@ -24,7 +24,7 @@ NOT_STORED = {
     "steps": "the window's steps and samples make its samples_per_sec and tokens_per_sec",
     "samples": "the window's steps and samples make its samples_per_sec and tokens_per_sec",
     "error": "stored after the outcome in reason",
-    "losses": "a numerics run's (search/numerics.py), not a trial's",
+    "losses": "a numerics run's (search/checks/numerics.py), not a trial's",
     "ceilings": "the driver's reading, merged with the study's cached ones (ReadingAttrs)",
     "ceiling_noise": "the driver's reading, merged with the study's cached ones (ReadingAttrs)",
 }

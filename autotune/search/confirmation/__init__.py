@@ -1,0 +1,3 @@
+"""The confirmation: the finalists and the baseline measured again in randomized rounds
+(``confirm``), the choice the intervals support (``choose``), and the words of the rounds
+(``words``). See ``autotune.search``."""

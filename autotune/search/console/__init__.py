@@ -1,0 +1,2 @@
+"""What a study says on the console: what it will cost and what it did (``cost``), its live
+view (``progress``) and its summary (``summary``). See ``autotune.search``."""
