@@ -11,6 +11,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 
 from autotune.measure.protocol import WindowResult
 from autotune.results.intervals import Interval
@@ -228,6 +229,9 @@ def test_a_real_study_races_and_its_confirmation_starts_from_the_rounds(tmp_path
     conf = study.user_attrs["confirmation"]
     assert conf["race"]["rounds"] == len(race["order"]) and conf["rounds"] >= len(race["order"])
     assert "race round 1" in out.stdout and "from the search's race" in out.stdout
+    assert f"{len(race['order'])} of them during the search" in out.stdout  # the summary
+    best = yaml.safe_load((tmp_path / "studies" / "raced" / "best.yaml").read_text())
+    assert best["confirmation"]["race"] == conf["race"]
     assert (tmp_path / "studies" / "raced" / "confirm" / f"0-{race['order'][0][0]}").is_dir()
 
     out = run_cli([*common, "study.name=unraced", "study.race=false"], tmp_path)
@@ -235,3 +239,27 @@ def test_a_real_study_races_and_its_confirmation_starts_from_the_rounds(tmp_path
     study = optuna.load_study(study_name="unraced",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'unraced' / 'study.db'}")
     assert "race" not in study.user_attrs and "race" not in study.user_attrs["confirmation"]
+
+
+def test_the_estimate_counts_the_race_rounds_each_finalist_has(tmp_path: Path) -> None:
+    """The least rounds left after the race are those of the finalist with the fewest: one
+    the race never measured needs all of them (counting the race's rounds for every finalist
+    ran a budgeted study 17% past its budget)."""
+    from autotune.search.cost import _raced_least, revised
+
+    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300)
+    knobs = _knobs(setup)
+    names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
+    study = optuna.create_study(direction="maximize")
+    run = _serve(names, [])
+    base = _tell(study, "base", knobs["base"], 100.0)
+    b128 = _tell(study, "b128", knobs["b128"], 210.0)
+    for _ in range(3):
+        assert race_round(setup, study, b128, run=run)
+    rounds, _ = raced(study)
+    assert _raced_least(rounds, [b128], base) == 3
+    before = revised(setup, study, 3)["confirmation"]
+    b96 = _tell(study, "b96", knobs["b96"], 205.0)  # found late: no round yet
+    assert _raced_least(rounds, [b128, b96], base) == 0
+    # Its three least rounds are in the estimate again (3 rounds of ~12 s: 4 s windows).
+    assert revised(setup, study, 3)["confirmation"] >= 3 * 12.0 > before

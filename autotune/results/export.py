@@ -196,7 +196,8 @@ def shapes_words(shapes: dict[str, Any] | None) -> dict[str, Any] | None:
 #: The confirmation's keys best.yaml carries (the per-window loads stay in the study).
 CONFIRMATION_KEYS = ("method", "finalists", "baseline_trial", "rounds", "runs", "intervals",
                      "dropped", "stopped", "precision", "budget_s", "spent_s", "window_noise",
-                     "leader", "established", "tie", "tie_settling", "load", "same_training")
+                     "leader", "established", "tie", "tie_settling", "load", "same_training",
+                     "race")
 
 
 def _confirmation_section(conf: dict[str, Any]) -> dict[str, Any] | None:

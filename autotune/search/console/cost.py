@@ -54,6 +54,7 @@ from autotune.search.checks.numerics import reference_knobs
 from autotune.search.checks.scaling import SCALING_ROUNDS
 from autotune.search.confirmation.confirm import (
     TIE_BUDGET_SHARE,
+    Rounds,
     expected_round_s,
     figure_window_s,
     only_baseline,
@@ -279,6 +280,17 @@ def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
     return expected_rounds(setup.round_spread.spread, setup.confirm_precision, least)
 
 
+def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> int:
+    """The rounds of the search's race every finalist has (paired with the baseline): the
+    confirmation's least rounds count per finalist, so one found late, or the same-training
+    one the race never measured, needs all of them (a budgeted README study that counted the
+    race's rounds for every finalist ran 17% past its budget, 2026-11-29)."""
+    if base.number not in race.runs:
+        return 0
+    return min((race.paired(t.number, base.number) if t.number in race.runs else 0
+                for t in finals if t.number != base.number), default=0)
+
+
 def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
                raced_rounds: int = 0, raced_s: float = 0.0) -> float:
     """At least confirm_runs rounds; past them, rounds stop before one would end past the
@@ -309,7 +321,7 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         noise = max(noises) if min(noises) > 0 else 0.0  # confirm.max_noise before any round
         race, _ = raced(study)  # the search's race: its rounds and seconds count (race.py)
         out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
-                                         expected_round_s(trials), len(race.order),
+                                         expected_round_s(trials), _raced_least(race, finals, base),
                                          sum(race.seconds))
     if setup.numerics_steps:
         out["numerics check"] = _numerics_s(setup, leaders, base)

@@ -102,7 +102,9 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
         key = unit_key(unit)
         out.append(
             f"{unit} above are medians over {conf['rounds']} randomized interleaved rounds "
-            f"(stopped: {_STOPPED.get(str(conf.get('stopped')), conf.get('stopped'))}; window noise "
+            + (f"({conf['race']['rounds']} of them during the search, racing its finalists) "
+               if conf.get("race") else "")
+            + f"(stopped: {_STOPPED.get(str(conf.get('stopped')), conf.get('stopped'))}; window noise "
             f"{100 * float(conf.get('window_noise') or 0):.1f}% CV; search figures "
             f"{_fmt(best.get('search_' + key))} and "
             f"{_fmt(base.get('search_' + key))})")
