@@ -245,7 +245,7 @@ def test_the_estimate_counts_the_race_rounds_each_finalist_has(tmp_path: Path) -
     """The least rounds left after the race are those of the finalist with the fewest: one
     the race never measured needs all of them (counting the race's rounds for every finalist
     ran a budgeted study 17% past its budget)."""
-    from autotune.search.cost import _raced_least, revised
+    from autotune.search.console.cost import _raced_least, revised
 
     setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300)
     knobs = _knobs(setup)
