@@ -52,7 +52,6 @@ def rank(module: str) -> tuple[int, int] | None:
 def walk(argv: list[str]) -> list[tuple[str, str]]:
     """The distinct moves between autotune modules, in the order first taken."""
     from autotune.cli.main import main as cli_main
-
     seen: dict[tuple[str, str], None] = {}
 
     def profile(frame: Any, event: str, arg: Any) -> None:
@@ -64,11 +63,20 @@ def walk(argv: list[str]) -> list[tuple[str, str]]:
                 and caller.startswith("autotune.")):
             seen.setdefault((caller, callee), None)
 
+    import autotune.cli.main as cli
+
+    class Done(Exception):
+        pass
+
+    def ended(code: object) -> None:  # the command line ends in os._exit (core/quick_exit.py)
+        raise Done(code)
+
     sys.argv = ["autotune", *argv]
+    cli.quick_exit = ended  # type: ignore[assignment]
     sys.setprofile(profile)
     try:
         cli_main()
-    except SystemExit:
+    except (Done, SystemExit):
         pass
     finally:
         sys.setprofile(None)
