@@ -20,7 +20,8 @@ from autotune.search.confirmation.confirm import Rounds, confirm, eliminate, rac
 from autotune.search.loop.race import race_round
 from tests.conftest import TINY_ARGS, run_cli
 
-#: Each configuration's figure in every window: batch 64 is well behind the two others.
+#: Each configuration's figure in every confirmation window: batch 64 is well behind the two
+#: others, though its one search window read close to them (195).
 FIGURES = {"base": 100.0, "b128": 210.0, "b64": 150.0, "b96": 205.0}
 
 
@@ -82,7 +83,7 @@ def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
     run = _serve(names, seen)
     number: dict[str, int] = {}
     with caplog.at_level(logging.INFO, logger="autotune"):
-        for name, value in (("base", 100.0), ("b64", 150.0), ("b128", 210.0)):
+        for name, value in (("base", 100.0), ("b64", 195.0), ("b128", 210.0)):
             t = _tell(study, name, knobs[name], value)
             number[name] = t.number
             race_round(setup, study, t, run=run)
@@ -91,9 +92,12 @@ def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
         assert [sorted(o) for o in rounds.order] == [
             sorted([number["b64"], number["base"]]),
             sorted([number["b64"], number["b128"], number["base"]])]
-        # A trial that is not among the finalists, and a pruned one, get no round.
+        # A pruned trial, and one whose window read further than FINALIST_BAND behind the
+        # best (a finalist by rank, but not one that could win), get no round.
         pruned = _tell(study, "b96", {**knobs["b96"], "cpu_threads": 1}, None)
         assert not race_round(setup, study, pruned, run=run)
+        slow = _tell(study, "b96", {**knobs["b96"], "cpu_threads": 2}, 170.0)
+        assert not race_round(setup, study, slow, run=run)
         # Rounds go on after each finalist's trial: batch 64, behind batch 128 at the trusted
         # floor (3 rounds of quiet windows), is dropped before the search ends.
         for _ in range(2):
