@@ -26,6 +26,8 @@ FIGURES = {"base": 100.0, "b128": 210.0, "b64": 150.0, "b96": 205.0}
 
 
 def _setup(tmp_path: Path, **study: Any) -> Any:
+    """A real StudySetup (build_setup) of the MLP workload; the race on unless said."""
+    study.setdefault("race", True)
     from autotune.cli.app import build_setup
     from autotune.cli.config import Config, StudyConfig, WindowConfig
     from tests.conftest import TINY_WINDOW
@@ -74,8 +76,8 @@ def _serve(names: dict[str, str], seen: list[tuple[int, str]]) -> Any:
 
 def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
         tmp_path: Path, caplog: Any) -> None:
-    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300)
-    assert setup.race  # on by default (study.race)
+    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300, race=True)
+    assert setup.race
     knobs = _knobs(setup)
     names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
     study = optuna.create_study(direction="maximize")
@@ -220,11 +222,12 @@ def test_rounds_round_trip_and_a_late_contender_is_not_dropped_before_its_floor(
 def test_a_real_study_races_and_its_confirmation_starts_from_the_rounds(tmp_path: Path) -> None:
     """Through the command line: the race's rounds are in the study and in the confirmation's
     record, and its windows are real (confirm/<round>-<trial>); study.race=false runs every
-    round after the search."""
+    round after the search, as a study does by default."""
     common = [*TINY_ARGS, "study.n_trials=3", "study.agent=false", "study.prune=false",
               "study.numerics_steps=0"]
     # Exit 4: the machine was too busy to rank them (the subject here is where rounds run).
-    out = run_cli([*common, "study.name=raced", "study.confirm_budget_s=30"], tmp_path)
+    out = run_cli([*common, "study.name=raced", "study.confirm_budget_s=30", "study.race=true"],
+                  tmp_path)
     assert out.returncode in (0, 4), out.stderr[-3000:]
     study = optuna.load_study(study_name="raced",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'raced' / 'study.db'}")
@@ -238,7 +241,7 @@ def test_a_real_study_races_and_its_confirmation_starts_from_the_rounds(tmp_path
     assert best["confirmation"]["race"] == conf["race"]
     assert (tmp_path / "studies" / "raced" / "confirm" / f"0-{race['order'][0][0]}").is_dir()
 
-    out = run_cli([*common, "study.name=unraced", "study.race=false"], tmp_path)
+    out = run_cli([*common, "study.name=unraced"], tmp_path)  # study.race=false, the default
     assert out.returncode in (0, 4), out.stderr[-3000:]
     study = optuna.load_study(study_name="unraced",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'unraced' / 'study.db'}")

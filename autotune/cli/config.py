@@ -93,13 +93,16 @@ class StudyConfig:
         "interval needs 3), then more until `confirm_precision` (a stop on precision is trusted "
         "from 3 rounds for quiet windows, 6 for noisy ones) or `confirm_budget_s`. 0 rounds = "
         "report the search figures."))
-    race: bool = _key(True, help=(
+    race: bool = _key(False, help=(
         "Race the finalists during the search (search/loop/race.py): after a trial that lands "
-        "among them, one round of the finalists still in the race and the baseline, and a "
-        "finalist shown slower than another dropped; the confirmation starts from those "
-        "rounds (they count in `confirm_runs`, the trusted floor and `confirm_budget_s`, "
-        "of which the race spends at most half). One worker on the study's own storage "
-        "only; false: every round after the search."))
+        "among them within 15% of the fastest, one round of those close finalists still in "
+        "the race and the baseline, and a finalist shown slower than another dropped; the "
+        "confirmation starts from those rounds (they count in `confirm_runs`, the trusted "
+        "floor and `confirm_budget_s`, of which the race spends at most half). One worker on "
+        "the study's own storage only. Off by default: on a noisy 2-core CPU it did not "
+        "shorten the README's study and left a winner found late fewer rounds "
+        "(docs/benchmarks.md); where the confirmation ends on precision it is not measured "
+        "yet."))
     remeasure_contended: int = _key(CONTENDED_RETRIES, help=(
         "A search window taken while other processes held the cores or the GPU is measured "
         "again after a short wait, at most this many times (after two trials whose windows "
