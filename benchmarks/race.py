@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.record import command, prepend_section
-from benchmarks.time_budget import _interval, _phases, run_study
+from benchmarks.record import command, machine, publish
+from benchmarks.time_budget import interval, phase_seconds, run_study
 
 
 def _race_s(doc: dict[str, Any]) -> float:
@@ -30,11 +29,11 @@ def _race_s(doc: dict[str, Any]) -> float:
 
 
 def row(label: str, doc: dict[str, Any], base_knobs: dict[str, Any]) -> str:
-    phases = _phases(doc)
+    phases = phase_seconds(doc)
     wall = float(doc["study"]["wall"]["measured_s"])
     search, race = phases.get("search", 0.0), _race_s(doc)
     own = max(search - race, 1e-9)  # the trials' windows: the search without the race's rounds
-    iv = _interval(doc)
+    iv = interval(doc)
     conf = doc.get("confirmation") or {}
     changed = {k: v for k, v in doc["knobs"].items() if base_knobs.get(k) != v}
     speed = f"{iv[0]:.2f}x ({iv[1]:.2f}-{iv[2]:.2f})" if iv else doc.get("speedup_text") or "-"
@@ -62,7 +61,7 @@ def main() -> None:
         docs.append(("rounds after the search (study.race=false)", old))
         docs.append(("raced during the search", run_study(a.workload, "raced", out, [])))
         if a.ratio:
-            budget = round(a.ratio * _phases(old)["search"])
+            budget = round(a.ratio * phase_seconds(old)["search"])
             docs.append((f"raced, time_budget_s={budget}",
                          run_study(a.workload, "budget", out, [f"study.time_budget_s={budget}"])))
     base = old["_baseline_knobs"]
@@ -70,8 +69,7 @@ def main() -> None:
     lines = [
         f"## The finalists raced during the search ({datetime.date.today()}, {a.workload})",
         "",
-        f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-        f"device {old['device']['type']} ({old['device']['name']}). Command: `{cmd}`: "
+        f"{machine(old)} Command: `{cmd}`: "
         f"`{old['_command']}`, then the same without `study.race=false`.",
         "",
         "| study | trials | trials' windows s | race s | confirmation s | numerics s | wall s "
@@ -81,10 +79,7 @@ def main() -> None:
         *[row(label, doc, base) for label, doc in docs],
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if a.record:
-        prepend_section(text)
+    publish(lines, a.record)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,12 @@ quotes the command as it ran. Every benchmark that records goes through here."""
 
 from __future__ import annotations
 
+import platform
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -16,6 +18,12 @@ def command(module: str, argv: Sequence[str] | None = None) -> str:
     process's own, ``sys.argv[1:]``, unless ``argv`` is given), as a shell would take them."""
     args = sys.argv[1:] if argv is None else argv
     return " ".join(["python", "-m", module, *(shlex.quote(str(a)) for a in args)])
+
+
+def machine(best: Mapping[str, Any]) -> str:
+    """The machine line a study's section opens with, from its best.yaml's ``device``."""
+    return (f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
+            f"device {best['device']['type']} ({best['device']['name']}).")
 
 
 def prepend_section(text: str, path: Path = BENCHMARKS_MD) -> None:
@@ -31,3 +39,11 @@ def prepend_section(text: str, path: Path = BENCHMARKS_MD) -> None:
         return
     head, sep, rest = path.read_text().partition("\n## ")
     path.write_text(head + "\n" + text + sep.lstrip("\n") + rest if sep else head + "\n" + text)
+
+
+def publish(lines: Sequence[str], record: bool) -> None:
+    """Print a benchmark's section; with ``--record``, put it at the top of the page too."""
+    text = "\n".join(lines)
+    print(text)
+    if record:
+        prepend_section(text)

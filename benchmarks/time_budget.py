@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 import optuna
 import yaml
 
-from benchmarks.record import command, prepend_section
+from benchmarks.record import command, machine, publish
 
 
 def run_study(workload: str, name: str, out: Path, extra: list[str]) -> dict[str, Any]:
@@ -46,12 +45,12 @@ def run_study(workload: str, name: str, out: Path, extra: list[str]) -> dict[str
     return doc
 
 
-def _phases(doc: dict[str, Any]) -> dict[str, float]:
+def phase_seconds(doc: dict[str, Any]) -> dict[str, float]:
     wall = doc["study"]["wall"]
     return {k: float(v["measured_s"]) for k, v in (wall.get("phases") or {}).items()}
 
 
-def _interval(doc: dict[str, Any]) -> tuple[float, float, float] | None:
+def interval(doc: dict[str, Any]) -> tuple[float, float, float] | None:
     conf = doc.get("confirmation") or {}
     best = str(doc.get("best_trial"))
     iv = (conf.get("intervals") or {}).get(best)
@@ -61,9 +60,9 @@ def _interval(doc: dict[str, Any]) -> tuple[float, float, float] | None:
 
 
 def row(label: str, doc: dict[str, Any], base_knobs: dict[str, Any]) -> str:
-    phases = _phases(doc)
+    phases = phase_seconds(doc)
     wall = float(doc["study"]["wall"]["measured_s"])
-    iv = _interval(doc)
+    iv = interval(doc)
     changed = {k: v for k, v in doc["knobs"].items() if base_knobs.get(k) != v}
     speed = (f"{iv[0]:.2f}x ({iv[1]:.2f}-{iv[2]:.2f})" if iv else doc.get("speedup_text") or "-")
     expected = doc["study"]["wall"].get("expected_s")
@@ -78,7 +77,7 @@ def verdict(uncut: dict[str, Any], cut: dict[str, Any]) -> list[str]:
     """Whether the budgeted study's answer stays the uncut one's: its knobs, its point inside
     the uncut interval, its interval's width."""
     out = []
-    a, b = _interval(uncut), _interval(cut)
+    a, b = interval(uncut), interval(cut)
     out.append("same exported knobs" if uncut["knobs"] == cut["knobs"] else
                "different exported knobs")
     if a and b:
@@ -100,15 +99,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="time-budget-") as tmp:
         out = Path(tmp)
         uncut = run_study(a.workload, "uncut", out, [])
-        budget = round(a.ratio * _phases(uncut)["search"])
+        budget = round(a.ratio * phase_seconds(uncut)["search"])
         cut = run_study(a.workload, "budget", out, [f"study.time_budget_s={budget}"])
     base = uncut["_baseline_knobs"]
     lines = [
         f"## A study under study.time_budget_s ({datetime.date.today()}, {a.workload})",
         "",
-        f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-        f"device {uncut['device']['type']} ({uncut['device']['name']}). "
-        f"Command: `{command('benchmarks.time_budget')}`: "
+        f"{machine(uncut)} Command: `{command('benchmarks.time_budget')}`: "
         f"`{uncut['_command']}`, then the same with `study.time_budget_s={budget}` "
         f"({a.ratio:g}x the first study's search).",
         "",
@@ -122,10 +119,7 @@ def main() -> None:
         f"- budget: {((cut['study'].get('time_budget') or {}).get('words')) or '-'}",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if a.record:
-        prepend_section(text)
+    publish(lines, a.record)
 
 
 if __name__ == "__main__":

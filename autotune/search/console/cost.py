@@ -283,8 +283,9 @@ def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
 def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> int:
     """The rounds of the search's race every finalist has (paired with the baseline): the
     confirmation's least rounds count per finalist, so one found late, or the same-training
-    one the race never measured, needs all of them (a budgeted README study that counted the
-    race's rounds for every finalist ran 17% past its budget, 2026-11-29)."""
+    one the race never measured, needs all of them. A budgeted README study whose plan
+    counted the race's rounds for every finalist ran 17% past its budget (2026-11-29; how much
+    of that this count explains was not measured apart)."""
     if base.number not in race.runs:
         return 0
     return min((race.paired(t.number, base.number) if t.number in race.runs else 0
