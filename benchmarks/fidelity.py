@@ -5,21 +5,24 @@ measures; benchmarks/strategies_report.py writes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Any
 
+from autotune.core.config import WindowConfig, sized
 from benchmarks.strategy_figures import kendall_tau
 
 __all__ = ["fidelity_row", "fidelity_sets", "fidelity_tau", "long_self_tau", "long_window"]
 
 
-def long_window(window: dict[str, Any], factor: int) -> dict[str, Any]:
+def long_window(window: WindowConfig, factor: int) -> WindowConfig:
     """The study's window ``factor`` times longer (steps, seconds and its time limit)."""
-    return {**window, "measure_steps": window["measure_steps"] * factor,
-            "min_measure_steps": window["min_measure_steps"] * factor,
-            "measure_seconds": window["measure_seconds"] * factor,
-            "min_measure_seconds": window["min_measure_seconds"] * factor,
-            "timeout_s": window["timeout_s"] * factor, "profile": False}
+    return dataclasses.replace(
+        window, measure_steps=sized(window.measure_steps) * factor,
+        min_measure_steps=sized(window.min_measure_steps) * factor,
+        measure_seconds=sized(window.measure_seconds) * factor,
+        min_measure_seconds=window.min_measure_seconds * factor,
+        timeout_s=window.timeout_s * factor, profile=False)
 
 
 def fidelity_sets(truth: dict[str, float], grid_keys: set[str], top: int,

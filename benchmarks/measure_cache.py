@@ -33,7 +33,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ def machine(env: Env) -> dict[str, Any]:
 def settings(req: TrialRequest) -> dict[str, Any]:
     """What decides a window's figure in the request besides the knobs."""
     return {"workload": req.workload, "cpu_sized": req.cpu_sized, "device": req.device,
-            "window": req.window, "seed": req.seed}
+            "window": asdict(req.window), "seed": req.seed}
 
 
 @dataclass

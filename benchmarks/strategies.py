@@ -53,7 +53,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.cli.config import StudyConfig, WindowConfig
+from autotune.core.config import StudyConfig, WindowConfig, sized_for
 from autotune.core.env import Env, probe
 from autotune.core.knobs import Space, build_space
 from autotune.core.workload import build_workload
@@ -76,20 +76,21 @@ def make_setup(preset: Preset, env: Env, work: Path) -> StudySetup:
     workload = build_workload(preset.workload)
     space = build_space(env, workload, {k: (v[0] if len(v) == 1 else v)
                                         for k, v in preset.space.items()})
-    window = {**dataclasses.asdict(WindowConfig()), **preset.window}
+    window = sized_for(WindowConfig(**preset.window), preset.device)
     return StudySetup(
         name="bench", storage=f"sqlite:///{work}/bench.db", out_dir=work, env=env, space=space,
-        workload_spec=dict(preset.workload), workload_label=workload.describe(), window=window,
+        workload_spec=dict(preset.workload), workload_label=workload.describe(),
+        study=sized_for(StudyConfig(), preset.device), window=window,
         memory_limit_gb=0.9 * env.total_memory_gb, image_inputs=workload.image_inputs)
 
 
-def request(setup: StudySetup, knobs: dict[str, Any], window: dict[str, Any] | None = None,
+def request(setup: StudySetup, knobs: dict[str, Any], window: WindowConfig | None = None,
             ceilings: bool = True) -> TrialRequest:
     """The request the study driver makes for these knobs (the grid's, so the driver's trials
     find them stored); re-measurements ask for no ceilings, which lie outside the window."""
     return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                         window=window or setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
-                        trace=bool(setup.window.get("profile")),
+                        trace=setup.window.profile,
                         ceilings={"loader": ceilings, "compute": ceilings})
 
 
@@ -142,8 +143,8 @@ def run_searcher(name: str, seed: int, base: StudySetup, cache: MeasurementCache
     """One strategy, one sampler seed: a real study through autotune's driver."""
     label = f"{name.replace('+', '-')}-s{seed}"
     setup = dataclasses.replace(base, name=label, storage=f"sqlite:///{work}/{label}.db",
-                                out_dir=work / label, agent=name == "autotune",
-                                prune=name in ("tpe+prune", "autotune"))
+                                out_dir=work / label).with_study(
+        agent=name == "autotune", prune=name in ("tpe+prune", "autotune"))
     sampler = optuna.samplers.RandomSampler(seed=seed) if name == "random" else None
     # Only the sampler takes the strategy's seed; the windows keep the shared seed. The study
     # lives in Optuna's in-memory storage (SQLite's commits cost ~1 s a trial here); its
@@ -303,7 +304,7 @@ def fidelity(setup: StudySetup, cache: MeasurementCache, preset: Preset, work: P
     machine had slowed in between. Each row keeps every round's figures, so the long window's
     agreement with itself (the floor of any window's error on this machine) is reported too.
     ``ranked``: the grid's configurations, fastest first (a row's rank)."""
-    windows = {"short": {**setup.window, "profile": False},
+    windows = {"short": dataclasses.replace(setup.window, profile=False),
                "long": long_window(setup.window, preset.long_factor)}
     got: dict[str, dict[str, list[float | None]]] = {k: {"short": [], "long": []} for k in keys}
     seconds: dict[str, float] = {k: 0.0 for k in keys}

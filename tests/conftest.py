@@ -21,7 +21,8 @@ QUICK_CONFIRM = ["study.confirm_precision=10", "study.confirm_budget_s=0"]
 # A window small enough for 2 CPU cores: seconds per trial.
 TINY_WINDOW: dict[str, Any] = {
     "warmup_steps": 2, "measure_steps": 6, "measure_seconds": 3.0, "min_measure_steps": 2,
-    "timeout_s": 120.0, "stall_s": 60.0, "profile": False, "profile_steps": 2,
+    "min_measure_seconds": 0.0, "timeout_s": 120.0, "stall_s": 60.0, "profile": False,
+    "profile_steps": 2,
 }
 # A window measures for at least 1 s (the CPU default is 2 s): a study in a test runs about
 # ten windows, and the suite about a hundred studies (CI time, issue 29's note).
@@ -31,6 +32,24 @@ TINY_ARGS = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_
 #: For tests whose subject is storage, resumption, workers or faults, not the measurement: the
 #: trials alone, no confirmation rounds or numerics check after them.
 BARE_ARGS = [*TINY_ARGS, "study.confirm_runs=0", "study.numerics_steps=0"]
+
+
+def study_setup(env: Env, space: Any = None, *, window: dict[str, Any] | None = None,
+                launch: Any = None, **study: Any) -> Any:
+    """A StudySetup of the MLP workload as the command line builds one: these study.* keys,
+    the schema's defaults for the others, every section sized for ``env``'s device."""
+    from autotune.core.config import LaunchConfig, StudyConfig, WindowConfig, sized_for
+    from autotune.core.knobs import build_space
+    from autotune.search.setup import StudySetup
+    from autotune.workloads.mlp import MLPWorkload
+
+    return StudySetup(
+        name="s", storage="sqlite://", out_dir=Path("."), env=env,
+        space=space if space is not None else build_space(env, MLPWorkload(), {}),
+        workload_spec={}, workload_label="mlp",
+        study=sized_for(StudyConfig(**study), env.device),
+        window=sized_for(WindowConfig(**(window or {})), env.device),
+        launch=launch or LaunchConfig(), memory_limit_gb=1.0)
 
 
 #: What makes a test slow: it starts a study, a trial window or a subprocess. A test is marked

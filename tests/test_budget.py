@@ -4,26 +4,23 @@ confirmation's budget cut to what is left, and what it cut said in the summary a
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
 from autotune.search.console.cost import estimate
 from autotune.search.loop.budget import AFTER_SEARCH_SHARE, plan
 from autotune.search.setup import StudySetup
-from autotune.workloads.mlp import MLPWorkload
-from tests.conftest import TINY_WINDOW, ran_to_the_end, run_cli
+from tests.conftest import TINY_WINDOW, ran_to_the_end, run_cli, study_setup
 
 
 def _setup(env: Env, budget_s: float, **kw: object) -> StudySetup:
-    return StudySetup(name="b", storage="sqlite://", out_dir=Path("."), env=env,
-                      space=build_space(env, MLPWorkload(), {}), workload_spec={},
-                      workload_label="mlp", window={}, memory_limit_gb=1.0,
-                      time_budget_s=budget_s, confirm_runs=3, confirm_top=3,
-                      numerics_steps=10, **kw)  # type: ignore[arg-type]
+    setup: StudySetup = study_setup(env, time_budget_s=budget_s, confirm_runs=3, confirm_top=3,
+                                    numerics_steps=10)
+    return dataclasses.replace(setup, **kw)  # type: ignore[arg-type]
 
 
 def test_the_plan_fits_the_trials_and_the_confirmation_to_the_budget(cpu_env: Env) -> None:

@@ -87,19 +87,20 @@ def test_storage_without_its_driver_says_what_to_install(tmp_path: Path) -> None
 def test_the_header_names_the_cpu_defaults_a_run_took() -> None:
     """The CPU-sized defaults apply to the keys a user did not set, and the header says which:
     a run given study.n_trials is not told its trials were defaulted."""
-    from autotune.cli.app import CPU_TRIALS, cpu_defaults_words
+    from autotune.cli.app import cpu_defaults_words
+    from autotune.cli.compose import compose_config
 
-    assert cpu_defaults_words("cpu", [], CPU_TRIALS) == (
-        f"CPU run: a CPU-sized window (window.* not set) and {CPU_TRIALS} trials "
-        "(study.n_trials not set)")
-    some = cpu_defaults_words("cpu", ["study.n_trials=1", "window.measure_steps=8",
-                                      "window.warmup_steps=1", "window.min_measure_steps=2"], 1)
-    assert some == "CPU run: CPU-sized window.measure_seconds=5.0, window.profile_steps=2 (not set)"
-    every = ["study.n_trials=3", *(f"window.{k}=1" for k in
-                                   ("warmup_steps", "measure_steps", "measure_seconds",
-                                    "min_measure_steps", "profile_steps"))]
-    assert cpu_defaults_words("cpu", every, 3) is None
-    assert cpu_defaults_words("cuda", [], 50) is None
+    assert cpu_defaults_words(compose_config([]), "cpu") == (
+        "CPU run: a CPU-sized window (window.* not set) and 12 trials (study.n_trials not set)")
+    some = compose_config(["study.n_trials=1", "window.measure_steps=8", "window.warmup_steps=1",
+                           "window.min_measure_steps=2"])
+    assert cpu_defaults_words(some, "cpu") == (
+        "CPU run: CPU-sized window.measure_seconds=5.0, window.profile_steps=2 (not set)")
+    every = compose_config(["study.n_trials=3", *(f"window.{k}=1" for k in (
+        "warmup_steps", "measure_steps", "measure_seconds", "min_measure_steps",
+        "profile_steps"))])
+    assert cpu_defaults_words(every, "cpu") is None
+    assert cpu_defaults_words(compose_config([]), "cuda") is None
 
 
 def test_study_exports_and_round_trips(tmp_path: Path) -> None:

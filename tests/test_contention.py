@@ -224,7 +224,7 @@ def test_remeasure_contended_0_takes_a_busy_window_once_with_its_load_named(
                                    remeasure_contended=0),
                  window=WindowConfig(**window))
     setup = build_setup(cfg, [f"window.{k}={v}" for k, v in window.items()])[0]
-    assert setup.remeasure_contended == 0
+    assert setup.study.remeasure_contended == 0
     driver = Driver(setup)
     driver.prepare()
     with cpu_hog():
@@ -237,7 +237,6 @@ def test_remeasure_contended_0_takes_a_busy_window_once_with_its_load_named(
 def test_a_machine_that_stays_busy_is_not_waited_for_trial_after_trial() -> None:
     """Two trials whose windows stayed contended through their re-measurements: the load is
     not passing, so the next windows are taken once (their load named) until one is quiet."""
-    from autotune.diagnose.thresholds import CONTENDED_RETRIES
     from autotune.measure.protocol import WindowResult
     from autotune.search.contended import BusyMachine
 
@@ -245,14 +244,14 @@ def test_a_machine_that_stays_busy_is_not_waited_for_trial_after_trial() -> None
     quiet = WindowResult(outcome="ok", contention={"contended": False})
     failed = WindowResult(outcome="crash")
     machine = BusyMachine()
-    assert machine.retries() == CONTENDED_RETRIES
+    assert machine.retries(2) == 2
     machine.saw(busy)
     machine.saw(failed)  # a failed trial says nothing about the load
-    assert machine.retries() == CONTENDED_RETRIES
+    assert machine.retries(2) == 2
     machine.saw(busy)
-    assert machine.retries() == 0 and machine.retries() == 0
+    assert machine.retries(2) == 0 and machine.retries(2) == 0
     machine.saw(quiet)
-    assert machine.retries() == CONTENDED_RETRIES
+    assert machine.retries(2) == 2
 
 
 def test_a_windows_nvml_readings_reach_trials_csv(tmp_path: Path) -> None:

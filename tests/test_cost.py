@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from autotune.core.env import Env
-from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
+from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli, study_setup
 
 
 def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_beside_it(
@@ -73,16 +73,10 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     two waits; the later trials are estimated at one window each, and so are the
     confirmation's and the numerics check's windows made from it, plus the re-measurements
     still to come while the load stays."""
-    from autotune.core.knobs import build_space
     from autotune.diagnose.thresholds import CONTENDED_WAIT_S
     from autotune.search.console.cost import estimate
-    from autotune.search.setup import StudySetup
-    from autotune.workloads.mlp import MLPWorkload
 
-    setup = StudySetup(name="s", storage="sqlite://", out_dir=Path("."), env=cpu_env,
-                       space=build_space(cpu_env, MLPWorkload(), {}), workload_spec={},
-                       workload_label="mlp", window={}, memory_limit_gb=1.0, seed=0,
-                       numerics_steps=10, confirm_budget_s=1000.0)
+    setup = study_setup(cpu_env, confirm_top=1, numerics_steps=10, confirm_budget_s=1000.0)
     one = 4.0
     first = {"extras_s": 1.0, "warmup_s": 0.5, "measure_s": 1.5, "step_ms": {"median": 10.0},
              "contention": {"contended": True, "earlier": [{"rate": 1.0}, {"rate": 2.0}]}}

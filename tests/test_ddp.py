@@ -64,7 +64,7 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert scaling["efficiency"]["rounds"] == 3 and scaling["efficiency"]["ci_low"] is not None
     assert "scaling efficiency" in proc.stdout and f"Scaling: {scaling['words']}" in report
     # A scaling window is only a figure: its ranks skip the all-reduce's counterfactual
-    # (protocol.FIGURE_ONLY), which a trial's ranks measure; the wall time says each phase.
+    # (protocol.figure_only), which a trial's ranks measure; the wall time says each phase.
     study_dir = tmp_path / "studies" / "ddp"
     assert json.loads((study_dir / "trials" / "0" / "result.json").read_text())["comm"]
     rounds = sorted((study_dir / "scaling").glob("ranks-*/result.json"))

@@ -13,6 +13,7 @@ import pytest
 
 from autotune.cli.app import ranked
 from autotune.cli.config import LaunchConfig
+from autotune.cli.validate import check_launch
 from autotune.core.distributed import ddp_kwargs, has_ddp_argument
 from autotune.core.env import Env
 from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
@@ -20,7 +21,7 @@ from autotune.diagnose.verdicts import diagnose
 from autotune.results.launch_export import ddp_step_section
 from autotune.search.checks.numerics import families
 from autotune.workloads.mlp import MLPWorkload
-from tests.conftest import ROOT, child_env
+from tests.conftest import ROOT, child_env, study_setup
 
 #: torch 2.14's DistributedDataParallel takes batched_grad_copy; 2.11 (a GPU machine's) does not,
 #: and there the knob is neither searched, offered nor applied.
@@ -130,14 +131,11 @@ def test_the_communication_verdict_offers_the_step_knobs_the_study_searches(cpu_
 def test_scaling_needs_ranks_and_is_in_the_wall_time_estimate(cpu_env: Env) -> None:
     from autotune.cli.crash import UsageError
     from autotune.search.console.cost import estimate
-    from autotune.search.setup import StudySetup
 
     with pytest.raises(UsageError, match="launch.nproc_per_node=N"):
-        ranked(cpu_env, LaunchConfig(scaling=True))
-    setup = StudySetup(name="s", storage="sqlite://", out_dir=Path("."), env=cpu_env,
-                       space=build_space(cpu_env, MLPWorkload(), {}), workload_spec={},
-                       workload_label="mlp", window={}, memory_limit_gb=1.0, seed=0,
-                       scaling=True)
+        check_launch(LaunchConfig(scaling=True), cpu_env)
+    setup = study_setup(cpu_env, launch=LaunchConfig(scaling=True), confirm_top=1,
+                        numerics_steps=0)
     est = estimate(setup, 4, 0, 1.0, 2.0, {"extras_s": 0.5})
     assert est.scaling_s == pytest.approx(2 * 3 * 1.5)  # 3 rounds, two windows each
     assert "scaling ~9 s" in est.words()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from autotune.core.config import WindowConfig
 from autotune.core.training import Training
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.batches import Batches
@@ -157,8 +158,8 @@ def test_chunks_read_before_an_epoch_has_passed_a_worker_restart_do_not_prune(
              "persistent_workers": persistent, "batch_size": 1}
     run = Training(wl, knobs, "cpu", seed=0)
     progress, clock = _Recorded(), Clock(run.device)
-    win = {"warmup_steps": 0, "measure_steps": 40, "min_measure_steps": 40,
-           "measure_seconds": 0.01, "min_measure_seconds": 0.0}
+    win = WindowConfig(warmup_steps=0, measure_steps=40, min_measure_steps=40,
+                       measure_seconds=0.01, min_measure_seconds=0.0)
     loop = measured_loop(run, Batches(run), clock, win, progress, 1, snapshot())
     assert len(loop.marks) >= 30 and loop.epoch_start_steps[:2] == [0, 24], loop.epoch_start_steps
     before = [r for step, r in progress.seen if step < 24]

@@ -130,23 +130,24 @@ def test_a_node_that_never_joins_fails_the_trial_saying_which_command_joins_it(
 ])
 def test_several_nodes_need_an_endpoint_and_one_worker(endpoint: str | None, workers: int,
                                                        words: list[str]) -> None:
-    from autotune.cli.app import ranked
     from autotune.cli.config import LaunchConfig
     from autotune.cli.crash import UsageError
+    from autotune.cli.validate import check_launch
     from autotune.core.env import Env, _probe_here
 
     env = Env.from_dict(_probe_here("cpu"))
     with pytest.raises(UsageError) as exc:
-        ranked(env, LaunchConfig(nnodes=2, rdzv_endpoint=endpoint), workers)
+        check_launch(LaunchConfig(nnodes=2, rdzv_endpoint=endpoint), env, workers)
     for w in words:
         assert w in str(exc.value), str(exc.value)
 
 
 def test_one_rank_on_each_of_two_nodes_is_a_launched_trial() -> None:
     """nproc_per_node=1 x nnodes=2 is two ranks: DDP and its knobs, not one process."""
-    from autotune.cli.app import launch_spec, ranked
+    from autotune.cli.app import ranked
     from autotune.cli.config import LaunchConfig
     from autotune.core.env import Env, _probe_here
+    from autotune.search.setup import launch_spec
 
     env = ranked(Env.from_dict(_probe_here("cpu")),
                  LaunchConfig(nnodes=2, rdzv_endpoint="localhost:29400"))

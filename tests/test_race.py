@@ -77,7 +77,7 @@ def _serve(names: dict[str, str], seen: list[tuple[int, str]]) -> Any:
 def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
         tmp_path: Path, caplog: Any) -> None:
     setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300, race=True)
-    assert setup.race
+    assert setup.study.race
     knobs = _knobs(setup)
     names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
     study = optuna.create_study(direction="maximize")

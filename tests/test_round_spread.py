@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from autotune.search.round_spread import (
     measured_spread,
     round_spread,
 )
+from tests.conftest import study_setup
 
 # The README's CPU study on this project's VM (2026-11-28): 10 rounds, stopped on the budget.
 _CPU_CONF: dict[str, Any] = {
@@ -79,17 +80,13 @@ def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(
     """The README's CPU study was estimated at its 6 trusted rounds (~70 s) and ran its whole
     300 s budget: at a CPU's spread the estimate is the budget, and says so; at a quiet
     spread it is the rounds that spread needs."""
-    from autotune.core.knobs import build_space
     from autotune.search.console.cost import estimate
     from autotune.search.setup import StudySetup
-    from autotune.workloads.mlp import MLPWorkload
 
     def setup(spread: float) -> StudySetup:
-        return StudySetup(name="s", storage="sqlite://", out_dir=Path("."), env=cpu_env,
-                          space=build_space(cpu_env, MLPWorkload(), {}), workload_spec={},
-                          workload_label="mlp", window={}, memory_limit_gb=1.0,
-                          confirm_top=3, confirm_budget_s=300.0,
-                          round_spread=RoundSpread(spread, "a test"))
+        return dataclasses.replace(
+            study_setup(cpu_env, confirm_top=3, confirm_budget_s=300.0, numerics_steps=0),
+            round_spread=RoundSpread(spread, "a test"))
 
     first = {"extras_s": 1.0, "ceiling_noise": {"window": 0.2}}
     noisy = estimate(setup(0.11), 12, 3, 0.0, 8.5, first)  # 4 windows of 7.5 s: 30 s a round
@@ -122,13 +119,10 @@ def test_a_reference_run_is_counted_at_the_baselines_numerics_at_the_finalists_b
 
     from autotune.core.knobs import build_space
     from autotune.search.console.cost import _numerics_s
-    from autotune.search.setup import StudySetup
     from autotune.workloads.mlp import MLPWorkload
 
     space = build_space(cpu_env, MLPWorkload(), {})
-    setup = StudySetup(name="s", storage="sqlite://", out_dir=Path("."), env=cpu_env,
-                       space=space, workload_spec={}, workload_label="mlp", window={},
-                       memory_limit_gb=1.0, numerics_steps=10)
+    setup = study_setup(cpu_env, space, confirm_top=1, numerics_steps=10)
     base_knobs = {**space.baseline, "batch_size": 32}
 
     def trial(knobs: dict[str, Any], step_ms: float) -> optuna.trial.FrozenTrial:

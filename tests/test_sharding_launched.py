@@ -146,7 +146,7 @@ def test_a_sharded_finalist_trains_like_its_unsharded_reference(tmp_path: Path) 
     entry = checked.get(str(sharded[0].number))
     if entry is None:  # not the exported trial: run the study's check on it
         setup = build_setup(compose_config(overrides), overrides)[0]
-        tolerance = check_tolerance(setup.numerics_tolerance)
+        tolerance = check_tolerance(setup.study.numerics_tolerance)
         entry = _check_one(setup, sharded[0], tolerance, {}, None)
     assert entry["families"] == ["sharding"] and entry["passed"] is True, entry
     assert len(entry["losses"]) == 4 and entry["max_rel_dev"] < 1e-3, entry

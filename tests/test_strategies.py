@@ -153,7 +153,7 @@ def test_store_serves_the_same_machine_and_refuses_another(tmp_path: Path):
     with pytest.raises(CacheRefused, match="optuna"):
         other.get(REQ, "search")
     # Another window or repetition is another measurement.
-    longer = dataclasses.replace(REQ, window={**REQ.window, "measure_steps": 60})
+    longer = dataclasses.replace(REQ, window=dataclasses.replace(REQ.window, measure_steps=60))
     assert here.get(longer, "search") is None and here.get(REQ, "ab0") is None
     stored = json.loads((tmp_path / f"{here.key(REQ, 'search')}.json").read_text())
     assert stored["machine"]["device_name"] == "AMD EPYC 9B14"

@@ -75,11 +75,11 @@ def test_nightly_comparison_refuses_across_units(tmp_path: Path, space: Any) -> 
     db = tmp_path / "n.db"
     _study(db, "night1", None, space)
     tonight = _study(db, "night2", "tokens/s", space)
-    c = compare_studies(tonight, "night1", f"sqlite:///{db}")
+    c = compare_studies(tonight, "night1", f"sqlite:///{db}", 10.0)
     assert c["regression"] and c["change_pct"] is None
     assert "units differ: 'night1' measured samples/s, this study tokens/s" in c["reasons"][0]
     assert "| unit | samples/s | tokens/s |" in compare_markdown(c)
-    same = compare_studies(tonight, "night2", f"sqlite:///{db}")
+    same = compare_studies(tonight, "night2", f"sqlite:///{db}", 10.0)
     assert not same["regression"] and same["change_pct"] == 0.0
 
 

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
+from autotune.core.config import WindowConfig
 from autotune.core.env import Env
 from autotune.core.knobs import build_space
 from autotune.core.tokens import (
@@ -94,7 +95,7 @@ def test_units_never_mix() -> None:
         same_unit("tokens/s", None, "this study against 'night1'")
 
 
-def _window(run: Training, win: dict[str, Any]) -> tuple[WindowResult, Batches]:
+def _window(run: Training, win: WindowConfig) -> tuple[WindowResult, Batches]:
     """A real warm-up and measured window of ``run``, in this process (no ceilings)."""
     batches, clock, progress = Batches(run), Clock(run.device), Progress(None)
     result = WindowResult()
@@ -104,8 +105,8 @@ def _window(run: Training, win: dict[str, Any]) -> tuple[WindowResult, Batches]:
     return result, batches
 
 
-WIN = {"warmup_steps": 2, "measure_steps": 4, "min_measure_steps": 2, "measure_seconds": 0.01,
-       "min_measure_seconds": 0.0}
+WIN = WindowConfig(warmup_steps=2, measure_steps=4, min_measure_steps=2, measure_seconds=0.01,
+                   min_measure_seconds=0.0)
 
 
 @pytest.mark.parametrize("kind", ["lm", "flatten"])

@@ -86,9 +86,8 @@ CONTENDED_STEAL_SHARE = 0.05
 #: The container's CPU quota (cgroup v2 cpu.stat throttled_usec) held the trial back this share
 #: of the window.
 CONTENDED_THROTTLED_SHARE = 0.05
-#: Re-measure a contended window at most this many times, after this long a wait each time
-#: (bounded: a machine that stays busy is reported as such, the study goes on).
-CONTENDED_RETRIES = 2
+#: Wait this long before re-measuring a contended window (study.remeasure_contended times at
+#: most: bounded, so a machine that stays busy is reported as such and the study goes on).
 CONTENDED_WAIT_S = 5.0
 #: A confirmation that ends on its budget, not on its precision, says that the study could not
 #: measure (results/trust.py, exit code 4) when at least this share of the study's windows were

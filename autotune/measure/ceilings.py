@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.core.config import WindowConfig, sized
 from autotune.core.training import Training
 from autotune.measure.clock import Clock
 from autotune.measure.readings import Progress
@@ -22,7 +23,7 @@ def _units(batches: Any, batch_size: int) -> float:
     return float(units(batch_size)) if callable(units) else float(batch_size)
 
 
-def loader_ceiling(batches: Any, batch_size: int, workers: int, win: dict[str, Any],
+def loader_ceiling(batches: Any, batch_size: int, workers: int, win: WindowConfig,
                    progress: Progress | None = None) -> tuple[float, float]:
     """A mock trainer: the loader alone, every batch discarded. The rate the input
     pipeline delivers in steady state, in the window's unit (samples/s, or real tokens/s: the
@@ -42,8 +43,8 @@ def loader_ceiling(batches: Any, batch_size: int, workers: int, win: dict[str, A
     next(batches)
     rounds = max(1, workers)
     ramp, need = rounds, rounds + max(8 * rounds, 16)
-    min_s = float(win.get("min_measure_seconds", 0.0))
-    cap_s = float(win["measure_seconds"]) / 2
+    min_s = win.min_measure_seconds
+    cap_s = sized(win.measure_seconds) / 2
     arrivals: list[float] = []
     units: list[float] = []
     start = time.perf_counter()
@@ -78,7 +79,7 @@ def _slope(times: list[float]) -> float:
     return sum((t - mean_t) * (i - mean_i) for i, t in enumerate(times)) / var
 
 
-def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str, Any],
+def compute_ceiling(run: Training, batches: Any, batch_size: int, win: WindowConfig,
                     clock: Clock, beat: Callable[[int], None] = lambda step: None
                     ) -> tuple[float, float]:
     """A mock loader: one batch kept on the device, the step alone. The rate the
@@ -97,9 +98,9 @@ def compute_ceiling(run: Training, batches: Any, batch_size: int, win: dict[str,
     inputs, targets = run.to_device(*next(batches))  # the model is warm: no extra warm-up
     per_step = _units(batches, batch_size)
     clock.sync(run.device)
-    steps = max(2, int(win["measure_steps"]) // 2)
-    min_s = float(win.get("min_measure_seconds", 0.0)) / 4
-    cap_s = float(win["measure_seconds"]) / 4
+    steps = max(2, sized(win.measure_steps) // 2)
+    min_s = win.min_measure_seconds / 4
+    cap_s = sized(win.measure_seconds) / 4
     rates, total_n, total_s = [], 0, 0.0
     for _ in range(2):
         n, start = 0, time.perf_counter()

@@ -11,9 +11,9 @@ from autotune.measure.protocol import TrialRequest
 
 def launched(req: TrialRequest) -> bool:
     """A request that carries a launch runs through the launcher, one rank included: a study
-    gives one only to several ranks (cli/app.py ``launch_spec``), and one rank is the only
+    gives one only to several ranks (search/setup.py ``launch_spec``), and one rank is the only
     NCCL run a machine of one GPU allows (tests/test_nccl.py)."""
-    return bool(req.launch)
+    return req.launch is not None
 
 
 def main(request_path: str, result_path: str) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from autotune.core.batch import ShapeLog
+from autotune.core.config import WindowConfig, sized
 from autotune.core.training import Training, phase
 from autotune.measure.batches import Batches, length_group_steps
 from autotune.measure.clock import Clock
@@ -28,7 +29,7 @@ from autotune.measure.readings import Progress, thread_busy_s, workers_cpu_s
 Marks = tuple[Any, Any, Any, Any]
 
 
-def measured_loop(run: Training, batches: Batches, clock: Clock, win: dict[str, Any],
+def measured_loop(run: Training, batches: Batches, clock: Clock, win: WindowConfig,
                   progress: Progress, batch_size: int, start_load: Snapshot,
                   agree: Callable[[list[int]], list[int]] | None = None) -> Loop:
     """The measured window. Host clock for the wait on the loader (a host-side stall); device
@@ -169,11 +170,11 @@ class _Chunks:
     edges in steps alone (``agree``), the same on every rank, and agree at each edge on
     whether to stop and how many steps make a chunk of the usual length."""
 
-    def __init__(self, win: dict[str, Any], clock: Clock,
+    def __init__(self, win: WindowConfig, clock: Clock,
                  agree: Callable[[list[int]], list[int]] | None):
-        self.max_steps, self.min_steps = int(win["measure_steps"]), int(win["min_measure_steps"])
-        self.min_seconds = float(win.get("min_measure_seconds", 0.0))
-        self.measure_seconds = float(win["measure_seconds"])
+        self.max_steps, self.min_steps = sized(win.measure_steps), sized(win.min_measure_steps)
+        self.min_seconds = win.min_measure_seconds
+        self.measure_seconds = sized(win.measure_seconds)
         self.chunk = min(self.max_steps, max(2, self.max_steps // 8))
         self.long_enough = self.min_seconds / 8  # a chunk's length in seconds
         self.chunk_s = 0.0 if agree is not None else self.long_enough

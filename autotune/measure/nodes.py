@@ -48,7 +48,7 @@ def follow(study_dir: Path, poll_s: float = 0.2) -> int:
              study_dir, os.uname().nodename)
     while not stopped(study_dir, start):
         for path, req in pending(study_dir, served, start - STARTED_LATE_S):
-            run_id = str(req.launch["run_id"])
+            run_id = str(req.run_id)
             served.add(run_id)
             code = serve(path, run_id, lambda: stopped(study_dir, start))
             log.info("autotune follow: %s (%s): %s", path.parent.relative_to(study_dir),
@@ -77,7 +77,7 @@ def pending(study_dir: Path, served: set[str], since: float) -> Iterator[tuple[P
             req = TrialRequest.read(path)
         except (OSError, ValueError):  # being written: the next poll reads it
             continue
-        run_id = req.launch.get("run_id")
+        run_id = req.run_id
         if spans_nodes(req.launch) and run_id and run_id not in served \
                 and ended(path.parent) != run_id:
             yield path, req

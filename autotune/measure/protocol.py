@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import math
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
+
+from autotune.core.config import LaunchConfig, WindowConfig
 
 R = TypeVar("R", bound="_Record")
 
@@ -24,12 +26,14 @@ def mentions_oom(text: str) -> bool:
     return any(m in text for m in OOM_MARKERS)
 
 
-#: A window that is only a figure (a confirmation round's, a scaling round's) skips the
-#: profiler capture, the loader profile and, under several ranks, the all-reduce's counterfactual
-#: (measure/comm.py: 20 barrier-started steps, which took 42 s of a 63 s window of the README's
-#: CPU study as 2 ranks, batch 128, 2026-11-27). search/console/cost.py estimates such a window as a
-#: trial's time less its ``extras_s``.
-FIGURE_ONLY = {"profile": False, "loader_profile": False, "comm": False}
+def figure_only(window: WindowConfig) -> WindowConfig:
+    """The window of a request that is only a figure (a confirmation round's, a scaling
+    round's): no profiler capture, no loader profile; its request also skips, under several
+    ranks, the all-reduce's counterfactual (``TrialRequest.comm``: measure/comm.py's 20
+    barrier-started steps took 42 s of a 63 s window of the README's CPU study as 2 ranks,
+    batch 128, 2026-11-27). search/console/cost.py estimates such a window as a trial's time
+    less its ``extras_s``."""
+    return replace(window, profile=False, loader_profile=False)
 
 
 #: The signal on which a rank of a launched trial writes its Python stack to
@@ -45,9 +49,9 @@ ENDED_FILE = "ended"
 NODES_STOP_FILE = "nodes.stop"
 
 
-def spans_nodes(launch: dict[str, Any]) -> bool:
+def spans_nodes(launch: LaunchConfig | None) -> bool:
     """A window whose ranks run on several nodes (launch.nnodes > 1)."""
-    return int(launch.get("nnodes", 1) or 1) > 1
+    return launch is not None and launch.nnodes > 1
 
 
 def stalled_ranks(trial_dir: Path) -> str:
@@ -115,7 +119,9 @@ class TrialRequest(_Record):
     workload: dict[str, Any]
     knobs: dict[str, Any]
     device: str
-    window: dict[str, Any]
+    #: The study's window section, sized for the device (core/config.py); a dict (the JSON
+    #: the child reads) is taken as one.
+    window: WindowConfig
     seed: int = 0
     cpu_sized: bool = False
     trace: bool = False  # capture a torch.profiler trace after the window
@@ -124,11 +130,19 @@ class TrialRequest(_Record):
     grad_accum: int = 1  # micro-batches per optimizer step (study.keep_global_batch)
     numerics_steps: int = 0  # > 0: record this many steps' losses instead of measuring
     loader_profile: bool = False  # profile the loader alone after the window when it waited
-    # Several ranks (autotune/measure/ranks.py): nproc_per_node, nnodes, rdzv_endpoint and the
-    # timeouts of the launch config; {} or 1 x 1: one process.
-    launch: dict[str, Any] = field(default_factory=dict)
+    #: Several ranks (autotune/measure/ranks.py): the study's launch section; None: one process.
+    launch: LaunchConfig | None = None
+    run_id: str | None = None  # the rendezvous id of a window whose ranks span nodes
     progress_path: str | None = None  # the heartbeat the watchdog reads
     trace_path: str | None = None  # where the trace goes (with ``trace``)
+    comm: bool = True  # measure the all-reduce's counterfactual under ranks (not figure_only)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, dict):
+            self.window = WindowConfig(**self.window)
+        if isinstance(self.launch, dict):  # the JSON's; a request of no ranks has none
+            known = LaunchConfig.__dataclass_fields__
+            self.launch = LaunchConfig(**{k: v for k, v in self.launch.items() if k in known})
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

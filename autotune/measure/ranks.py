@@ -29,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autotune.core.config import LaunchConfig
 from autotune.core.distributed import endpoint_taken
 from autotune.core.files import atomic_write
 from autotune.measure.contention import TRIAL_ROOT_ENV
@@ -47,20 +48,19 @@ def launch_config(req: TrialRequest, trial_dir: Path, host: bool | None = None) 
     whether this node's launcher hosts the c10d store (several nodes: the driver's node does,
     at launch.rdzv_endpoint, and the others join it)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.launcher.api import LaunchConfig
+    from torch.distributed.launcher.api import LaunchConfig as ElasticLaunchConfig
 
-    launch = req.launch
-    nproc, nnodes = int(launch.get("nproc_per_node", 1)), int(launch.get("nnodes", 1))
-    timeout = int(launch.get("rdzv_timeout_s", 30))
+    launch = req.launch or LaunchConfig()
+    nproc, nnodes, timeout = launch.nproc_per_node, launch.nnodes, launch.rdzv_timeout_s
     configs: dict[str, Any] = {"timeout": timeout, "join_timeout": timeout,
                                "last_call_timeout": 1}
     if host is not None:
         configs["is_host"] = host
     with _nvml_device_check():
-        return LaunchConfig(
+        return ElasticLaunchConfig(
         min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
-        run_id=str(launch.get("run_id") or f"autotune-{uuid.uuid4().hex[:12]}"),
-        rdzv_backend="c10d", rdzv_endpoint=launch.get("rdzv_endpoint") or "localhost:0",
+        run_id=req.run_id or f"autotune-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d", rdzv_endpoint=launch.rdzv_endpoint or "localhost:0",
         rdzv_configs=configs, max_restarts=0, monitor_interval=0.1, start_method="fork",
         logs_specs=DefaultLogsSpecs(log_dir=str(trial_dir / "ranks"), redirects=Std.ALL),
         )
@@ -91,12 +91,12 @@ def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> i
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    launch = req.launch
-    world = int(launch.get("nproc_per_node", 1)) * int(launch.get("nnodes", 1))
+    launch = req.launch or LaunchConfig()
+    world = launch.nproc_per_node * launch.nnodes
     config = launch_config(req, result_path.parent, host=True if spans_nodes(launch) else None)
     os.environ[TRIAL_ROOT_ENV] = str(os.getpid())  # the ranks' load is the trial's own
     failure, first = "", None
-    taken = launch.get("rdzv_endpoint") and endpoint_taken(str(launch["rdzv_endpoint"]))
+    taken = launch.rdzv_endpoint and endpoint_taken(str(launch.rdzv_endpoint))
     try:
         if taken:  # taken since the study began: fail now, not at the stall limit
             raise RuntimeError(f"the rendezvous endpoint {taken}")
@@ -106,8 +106,8 @@ def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> i
     except Exception as exc:  # noqa: BLE001 - a rendezvous that never formed, a port taken
         failure = f"the launcher failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
         if spans_nodes(launch) and "Rendezvous" in type(exc).__name__:
-            failure = (f"the {launch.get('nnodes')} nodes' launchers did not all meet at "
-                       f"{launch.get('rdzv_endpoint')} within {launch.get('rdzv_timeout_s')} s: "
+            failure = (f"the {launch.nnodes} nodes' launchers did not all meet at "
+                       f"{launch.rdzv_endpoint} within {launch.rdzv_timeout_s} s: "
                        "is `autotune follow <the study's directory>` running on every other "
                        f"node? (docs/cluster.md; {type(exc).__name__})")
     ranks_ran = not failure or first is not None  # not a launcher that never started them
@@ -193,7 +193,7 @@ def rank_main(request_path: str, result_path: str) -> None:
         torch.cuda.set_device(local)
     dist.init_process_group(
         "nccl" if cuda else "gloo",
-        timeout=timedelta(seconds=int(req.launch.get("collective_timeout_s", 60))))
+        timeout=timedelta(seconds=(req.launch or LaunchConfig()).collective_timeout_s))
     mine = dataclasses.replace(
         req, device=f"cuda:{local}" if cuda else req.device,
         progress_path=req.progress_path if rank == 0 else str(rank_path(req.progress_path or "", rank)),

@@ -116,12 +116,12 @@ def run_window(
     child = replace(req, progress_path=str(progress_path),
                     trace_path=str(trial_dir / "trace.json") if req.trace else None)
     if spans_nodes(req.launch):  # the other nodes join this window's rendezvous by its id
-        child.launch = {**req.launch, "run_id": f"autotune-{uuid.uuid4().hex[:12]}"}
+        child.run_id = f"autotune-{uuid.uuid4().hex[:12]}"
         (trial_dir / ENDED_FILE).unlink(missing_ok=True)
     request_path.write_text(child.to_json())
-    timeout_s, stall_s = float(req.window["timeout_s"]), float(req.window["stall_s"])
+    timeout_s, stall_s = req.window.timeout_s, req.window.stall_s
     compile_s = compile_allowance(req)
-    join_s = float(req.launch.get("rdzv_timeout_s", 30)) if spans_nodes(req.launch) else 0.0
+    join_s = float(req.launch.rdzv_timeout_s) if req.launch and spans_nodes(req.launch) else 0.0
 
     start, oom_before = time.monotonic(), oom_kills()
     proc = TrialProcess(str(request_path), str(result_path), str(stderr_path), req.env)
@@ -137,7 +137,7 @@ def run_window(
         # DataLoader worker). A trial must never outlive the watch over it.
         kill_tree(proc)
         if spans_nodes(req.launch):  # and its ranks on the other nodes (measure/nodes.py)
-            (trial_dir / ENDED_FILE).write_text(child.launch["run_id"])
+            (trial_dir / ENDED_FILE).write_text(str(child.run_id))
     wall = time.monotonic() - start
     res = _classify(proc.returncode, ended_by, result_path, stderr_path, wall, watch)
     if res.signal == "SIGKILL" and ended_by is None:
@@ -196,7 +196,7 @@ def compile_allowance(req: TrialRequest) -> float:
     torch.compile (max-autotune above all) can take minutes to build and autotune kernels."""
     if req.knobs.get("compile", "off") == "off":
         return 0.0
-    return float(req.window.get("compile_timeout_s", 0.0))
+    return req.window.compile_timeout_s
 
 
 def _watch(proc: TrialProcess, progress_path: Path,

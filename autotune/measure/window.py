@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from autotune.core import distributed
+from autotune.core.config import WindowConfig, sized
 from autotune.core.files import atomic_write
 from autotune.core.training import CaptureFailed, Training, input_dataset
 from autotune.core.workload import Workload, build_workload
@@ -113,7 +114,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
         result.error = f"{compile_watch.hits[0]}: torch.compile fell back to eager"
 
 
-def _loader_ceiling(batches: Batches, batch_size: int, workers: int, win: dict[str, Any],
+def _loader_ceiling(batches: Batches, batch_size: int, workers: int, win: WindowConfig,
                     progress: Progress, result: WindowResult, trial_start: Snapshot) -> None:
     """The loader's own rate, handed to the driver's pruner by the heartbeat at once."""
     rate, noise = loader_ceiling(batches, batch_size, workers, win, progress)
@@ -132,10 +133,10 @@ def _after_window(req: TrialRequest, run: Training, batches: Batches, clock: Clo
     alone's compute ceiling."""
     win = req.window
     ranks = distributed.world_size()
-    if ranks > 1 and win.get("comm", True):  # a confirmation or scaling window skips it
+    if ranks > 1 and req.comm:  # a confirmation or scaling window skips it
         progress.beat("comm", result.steps, force=True)
         result.comm = comm.exposed(run, batches, clock, result.step_ms["median"],
-                                    float(win["measure_seconds"]),
+                                    sized(win.measure_seconds),
                                     beat=lambda n: progress.beat("comm", n, force=True))
     if req.ceilings.get("compute") and ranks == 1:  # its timed loop would not match across ranks
         beat = lambda step: progress.beat("ceiling", step)  # noqa: E731
@@ -154,8 +155,8 @@ def _evidence(req: TrialRequest, workload: Workload, run: Training, batches: Bat
     """What the diagnosis reads beyond the figures: a profiler capture, and where the step
     waited on its data, a profile of the loader's own stages."""
     win = req.window
-    if win.get("profile") and req.trace_path:
-        result.trace = capture(run, batches, win.get("profile_steps", 3), req.trace_path,
+    if win.profile and req.trace_path:
+        result.trace = capture(run, batches, sized(win.profile_steps), req.trace_path,
                                lambda step: progress.beat("profile", step, force=True))
     if req.loader_profile and (result.timers.get("data_wait") or 0.0) >= DATA_WAIT_NOTABLE:
         progress.beat("loader_profile", result.steps, force=True)
@@ -178,7 +179,7 @@ def profile_input(workload: Workload, knobs: dict[str, Any], batch_size: int,
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], progress: Progress,
+def warm_up(run: Training, batches: Any, clock: Clock, win: WindowConfig, progress: Progress,
             result: WindowResult) -> tuple[float, torch.Tensor]:
     """First step alone (compile, cuDNN autotune, worker start-up), then the rest, then the
     batches the workers prefetched while the first step compiled. Returns the first step's
@@ -197,7 +198,7 @@ def warm_up(run: Training, batches: Any, clock: Clock, win: dict[str, Any], prog
         result.compile_cache = {"hits": int(counters["inductor"]["fxgraph_cache_hit"]),
                                 "misses": int(counters["inductor"]["fxgraph_cache_miss"])}
     progress.beat("warmup", 1, force=True)
-    for i in range(1, win["warmup_steps"]):
+    for i in range(1, sized(win.warmup_steps)):
         loss = run.step(*run.to_device(*next(batches)))
         progress.beat("warmup", i + 1)
     loss = _drain_prefetched(run, batches, win, progress) or loss
@@ -213,7 +214,7 @@ PREFETCHED_S = 1e-3
 LOADER_PROFILE_BATCHES = 8
 
 
-def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
+def _drain_prefetched(run: Training, batches: Any, win: WindowConfig,
                       progress: Progress) -> torch.Tensor | None:
     """Step through the batches the workers buffered (num_workers x prefetch_factor) while the
     first step compiled, until one has to be waited for. A window that starts on a full buffer
@@ -224,7 +225,7 @@ def _drain_prefetched(run: Training, batches: Any, win: dict[str, Any],
     if workers == 0 or distributed.world_size() > 1:  # ranks must take the same steps
         return None
     buffered = workers * int(run.knobs["prefetch_factor"] or 2)
-    loss, deadline = None, time.perf_counter() + float(win["measure_seconds"]) / 4
+    loss, deadline = None, time.perf_counter() + sized(win.measure_seconds) / 4
     for _ in range(buffered):
         w0 = time.perf_counter()
         inputs, targets = next(batches)

@@ -106,7 +106,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
 
 
 def compare_studies(study: optuna.Study, other_name: str, other_storage: str,
-                    regression_pct: float = 10.0) -> dict[str, Any]:
+                    regression_pct: float) -> dict[str, Any]:
     """This study against ``other_name``: both summaries, the change, the regression verdict."""
     now, before = summary(study), summary(load_other(other_name, other_storage))
     reasons = []

@@ -22,6 +22,7 @@ from typing import Any
 
 import optuna
 
+from autotune.core.config import StudyConfig
 from autotune.core.files import atomic_write
 from autotune.results import report_loader
 from autotune.results.compare import compare_html, compare_markdown, compare_studies
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="output folder (default: beside a SQLite study.db, else studies/NAME)")
     p.add_argument("--compare-to", help="an earlier study to compare with (side by side)")
     p.add_argument("--compare-storage", help="its storage, when not the same")
-    p.add_argument("--regression-pct", type=float, default=10.0)
+    p.add_argument("--regression-pct", type=float, default=StudyConfig().regression_pct)
     a = p.parse_args(argv)
     try:
         study = optuna.load_study(study_name=a.study, storage=open_storage(a.storage))

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from autotune.diagnose.thresholds import CONTENDED_RETRIES, CONTENDED_WAIT_S
+from autotune.diagnose.thresholds import CONTENDED_WAIT_S
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Interrupted
 
@@ -35,14 +35,16 @@ class BusyMachine:
     def __init__(self) -> None:
         self.streak = 0
 
-    def retries(self) -> int:
+    def retries(self, configured: int) -> int:
+        """The re-measurements the next window gets: ``configured`` (study.remeasure_contended)
+        until the machine has stayed busy, then none."""
         if self.streak >= self.STAYED_BUSY:
             if self.streak == self.STAYED_BUSY:
                 log.warning("the machine has stayed busy through %d trials' re-measurements: "
                             "windows are taken once from now on, each with its load named",
                             self.streak)
             return 0
-        return CONTENDED_RETRIES
+        return configured
 
     def saw(self, result: WindowResult) -> None:
         if not result.ok:
@@ -61,7 +63,7 @@ def load_words(contention: dict) -> str:
 
 def measure_settled(measure: Measure, req: TrialRequest, trial_dir: Path, label: str,
                     stop_requested: Callable[[], str | None],
-                    retries: int = CONTENDED_RETRIES, wait_s: float = CONTENDED_WAIT_S) -> WindowResult:
+                    retries: int, wait_s: float = CONTENDED_WAIT_S) -> WindowResult:
     """Measure; while the window was contended (and measured: a pruned or failed trial is
     what it is), wait ``wait_s`` and measure again, at most ``retries`` times. The result
     carries the earlier readings under ``contention["earlier"]``, and the first window's

@@ -123,11 +123,11 @@ def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, A
 def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
     setup.round_spread = round_spread(setup.env.device, setup.env.device_name,
                                       [*_own_earlier(setup, storage), *setup.earlier])
-    if setup.race and (workers > 1 or not is_sqlite(str(setup.storage))):
+    if setup.study.race and (workers > 1 or not is_sqlite(str(setup.storage))):
         log.info("study.race: the finalists are raced during the search only with one worker "
                  "on the study's own SQLite file; here every round runs after the search")
-        setup = dataclasses.replace(setup, race=False)
-    confirm_runs = setup.confirm_runs
+        setup = setup.with_study(race=False)
+    confirm_runs = setup.study.confirm_runs
     clock = CostClock(setup, n_trials, confirm_runs)
     setup = with_deadline(setup)  # the budget counts from here, as the clock does
     log.info("%s", plan_words(setup, n_trials, confirm_runs))
@@ -151,11 +151,11 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
         clock.phase("confirmation")
         with StopFlag() as stop:
             try:
-                confirm(confirming, study, confirm_runs, confirming.confirm_top, stop)
+                confirm(confirming, study, confirm_runs, confirming.study.confirm_top, stop)
             except Interrupted:
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143
-    if code == 0 and setup.numerics_steps:
+    if code == 0 and setup.study.numerics_steps:
         clock.phase("numerics check")
         with StopFlag() as stop:
             try:
@@ -163,7 +163,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
             except Interrupted:
                 log.warning("numerics check interrupted; best.yaml left unchecked")
                 code = 130 if stop.reason == "SIGINT" else 143
-    if code == 0 and setup.scaling:
+    if code == 0 and setup.launch.scaling:
         clock.phase("scaling")
         with StopFlag() as stop:
             try:
@@ -195,9 +195,10 @@ def report_and_compare(setup: StudySetup, study: optuna.Study, code: int) -> int
     """Write report.html/.md (with the comparison when study.compare_to is set); a regression
     turns a clean exit into REGRESSION_EXIT, for schedulers."""
     cmp = None
-    if setup.compare_to and setup.compare_storage:
-        cmp = compare_studies(study, setup.compare_to, setup.compare_storage, setup.regression_pct)
-        print(f"  compared with '{setup.compare_to}': {verdict(cmp)}")
+    if setup.compare:
+        name, url = setup.compare
+        cmp = compare_studies(study, name, url, setup.study.regression_pct)
+        print(f"  compared with '{name}': {verdict(cmp)}")
     elif setup.nightly_missing:
         cmp = {"missing": setup.nightly_missing}
         print(f"  not compared: {setup.nightly_missing}")

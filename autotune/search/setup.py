@@ -4,6 +4,7 @@ seeded per worker, the pruner), and the flag SIGINT/SIGTERM set (``StopFlag``)."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -16,10 +17,10 @@ from typing import Any
 
 import optuna
 
+from autotune.core.config import LaunchConfig, StudyConfig, WindowConfig
 from autotune.core.env import Env
 from autotune.core.knobs import Space
 from autotune.core.tokens import TOKENS
-from autotune.diagnose.thresholds import CONTENDED_RETRIES
 from autotune.measure.protocol import WindowResult
 from autotune.results.compile_cost import cache_env, effective_rate
 from autotune.results.storage import is_sqlite
@@ -29,7 +30,10 @@ from autotune.search.round_spread import RoundSpread
 
 @dataclass
 class StudySetup:
-    """Everything a worker needs, resolved once by the CLI."""
+    """Everything a worker needs, resolved once by the command line (cli/app.py): the
+    configuration's ``study``, ``window`` and ``launch`` sections as the schema declares them
+    (autotune/core/config.py, sized for the device), and what was resolved from them and the
+    machine (the device, the search space, the memory limit, the storage URL)."""
 
     name: str
     storage: Any  # URL string or an optuna storage object
@@ -38,14 +42,12 @@ class StudySetup:
     space: Space
     workload_spec: dict[str, Any]
     workload_label: str
-    window: dict[str, Any]
+    study: StudyConfig
+    window: WindowConfig
     memory_limit_gb: float
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
     seed: int = 0
-    cpu_sized: bool = False
-    agent: bool = True
-    prune: bool = True
-    timeout_s: float | None = None
-    time_budget_s: float | None = None  # study.time_budget_s (search/loop/budget.py)
+    cpu_sized: bool = False  # the workload's own CPU-sized arguments (Workload.cpu_sized)
     #: time.monotonic() by which the study should end (run_study sets it from time_budget_s
     #: as it starts; CLOCK_MONOTONIC is one clock for every worker process of a node), and by
     #: which the confirmation's rounds should, to leave the numerics check its time.
@@ -54,34 +56,30 @@ class StudySetup:
     worker_env: dict[str, str] = field(default_factory=dict)
     worker_index: int = 0
     image_inputs: bool = False
-    remeasure_contended: int = CONTENDED_RETRIES  # re-measure a contended window at most ...
-    confirm_runs: int = 0  # study.confirm_runs: the confirmation's least rounds (0: none)
-    confirm_top: int = 1  # traces are kept for this many finalists (see confirm.py)
-    confirm_precision: float = 0.05  # stop confirming at a +-5% interval ...
-    confirm_budget_s: float = 300.0  # ... or after this many seconds of rounds
-    #: study.race: rounds of the finalists during the search (search/loop/race.py); run_study
-    #: turns it off where several workers share the study.
-    race: bool = False
-    # Nightly comparison (compare.py): the earlier study, its storage URL, the threshold; and
-    # the knobs of an earlier best to enqueue after the baseline (study.start_from).
-    compare_to: str | None = None
-    compare_storage: str | None = None
+    #: study.compare_to as found: (its name, its storage URL); None where unset or not there.
+    compare: tuple[str, str] | None = None
     # Why study.compare_to / start_from named a study that is not there (yet): the first night
     # of a schedule, or a night after a missed one, runs without it and says so.
     nightly_missing: str | None = None
-    regression_pct: float = 10.0
-    start_knobs: dict[str, Any] | None = None
+    start_knobs: dict[str, Any] | None = None  # study.start_from's best knobs, as found
     #: How much the confirmation's rounds will vary (search/round_spread.py): from an earlier
     #: confirmation on this device, or the device kind's measured figure; set as the run starts.
     round_spread: RoundSpread | None = None
     #: study.start_from's / compare_to's stored device and confirmation, for round_spread.
     earlier: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    run_steps: int | None = None  # the objective includes compile time over this many steps
+    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
+    global_batch: int | None = None
 
     @property
     def trial_env(self) -> dict[str, str]:
         """A trial's environment: the worker's, and the study's shared inductor cache."""
         return {**cache_env(self.out_dir), **self.worker_env}
+
+    @property
+    def ranks(self) -> LaunchConfig | None:
+        """The launch section as each trial request carries it to the launcher (None: one
+        process, as a study of 1 x 1 ranks runs)."""
+        return self.launch if self.env.ranks > 1 else None
 
     def objective(self, result: WindowResult, knobs: dict[str, Any]) -> float:
         """The figure the study maximizes, in the window's unit (real tokens/s where the
@@ -89,21 +87,28 @@ class StudySetup:
         per_step: float = int(knobs["batch_size"])
         if result.unit == TOKENS and result.steps:
             per_step = result.tokens / result.steps  # every rank's real tokens per step
-        return effective_rate(result.rate, result.compile_s, per_step, self.run_steps)
-    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
-    global_batch: int | None = None
-    numerics_steps: int = 0  # the numerics check's steps (0: off)
-    numerics_tolerance: dict[str, float] = field(default_factory=dict)
-    #: Each trial as the production launch runs it (cli/app.launch_spec; {}: one process).
-    launch: dict[str, Any] = field(default_factory=dict)
-    #: launch.scaling: measure the exported configuration as one rank too (search/checks/scaling.py).
-    scaling: bool = False
-    #: study.training: which answer best.yaml holds, "any" or "same" (results/trials.ANSWERS).
-    training: str = "any"
+        return effective_rate(result.rate, result.compile_s, per_step, self.study.run_steps)
+
+    def with_study(self, **changes: Any) -> StudySetup:
+        """This setup with its study section changed as the study runs it (a cut budget, the
+        race off under several workers): a new setup, the configuration left as it was."""
+        return dataclasses.replace(self, study=dataclasses.replace(self.study, **changes))
 
     def grad_accum(self, knobs: dict[str, Any]) -> int:
         """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
         return self.global_batch // int(knobs["batch_size"]) if self.global_batch else 1
+
+
+def launch_spec(launch: LaunchConfig, env: Env) -> dict[str, Any]:
+    """The launch as the study records it (its ``launch`` attribute, which best.yaml's launch
+    section is written from: results/launch_export.py): the section and this device's
+    backend; {} for one process."""
+    if env.ranks <= 1:
+        return {}
+    return {"nproc_per_node": launch.nproc_per_node, "nnodes": launch.nnodes,
+            "rdzv_endpoint": launch.rdzv_endpoint, "rdzv_timeout_s": launch.rdzv_timeout_s,
+            "collective_timeout_s": launch.collective_timeout_s,
+            "backend": "nccl" if env.device == "cuda" else "gloo"}
 
 
 class StopFlag:
@@ -155,7 +160,7 @@ def create_study(setup: StudySetup, storage: Any = None,
             )
     study = optuna.create_study(
         storage=storage or setup.storage, study_name=setup.name, direction="maximize", sampler=sampler,
-        pruner=BestFractionPruner() if setup.prune else optuna.pruners.NopPruner(),
+        pruner=BestFractionPruner() if setup.study.prune else optuna.pruners.NopPruner(),
         load_if_exists=True,
     )
     return study

@@ -1,7 +1,7 @@
 """The documentation's reference pages, generated from the code at build time (mkdocs hooks).
 
 - ``reference/configuration.md``: every configuration key of the schema
-  (``autotune/cli/config.py``) with its type, default and explanation (each field's
+  (``autotune/core/config.py``) with its type, default and explanation (each field's
   ``metadata["help"]``), and each shipped workload's arguments (``autotune/conf/workload``).
 - ``reference/knobs.md``: every knob of the registry (``autotune/core/knobs.py``) with its
   doc, its domain on reference machines (evaluated by the registry's own domain rules) and
@@ -45,7 +45,7 @@ def _type(tp: Any) -> str:
 
 def config_keys() -> list[tuple[str, str, str, str]]:
     """(key, type, default, help) for every leaf key of the schema, in the schema's order."""
-    from autotune.cli.config import Config
+    from autotune.core.config import Config
 
     rows: list[tuple[str, str, str, str]] = []
 
@@ -58,7 +58,9 @@ def config_keys() -> list[tuple[str, str, str, str]]:
             if dataclasses.is_dataclass(default):
                 walk(type(default), key + ".")
                 continue
-            rows.append((key, _type(f.type), _default(default), f.metadata.get("help", "")))
+            size = f.metadata.get("sized")  # a device-sized default: both values
+            shown = f"{size.gpu}; CPU: {size.cpu}" if size else _default(default)
+            rows.append((key, _type(f.type), shown, f.metadata.get("help", "")))
 
     walk(Config, "")
     return rows
@@ -75,14 +77,16 @@ def _default(value: Any) -> str:
 
 
 def config_markdown() -> str:
-    from autotune.cli.config import Config, KnobsConfig
+    from autotune.core.config import Config, KnobsConfig
 
     out = ["# Configuration keys", "",
-           "Generated from the schema, `autotune/cli/config.py`, when the documentation is "
+           "Generated from the schema, `autotune/core/config.py`, when the documentation is "
            "built. Any key can be set on the command line (`key=value`) or in "
-           "`autotune.tune([...])`; a misspelt key or a wrong type is an error naming it. "
-           "Defaults marked CPU-sized in an explanation apply on a CPU-only machine when no "
-           "workload argument is set.", ""]
+           "`autotune.tune([...])`; a misspelt key or a wrong type is an error naming it, and "
+           "a value out of its range or at odds with another key is one naming both "
+           "(`autotune/cli/validate.py`). A default given as two values (`40; CPU: 16`) is "
+           "sized for the device: the second applies on a CPU-only machine to each such key "
+           "left unset (null).", ""]
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
     for row in config_keys():
         head = row[0].split(".")[0] if "." in row[0] else "top level"

@@ -138,10 +138,10 @@ def check_numerics(setup: StudySetup, study: optuna.Study, stop: StopFlag | None
     reference (the user's numerics at a batch size, fed as the finalist is) runs once and is
     reused. Returns the record."""
     record: dict[str, Any] = dict(study_attrs(study).get("numerics") or {})
-    record.setdefault("steps", setup.numerics_steps)
+    record.setdefault("steps", setup.study.numerics_steps)
     results: dict[str, Any] = dict(record.get("trials") or {})
     references: dict[str, Reference] = {}
-    tolerance = check_tolerance(setup.numerics_tolerance)
+    tolerance = check_tolerance(setup.study.numerics_tolerance)
 
     def check(trial: FrozenTrial) -> None:
         if str(trial.number) in results:
@@ -244,7 +244,7 @@ def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag |
     req = TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                        window=setup.window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                        env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
-                       numerics_steps=setup.numerics_steps, launch=setup.launch)
+                       numerics_steps=setup.study.numerics_steps, launch=setup.ranks)
     res = run_window(req, setup.out_dir / "numerics" / tag,
                      stop_requested=lambda: stop.reason if stop else None)
     if not res.ok or not res.losses:

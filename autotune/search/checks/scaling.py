@@ -22,7 +22,7 @@ import optuna
 
 from autotune.core.distributed import rank_cores
 from autotune.measure.launch import CPUS_ENV
-from autotune.measure.protocol import FIGURE_ONLY, TrialRequest
+from autotune.measure.protocol import TrialRequest, figure_only
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
 from autotune.results.record import set_study_attrs, trial_attrs
@@ -37,12 +37,12 @@ SCALING_ROUNDS = MIN_ROUNDS
 
 def _one_rank(setup: StudySetup, req: TrialRequest) -> TrialRequest:
     """The same request as one process on rank 0's share of the cores the ranks split."""
-    nproc = int(setup.launch.get("nproc_per_node", 1))
+    nproc = setup.launch.nproc_per_node
     env = dict(req.env)
     cores = ([int(c) for c in env[CPUS_ENV].split(",")] if env.get(CPUS_ENV)
              else sorted(os.sched_getaffinity(0)))
     env[CPUS_ENV] = ",".join(map(str, rank_cores(0, nproc, cores)))
-    return dataclasses.replace(req, launch={}, env=env)
+    return dataclasses.replace(req, launch=None, env=env)
 
 
 def measure_scaling(setup: StudySetup, study: optuna.Study, stop: StopFlag | None = None,
@@ -50,16 +50,16 @@ def measure_scaling(setup: StudySetup, study: optuna.Study, stop: StopFlag | Non
     """The exported trial's configuration as all ranks and as one rank, ``rounds`` times in
     random order; the efficiency with its interval is recorded in the study (``scaling``),
     which best.yaml, the summary and the report show. None when there is nothing to scale."""
-    ranks = int(setup.launch.get("nproc_per_node", 1)) * int(setup.launch.get("nnodes", 1))
+    ranks = setup.env.ranks
     trial, _ = chosen_trial(study)
     if ranks <= 1 or trial is None:
         return None
     knobs = trial_attrs(trial)["knobs"]
-    window = {**setup.window, **FIGURE_ONLY}
+    window = figure_only(setup.window)
     together = TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                             window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                             env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
-                            launch=setup.launch)
+                            launch=setup.ranks, comm=False)
     sides = {"ranks": together, "one_rank": _one_rank(setup, together)}
     figures: dict[str, list[float | None]] = {"ranks": [], "one_rank": []}
     failures: list[str] = []

@@ -7,8 +7,8 @@ round runs every one of them once, in a random order (Abedi and Brecht, ICPE 201
 multiple interleaved trials; a fixed order lets a periodic load or a warming machine favour
 one position). Each finalist's speedup is the geometric mean of its per-round ratios over the
 baseline, with a 95% interval (results/intervals.py). Rounds go on, at least ``runs`` of them,
-until every finalist still in question is known to ``setup.confirm_precision`` or
-``setup.confirm_budget_s`` is spent; a finalist whose interval falls wholly below the leader's
+until every finalist still in question is known to ``setup.study.confirm_precision`` or
+``setup.study.confirm_budget_s`` is spent; a finalist whose interval falls wholly below the leader's
 stops being measured. The choice among those left is search/confirmation/choose.py's; where its tie-break
 would export another finalist than the leader before their paired rounds settle which is
 faster (choose.unsettled), the two and the baseline get more rounds, up to TIE_BUDGET_SHARE
@@ -29,7 +29,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.measure.protocol import FIGURE_ONLY, TrialRequest, WindowResult
+from autotune.measure.protocol import TrialRequest, WindowResult, figure_only
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, t975
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
@@ -85,11 +85,11 @@ TIE_BUDGET_SHARE = 0.5
 
 def _request(setup: StudySetup, knobs: dict[str, Any]) -> TrialRequest:
     # A confirmation window is only a figure: no profile, loader profile or all-reduce probe.
-    window = {**setup.window, **FIGURE_ONLY}
+    window = figure_only(setup.window)
     return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
                         window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
                         env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
-                        launch=setup.launch)
+                        launch=setup.ranks, comm=False)
 
 
 @dataclass
@@ -202,22 +202,22 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     active = [t.number for t in finals if t.number not in dropped] or [t.number for t in finals]
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     noise = max_noise(trials.values(), rounds)
-    floor = trusted_rounds(noise, setup.confirm_precision)
+    floor = trusted_rounds(noise, setup.study.confirm_precision)
     others = [n for n in active if n != base.number]
     log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
              "least %d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
              ", ".join(map(str, others)), base.number,
              ", itself a finalist" if len(others) < len(active) else "", runs,
-             100 * setup.confirm_precision, floor,
-             f"{100 * noise:.1f}%" if noise else "not known how", setup.confirm_budget_s)
+             100 * setup.study.confirm_precision, floor,
+             f"{100 * noise:.1f}%" if noise else "not known how", setup.study.confirm_budget_s)
     if same - {base.number}:
         log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
                  "for the same-training answer", ", ".join(map(str, sorted(same - {base.number}))))
     round_s = expected_round_s(trials.values())
     spread = setup.round_spread
-    expected = (expected_rounds(spread.spread, setup.confirm_precision, max(runs, floor))
+    expected = (expected_rounds(spread.spread, setup.study.confirm_precision, max(runs, floor))
                 if spread else 0)
-    log.info("  %s", round_words(round_s, runs, floor, setup.confirm_budget_s, expected,
+    log.info("  %s", round_words(round_s, runs, floor, setup.study.confirm_budget_s, expected,
                                  spread.words() if spread else ""))
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
     race_s = sum(rounds.seconds)
@@ -226,7 +226,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     if rounds.order:  # the search raced: its rounds count, and may already be enough
         log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
     if rounds.order and all(rounds.paired(n, base.number) for n in active if n != base.number):
-        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
+        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.study.confirm_precision)
         settled = eliminate(settled, same, floor)
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, race_s, floor, base.number)
@@ -239,20 +239,20 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) beside a batch-128
         # winner at 2.03x, where the run before had confirmed batch 64 at 2.00-2.09x over 10
         # rounds: dropped that early, a finalist never reaches the tie rule.
-        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
+        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.study.confirm_precision)
         settled = eliminate(cands, same, floor)
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor, base.number)
         log.info("  %s", progress_words(len(rounds.order), settled, floor,
-                                        setup.confirm_precision, sum(rounds.seconds),
-                                        setup.confirm_budget_s, base.number, said,
+                                        setup.study.confirm_precision, sum(rounds.seconds),
+                                        setup.study.confirm_budget_s, base.number, said,
                                         busy_words(order, rounds.contended, base.number)))
     settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor, same)
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why,
                      sum(rounds.seconds), setup)
-    decide_same(record, settled, same, setup.confirm_precision)
+    decide_same(record, settled, same, setup.study.confirm_precision)
     record["trusted_rounds"] = floor
     record["expected_round_s"] = round(round_s, 1)
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
@@ -272,7 +272,7 @@ def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:
 
 
 def figure_window_s(t: FrozenTrial) -> float:
-    """A trial's search window as a figure-only window (FIGURE_ONLY: a confirmation, numerics
+    """A trial's search window as a figure-only window (figure_only: a confirmation, numerics
     or scaling run) has it: its wall time less its ``extras_s``."""
     a = trial_attrs(t)
     return max(0.0, float(a.get("wall_s") or 0.0) - float(a.get("extras_s") or 0.0))
@@ -315,8 +315,8 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
     their runs keeps every list aligned by round). Returns the candidates still in question
     and what the extra rounds did (None: no tie needed them)."""
     start, spent = len(rounds.order), 0.0
-    budget = TIE_BUDGET_SHARE * setup.confirm_budget_s
-    pair = unsettled(settled, setup.confirm_precision)
+    budget = TIE_BUDGET_SHARE * setup.study.confirm_budget_s
+    pair = unsettled(settled, setup.study.confirm_precision)
     if not pair:
         return settled, None
     first = [c.number for c in pair]
@@ -332,10 +332,10 @@ def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Round
         spent += rounds.seconds[-1]
         cands = candidates(trials, rounds, active, base)
         settled = eliminate(cands, same, floor)
-        pair = unsettled(settled, setup.confirm_precision)
+        pair = unsettled(settled, setup.study.confirm_precision)
     outcome = "unsettled when the budget was spent: the tie-break stands"
     if not pair and settled:
-        winner, _ = pick(settled, setup.confirm_precision)
+        winner, _ = pick(settled, setup.study.confirm_precision)
         lead = max(settled, key=lambda c: c.interval.point)
         outcome = (f"trial {winner.number}, the leader, is exported"
                    if winner is lead else
@@ -406,12 +406,12 @@ def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], runs
                 else len(rounds.order)) for c in cands)
     if done < runs:
         return None
-    if done >= max(floor, MIN_ROUNDS) and precise(cands, setup.confirm_precision):
+    if done >= max(floor, MIN_ROUNDS) and precise(cands, setup.study.confirm_precision):
         return "precision"
     if len(rounds.order) >= MAX_ROUNDS:
         return "rounds"
     # Stop before a round that would end past the budget (rounds take about as long as the last).
-    if spent_s + rounds.seconds[-1] > setup.confirm_budget_s or past_end(setup, rounds):
+    if spent_s + rounds.seconds[-1] > setup.study.confirm_budget_s or past_end(setup, rounds):
         return "budget"
     return None
 
@@ -443,15 +443,15 @@ def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
                                       "peak_memory_gb": c.peak_memory_gb} for c in cands},
         "dropped": sorted({c.number for c in cands} - {c.number for c in settled}),
         "stopped": why,
-        "precision": setup.confirm_precision,
-        "budget_s": setup.confirm_budget_s,
+        "precision": setup.study.confirm_precision,
+        "budget_s": setup.study.confirm_budget_s,
         "spent_s": round(spent_s, 1),
         "window_noise": round(window_noise(rounds.runs), 3),
         "load": load_summary(rounds.loads),
         "loads": [compact_load(c) for c in rounds.loads],
         "failures": rounds.failures,
     }
-    return decide(record, settled, setup.confirm_precision)
+    return decide(record, settled, setup.study.confirm_precision)
 
 
 def load_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:

@@ -33,7 +33,6 @@ confirmation states a round's cost as it starts (confirm.expected_round_s).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.core.config import sized
 from autotune.diagnose.thresholds import CONTENDED_WAIT_S
 from autotune.results.record import trial_attrs
 from autotune.results.trials import (
@@ -96,9 +96,9 @@ def compile_searched(setup: StudySetup) -> bool:
 def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     """The header's statement, before any window: what the study will run and its caps."""
     w = setup.window
-    parts = [f"{n_trials} trial windows (each measures {w['min_measure_seconds']:g}-"
-             f"{w['measure_seconds']:g} s after {w['warmup_steps']} warm-up steps)"]
-    top = setup.confirm_top
+    parts = [f"{n_trials} trial windows (each measures {w.min_measure_seconds:g}-"
+             f"{sized(w.measure_seconds):g} s after {sized(w.warmup_steps)} warm-up steps)"]
+    top = setup.study.confirm_top
     parts.append("one more trial where the best changes what is trained (its speed and "
                  "numerics knobs at your batch size)")
     if confirm_runs:
@@ -108,21 +108,21 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
                      f"{max(1, min(2 * top + 3, n_trials + 1))} windows (your configuration "
                      f"and {top} finalist{'s' if top != 1 else ''}, up to {2 * top} where their "
                      "figures are close, and up to 2 that train the same model as yours), at "
-                     f"most {setup.confirm_budget_s:g} s more"
+                     f"most {setup.study.confirm_budget_s:g} s more"
                      + (" (its first rounds run during the search, as finalists are found: "
-                        "study.race)" if setup.race else ""))
-    if setup.numerics_steps:
-        parts.append(f"a numerics check ({setup.numerics_steps} steps of each configuration "
+                        "study.race)" if setup.study.race else ""))
+    if setup.study.numerics_steps:
+        parts.append(f"a numerics check ({setup.study.numerics_steps} steps of each configuration "
                      "to export, the next only if one is refused, and twice of your "
                      "configuration at its batch size)")
-    if setup.scaling:
+    if setup.launch.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")
     if compile_searched(setup):
         parts.append("each compiled trial's compile time (at most "
-                     f"{w.get('compile_timeout_s', 600):g} s)")
-    budget = ("" if setup.time_budget_s is None else
-              f"; study.time_budget_s={setup.time_budget_s:g} ({clock_text(setup.time_budget_s)}): "
+                     f"{w.compile_timeout_s:g} s)")
+    budget = ("" if setup.study.time_budget_s is None else
+              f"; study.time_budget_s={setup.study.time_budget_s:g} ({clock_text(setup.study.time_budget_s)}): "
               "the trials and the confirmation are cut to fit it, planned once the first "
               "window is timed")
     return ("expected wall time: " + ", ".join(parts)
@@ -221,21 +221,21 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     """The estimate from the first trial's time (``first``: its record, for the window's own
     noise, whether it compiled and whether it was measured again)."""
     # The finalists and the baseline are distinct configurations among the trials.
-    windows = max(1, min(setup.confirm_top + 1, n_trials))
+    windows = max(1, min(setup.study.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
     rounds = _rounds(setup, confirm_runs, noise)
     remeasured, each_s = _one_window(first, trial_s)
     remeasure_s = _remeasure_s(first, n_trials, remeasured, each_s)
-    # A confirmation window runs no ceilings, profiles or all-reduce probe (FIGURE_ONLY).
+    # A confirmation window runs no ceilings, profiles or all-reduce probe (protocol.figure_only).
     window_s = max(each_s - float(first.get("extras_s") or 0.0), 0.0)
     per_round = windows * window_s
     confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
-    confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.confirm_budget_s)
+    confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.study.confirm_budget_s)
     numerics_s = (ANSWERS_CHECKED * (1 + REFERENCE_RUNS)
-                  * numerics_run_s(first, window_s, setup.numerics_steps))
+                  * numerics_run_s(first, window_s, setup.study.numerics_steps))
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
     # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
-    scaling_s = 2 * SCALING_ROUNDS * window_s if setup.scaling else 0.0
+    scaling_s = 2 * SCALING_ROUNDS * window_s if setup.launch.scaling else 0.0
     return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled, scaling_s, remeasured,
@@ -274,10 +274,10 @@ def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
     as an interval of +-precision needs at the rounds' expected spread (round_spread.py)."""
     if not confirm_runs:
         return 0
-    least = max(confirm_runs, trusted_rounds(noise, setup.confirm_precision))
+    least = max(confirm_runs, trusted_rounds(noise, setup.study.confirm_precision))
     if setup.round_spread is None:
         return least
-    return expected_rounds(setup.round_spread.spread, setup.confirm_precision, least)
+    return expected_rounds(setup.round_spread.spread, setup.study.confirm_precision, least)
 
 
 def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> int:
@@ -298,7 +298,7 @@ def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: flo
     budget. Where the search raced (search/loop/race.py), its ``raced_rounds`` count in the least
     rounds and the ``raced_s`` they took in the budget."""
     least = max(confirm_runs - raced_rounds, 0) * per_round
-    return max(least, min(rounds * per_round, setup.confirm_budget_s) - raced_s)
+    return max(least, min(rounds * per_round, setup.study.confirm_budget_s) - raced_s)
 
 
 def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
@@ -306,7 +306,7 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     are known. The first window is the baseline's, and the finalists are often bigger batches
     with longer steps: in the README's CPU study as 2 ranks (2026-11-27) the numerics check
     was estimated at 34 s from the baseline's batch 32 and took 162 s at the finalists' 128."""
-    finals = finalists(study, max(1, setup.confirm_top))
+    finals = finalists(study, max(1, setup.study.confirm_top))
     base = baseline_trial(study)
     if not finals or base is None:
         return {}
@@ -324,9 +324,9 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
                                          expected_round_s(trials), _raced_least(race, finals, base),
                                          sum(race.seconds))
-    if setup.numerics_steps:
+    if setup.study.numerics_steps:
         out["numerics check"] = _numerics_s(setup, leaders, base)
-    if setup.scaling:
+    if setup.launch.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out
 
@@ -339,7 +339,7 @@ def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial)
     references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s
     (2026-11-28)."""
     total, refs = 0.0, set()
-    steps = setup.numerics_steps
+    steps = setup.study.numerics_steps
     for t in finals:
         attrs: dict[str, Any] = dict(trial_attrs(t))
         knobs = dict(attrs.get("knobs") or {})
@@ -432,7 +432,7 @@ class CostClock:
         """The first estimate again for a plan cut to a time budget (search/loop/budget.py)."""
         if self.first_estimate is None:
             return None
-        cut = dataclasses.replace(self.setup, confirm_budget_s=confirm_budget_s)
+        cut = self.setup.with_study(confirm_budget_s=confirm_budget_s)
         self.first_estimate = estimate(cut, n_trials, self.confirm_runs, *self._first)
         return self.first_estimate
 

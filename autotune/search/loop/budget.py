@@ -66,9 +66,9 @@ class After:
 
 def with_deadline(setup: StudySetup) -> StudySetup:
     """The setup with its deadline, as the study starts (unchanged without a budget)."""
-    if setup.time_budget_s is None:
+    if setup.study.time_budget_s is None:
         return setup
-    return dataclasses.replace(setup, deadline=time.monotonic() + setup.time_budget_s)
+    return dataclasses.replace(setup, deadline=time.monotonic() + setup.study.time_budget_s)
 
 
 def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> After:
@@ -79,12 +79,12 @@ def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> Afte
     the best changes what is trained, the study runs one more trial after the search
     (search/loop/same_training.py). The least confirmation is that of the fewest finalists
     (``confirmation_setup`` cuts them to fit)."""
-    runs = setup.confirm_runs
+    runs = setup.study.confirm_runs
     uncut = revised(setup, study, runs)
     least = revised(fewest_finalists(setup, 1), study, runs)
     best, base = best_trial(study), baseline_trial(study)
     same = trial_s if best and base and changes_training(study, best, base) else 0.0
-    windows = [figure_window_s(t) for t in finalists(study, max(1, setup.confirm_top))]
+    windows = [figure_window_s(t) for t in finalists(study, max(1, setup.study.confirm_top))]
     joins = runs * max(windows) if runs and windows and "confirmation" in least else 0.0
     return After(least.get("confirmation", 0.0) + joins, uncut.get("confirmation", 0.0) + joins,
                  uncut.get("numerics check", 0.0), uncut.get("scaling", 0.0), same)
@@ -93,23 +93,23 @@ def after_search(setup: StudySetup, study: optuna.Study, trial_s: float) -> Afte
 def fewest_finalists(setup: StudySetup, top: int) -> StudySetup:
     """The setup of a confirmation of the ``top`` fastest finalists run to its least rounds
     (confirm_budget_s 0: ``confirm_runs`` rounds and no more)."""
-    return dataclasses.replace(setup, confirm_top=top, confirm_budget_s=0.0)
+    return setup.with_study(confirm_top=top, confirm_budget_s=0.0)
 
 
 def first_after(setup: StudySetup, est: Estimate) -> After:
     """The phases after the search as the first window foresees them (search/cost.estimate:
     rounds of the finalists and the baseline at that window's time); the least confirmation
     is of one finalist and the baseline, the fewest the budget may cut it to."""
-    windows = max(1, min(setup.confirm_top + 1, est.trials))
-    least = setup.confirm_runs * min(2, windows) * est.round_s / windows
+    windows = max(1, min(setup.study.confirm_top + 1, est.trials))
+    least = setup.study.confirm_runs * min(2, windows) * est.round_s / windows
     return After(least, max(least, est.confirm_s), est.numerics_s, est.scaling_s,
                  est.trial_each_s)
 
 
 def planned_confirm_s(setup: StudySetup, after: After) -> float:
     """The confirmation the search leaves room for: its least rounds, more up to the share."""
-    assert setup.time_budget_s is not None
-    room = AFTER_SEARCH_SHARE * setup.time_budget_s - after.fixed_s
+    assert setup.study.time_budget_s is not None
+    room = AFTER_SEARCH_SHARE * setup.study.time_budget_s - after.fixed_s
     return max(after.confirm_least_s, min(after.confirm_s, room))
 
 
@@ -126,7 +126,7 @@ def search_stop(setup: StudySetup, study: optuna.Study, trial_s: list[float]) ->
         return None
     return (f"the search stops after {len(trial_s)} trial(s) of this run: the next (~{each:.0f} s) "
             f"and what must follow it ({_after_words(after, confirm_s)}) would end past "
-            f"study.time_budget_s={setup.time_budget_s:g} ({clock_text(max(0.0, left))} left)")
+            f"study.time_budget_s={setup.study.time_budget_s:g} ({clock_text(max(0.0, left))} left)")
 
 
 def _after_words(after: After, confirm_s: float) -> str:
@@ -145,19 +145,19 @@ def confirmation_setup(setup: StudySetup, study: optuna.Study) -> StudySetup:
     one). Unchanged without a budget."""
     if setup.deadline is None:
         return setup
-    uncut = revised(setup, study, setup.confirm_runs)
+    uncut = revised(setup, study, setup.study.confirm_runs)
     after_s = uncut.get("numerics check", 0.0) + uncut.get("scaling", 0.0)
     end = setup.deadline - after_s
     room = max(0.0, end - time.monotonic())
-    top = setup.confirm_top
+    top = setup.study.confirm_top
     while top > 1 and revised(fewest_finalists(setup, top), study,
-                              setup.confirm_runs).get("confirmation", 0.0) > room:
+                              setup.study.confirm_runs).get("confirmation", 0.0) > room:
         top -= 1
-    if top < setup.confirm_top:
+    if top < setup.study.confirm_top:
         log.info("the time budget leaves ~%.0f s for the confirmation: its finalists are the "
                  "%d fastest (study.confirm_top=%d), whose %d least rounds fit in it", room, top,
-                 setup.confirm_top, setup.confirm_runs)
-    return dataclasses.replace(setup, confirm_budget_s=min(setup.confirm_budget_s,
+                 setup.study.confirm_top, setup.study.confirm_runs)
+    return setup.with_study(confirm_budget_s=min(setup.study.confirm_budget_s,
                                                            math.floor(room)),
                                confirm_end=end, confirm_top=top)
 
@@ -166,26 +166,26 @@ def plan(setup: StudySetup, est: Estimate, n_trials: int) -> tuple[int, float, s
     """(trials that fit, the confirmation's planned seconds, the plan in words), from the
     first window's estimate: said once it is known, so the user sees what the budget buys
     before most of it is spent."""
-    assert setup.time_budget_s is not None
+    assert setup.study.time_budget_s is not None
     after = first_after(setup, est)
     confirm_s = float(math.floor(planned_confirm_s(setup, after)))
     first_s = est.trial_each_s
-    room = setup.time_budget_s - est.setup_s - after.fixed_s - confirm_s
+    room = setup.study.time_budget_s - est.setup_s - after.fixed_s - confirm_s
     fit = max(1, min(n_trials, int(room // first_s) if first_s > 0 else n_trials))
     trials = (f"~{fit} trial(s) of ~{first_s:.0f} s" if fit >= n_trials else
               f"~{fit} of the {n_trials} trials asked fit at ~{first_s:.0f} s each (a trial starts "
               "while it and what must follow it fit; a pruned one ends sooner)")
     cut = []
-    if setup.confirm_runs and confirm_s < after.confirm_s:
+    if setup.study.confirm_runs and confirm_s < after.confirm_s:
         cut.append(f"the confirmation to ~{confirm_s:.0f} s (uncut: "
                    f"~{after.confirm_s:.0f} s)")
-    over = est.setup_s + fit * first_s + after.fixed_s + confirm_s - setup.time_budget_s
-    words = (f"time budget {clock_text(setup.time_budget_s)} (study.time_budget_s): {trials}, "
+    over = est.setup_s + fit * first_s + after.fixed_s + confirm_s - setup.study.time_budget_s
+    words = (f"time budget {clock_text(setup.study.time_budget_s)} (study.time_budget_s): {trials}, "
              f"then {_after_words(after, confirm_s)}; "
              + (f"it cuts {' and '.join(cut)}" if cut else "nothing cut"))
     if over > 1:
         words += (f"; the least a trusted answer needs (the baseline, "
-                  f"{setup.confirm_runs} confirmation rounds, the numerics check) ends "
+                  f"{setup.study.confirm_runs} confirmation rounds, the numerics check) ends "
                   f"~{clock_text(over)} past it")
     return fit, confirm_s, words
 
@@ -194,9 +194,9 @@ def record(setup: StudySetup, study: optuna.Study, measured_s: float,
            confirming: StudySetup | None = None) -> dict[str, Any] | None:
     """best.yaml's ``study.time_budget``: the budget, the wall time measured, and what it cut
     (the search's stop, in a worker's words, and the confirmation's budget)."""
-    if setup.time_budget_s is None:
+    if setup.study.time_budget_s is None:
         return None
-    asked_confirm_s = setup.confirm_budget_s
+    asked_confirm_s = setup.study.confirm_budget_s
     stop = study_attrs(study).get("budget_stop") or {}
     stopped = stop.get("words") if stop.get("deadline") == setup.deadline else None
     cut = [stopped] if stopped else []
@@ -204,13 +204,13 @@ def record(setup: StudySetup, study: optuna.Study, measured_s: float,
     given = conf.get("budget_s")
     if given is not None and float(given) < asked_confirm_s - 0.5:
         cut.append(f"the confirmation's budget {asked_confirm_s:g} s -> {float(given):.0f} s")
-    if confirming is not None and conf and confirming.confirm_top < setup.confirm_top:
-        cut.append(f"its finalists to the {confirming.confirm_top} fastest "
-                   f"(study.confirm_top={setup.confirm_top})")
-    words = (f"{clock_text(measured_s)} of {clock_text(setup.time_budget_s)} "
-             f"({100 * measured_s / setup.time_budget_s:.0f}%)"
+    if confirming is not None and conf and confirming.study.confirm_top < setup.study.confirm_top:
+        cut.append(f"its finalists to the {confirming.study.confirm_top} fastest "
+                   f"(study.confirm_top={setup.study.confirm_top})")
+    words = (f"{clock_text(measured_s)} of {clock_text(setup.study.time_budget_s)} "
+             f"({100 * measured_s / setup.study.time_budget_s:.0f}%)"
              + (f"; cut: {'; '.join(cut)}" if cut else "; nothing cut"))
-    return {"budget_s": setup.time_budget_s, "measured_s": round(measured_s, 1),
+    return {"budget_s": setup.study.time_budget_s, "measured_s": round(measured_s, 1),
             "search_stop": stopped, "confirm_budget_s": given,
-            "confirm_top": confirming.confirm_top if confirming else setup.confirm_top,
+            "confirm_top": confirming.study.confirm_top if confirming else setup.study.confirm_top,
             "asked_confirm_budget_s": asked_confirm_s, "words": words}

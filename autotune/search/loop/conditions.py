@@ -22,7 +22,7 @@ from typing import Any, cast
 from optuna.trial import TrialState
 
 from autotune.results.record import StudyAttrs, set_study_attrs
-from autotune.search.setup import StudySetup
+from autotune.search.setup import StudySetup, launch_spec
 
 
 class ChangedConditions(ValueError):
@@ -94,7 +94,7 @@ CONDITIONS = (
     Condition("global batch", lambda a: a.get("global_batch"), lambda s: s.global_batch,
               lambda a: f"study.keep_global_batch={str(bool(a.get('global_batch'))).lower()}",
               none_is_value=True),
-    Condition("objective's run length", lambda a: a.get("run_steps"), lambda s: s.run_steps,
+    Condition("objective's run length", lambda a: a.get("run_steps"), lambda s: s.study.run_steps,
               lambda a: f"study.run_steps={a.get('run_steps') or 'null'}", none_is_value=True),
     Condition("torch", lambda a: _device(a, "torch_version"), lambda s: s.env.torch_version,
               lambda a: f"torch {_device(a, 'torch_version')}"),
@@ -111,10 +111,10 @@ def record_conditions(study: Any, s: StudySetup) -> None:
     set_study_attrs(study, {"fixed_knobs": fixed})
     set_study_attrs(study, {"input_stages": s.space.absent.get("transform_split", 0)})
     set_study_attrs(study, {"memory_limit_gb": s.memory_limit_gb})
-    set_study_attrs(study, {"run_steps": s.run_steps})
-    set_study_attrs(study, {"training": s.training})
-    if s.launch:
-        set_study_attrs(study, {"launch": s.launch})
+    set_study_attrs(study, {"run_steps": s.study.run_steps})
+    set_study_attrs(study, {"training": s.study.training})
+    if s.ranks:
+        set_study_attrs(study, {"launch": launch_spec(s.launch, s.env)})
     if s.global_batch:
         set_study_attrs(study, {"global_batch": s.global_batch})
 

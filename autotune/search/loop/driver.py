@@ -97,8 +97,8 @@ class Driver:
         start, done = time.monotonic(), 0
         trial_s: list[float] = []  # this driver's trials, each as it waited for it
         while done < n_trials:
-            if self.setup.timeout_s is not None and time.monotonic() - start > self.setup.timeout_s:
-                log.info("study.timeout_s=%s reached; stopping", self.setup.timeout_s)
+            if self.setup.study.timeout_s is not None and time.monotonic() - start > self.setup.study.timeout_s:
+                log.info("study.timeout_s=%s reached; stopping", self.setup.study.timeout_s)
                 break
             why = search_stop(self.setup, self.study, trial_s)
             if why:
@@ -124,7 +124,7 @@ class Driver:
         # Another worker may have died since: its trials are re-run now, not at the next start.
         if reap_lost_trials(self.study):
             log.warning("re-queued the configurations of trials left by a dead worker")
-        if self.setup.agent:
+        if self.setup.study.agent:
             agent.enqueue(self.study, self.setup.space)
 
     def run_one(self, stop: StopFlag) -> FrozenTrial:
@@ -146,16 +146,16 @@ class Driver:
 
         known = cached_ceilings(study, knobs)
         why = (ceiling_verdict(known, best_value(study), cached_noise(study, knobs),
-                               study_unit(study)) if s.prune else None)
+                               study_unit(study)) if s.study.prune else None)
         if why:  # a cached ceiling already rules it out: costs no window at all
             return self.tell(trial, WindowResult(outcome="pruned", error=why, ceilings=known))
 
         req = TrialRequest(
             workload=s.workload_spec, knobs=knobs, device=s.env.device, window=s.window,
-            seed=s.seed, cpu_sized=s.cpu_sized, trace=bool(s.window.get("profile")),
+            seed=s.seed, cpu_sized=s.cpu_sized, trace=s.window.profile,
             env=s.trial_env, ceilings={k: k not in known for k in ("loader", "compute")},
-            grad_accum=s.grad_accum(knobs), launch=s.launch,
-            loader_profile=bool(s.window.get("loader_profile", True)),
+            grad_accum=s.grad_accum(knobs), launch=s.ranks,
+            loader_profile=s.window.loader_profile,
         )
         last_beat = [time.monotonic()]
 
@@ -172,7 +172,7 @@ class Driver:
                 lambda r, d: self.measure(r, d, on_progress=self.pruning_check(trial),
                                           stop_requested=tick), req,
                 self.trials_dir / str(trial.number), f"trial {trial.number}", tick,
-                retries=min(self.busy.retries(), self.setup.remeasure_contended))
+                retries=self.busy.retries(self.setup.study.remeasure_contended))
             self.busy.saw(result)
         except Interrupted as exc:
             self._record(trial, WindowResult(outcome="interrupted", error=f"driver got {exc}"))
@@ -213,7 +213,7 @@ class Driver:
         """While the window runs: why to stop it (pruning.window_pruner), or None when the
         study does not prune. The steps told to Optuna are kept per trial, across a window
         measured again."""
-        if not self.setup.prune:
+        if not self.setup.study.prune:
             return None
         return window_pruner(self.study, trial, self._told.setdefault(trial.number, set()))
 
@@ -247,7 +247,7 @@ class Driver:
                                         + over_limit(result, s.memory_limit_gb)})
             trial.set_constraint("peak_memory_gb", result.peak_memory_gb - s.memory_limit_gb)
             value = s.objective(result, knobs)
-            if s.run_steps:
+            if s.study.run_steps:
                 set_trial_attrs(trial, {"effective_samples_per_sec": value})
             frozen = self.study.tell(trial, value)
         elif result.outcome == "oom":
@@ -273,7 +273,7 @@ class Driver:
         speedup is supported); delete the others' (tens of MB each on a GPU). Their summaries
         stay in the study. write_exports publishes best_trace.json."""
         base = baseline_trial(self.study)
-        keep = {t.number for t in finalists(self.study, self.setup.confirm_top)}
+        keep = {t.number for t in finalists(self.study, self.setup.study.confirm_top)}
         keep |= {base.number} if base is not None else set()
         for trace in self.trials_dir.glob("*/trace.json"):
             if not trace.parent.name.isdigit() or int(trace.parent.name) not in keep:

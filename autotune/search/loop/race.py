@@ -67,7 +67,7 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     trials = {t.number: t for t in [*contenders, base]}
     round_s = expected_round_s(trials.values())
     spent = sum(rounds.seconds)
-    if spent + round_s > RACE_BUDGET_SHARE * setup.confirm_budget_s:
+    if spent + round_s > RACE_BUDGET_SHARE * setup.study.confirm_budget_s:
         log.info("  race: no round after trial %d: %.0fs of rounds so far and ~%.0fs more would "
                  "pass %.0f%% of study.confirm_budget_s; the confirmation takes it from here",
                  told.number, spent, round_s, 100 * RACE_BUDGET_SHARE)
@@ -80,7 +80,7 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     random.Random(f"{study.study_name}-{setup.seed}-race-{len(rounds.order)}").shuffle(order)
     run_round(setup, trials, order, rounds, stop, run)
     cands = candidates(trials, rounds, [t.number for t in contenders], base)
-    floor = trusted_rounds(max_noise(trials.values(), rounds), setup.confirm_precision)
+    floor = trusted_rounds(max_noise(trials.values(), rounds), setup.study.confirm_precision)
     same = {n for n, t in trials.items() if not changes_training(study, t, base)}
     kept = {c.number for c in eliminate(cands, same, floor)}
     out = sorted({c.number for c in cands} - kept)
@@ -96,9 +96,9 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
 def _no_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
               base: FrozenTrial | None) -> str | None:
     """Why no round follows ``told`` (None: one does)."""
-    if not setup.race:
+    if not setup.study.race:
         return "study.race is off, or the study has several workers"
-    if setup.confirm_runs < 1:
+    if setup.study.confirm_runs < 1:
         return "no confirmation (study.confirm_runs=0)"
     if base is None or told.number == base.number:
         return "the baseline is measured in every round anyway"
@@ -117,7 +117,7 @@ def close_finalists(setup: StudySetup, study: optuna.Study,
     README's study raced 7 rounds of its first trials, and its winner, found at trial 8, had
     6 rounds in all (a 1.80-2.46x interval where the unraced study's winner had 1.96-2.38x,
     2026-11-29)."""
-    finals = [t for t in finalists(study, max(1, setup.confirm_top)) if t.number != base.number]
+    finals = [t for t in finalists(study, max(1, setup.study.confirm_top)) if t.number != base.number]
     if not finals:
         return []
     best = max(t.value or 0.0 for t in finals)

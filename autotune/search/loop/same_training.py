@@ -14,7 +14,6 @@ per round while they are in question.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -58,7 +57,7 @@ def measure_same_training(setup: StudySetup, study: optuna.Study, stop: StopFlag
              "measured as one more trial", ", ".join(changed))
     study.enqueue_trial(setup.space.searched(knobs),
                         user_attrs=dict(TrialAttrs(source="same_training")))
-    driver = Driver(dataclasses.replace(setup, prune=False, agent=False), study=study,
+    driver = Driver(setup.with_study(prune=False, agent=False), study=study,
                     on_trial=on_trial)
     waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
     for _ in range(waiting):  # an older queued trial (a dead worker's, re-queued) runs first
