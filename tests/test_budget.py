@@ -5,6 +5,7 @@ confirmation's budget cut to what is left, and what it cut said in the summary a
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,20 @@ def test_the_plan_fits_the_trials_and_the_confirmation_to_the_budget(cpu_env: En
     assert fit == 40 and "nothing cut" in words, words
 
 
+def test_the_confirmation_gets_what_the_deadline_leaves(cpu_env: Env) -> None:
+    """As the search ends under a budget: the confirmation's budget is cut to the seconds left
+    and its rounds are to end by the deadline; the study's configuration is left as it was."""
+    import optuna
+
+    from autotune.search.loop.budget import confirmation_setup
+
+    setup = dataclasses.replace(_setup(cpu_env, 100.0), deadline=time.monotonic() + 60.0)
+    cut = confirmation_setup(setup, optuna.create_study(direction="maximize"))
+    assert cut.confirm_end is not None and cut.confirm_end <= setup.deadline  # type: ignore[operator]
+    assert cut.study.confirm_budget_s <= 60.0 < setup.study.confirm_budget_s
+    assert setup.study.confirm_budget_s == 300.0 and setup.confirm_end is None
+
+
 def test_a_budget_must_be_positive(tmp_path: Path) -> None:
     proc = run_cli(["workload=mlp", "device=cpu", "study.time_budget_s=0"], tmp_path)
     assert proc.returncode == 2 and "study.time_budget_s=0" in proc.stderr, proc.stderr[-2000:]
@@ -62,7 +77,7 @@ def test_a_study_under_a_time_budget_stops_its_search_and_cuts_its_confirmation(
     """20 trials of windows of about 3 s and a confirmation of up to 300 s asked, in 50 s: the
     search stops early, the confirmation gets what is left (its least rounds all the same),
     and the summary and best.yaml say what was cut."""
-    window = [f"window.{k}={v}" for k, v in TINY_WINDOW.items()]
+    window = [f"window.{k}={v}" for k, v in TINY_WINDOW.items() if k != "min_measure_seconds"]
     proc = run_cli(["workload=mlp", "device=cpu", "study.name=b", "study.n_trials=20",
                     "study.time_budget_s=50", "study.numerics_steps=2", "study.agent=false",
                     "study.prune=false", "window.min_measure_seconds=1", *window], tmp_path)

@@ -106,14 +106,12 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
     else:
         space = without_accumulation(space)
     limit = cfg.memory.limit_gb or cfg.memory.limit_fraction * env.total_memory_gb
-    setup = StudySetup(
+    return StudySetup(
         name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
         workload_label=workload.describe(), study=cfg.study, window=cfg.window,
         launch=cfg.launch, memory_limit_gb=limit, seed=cfg.seed, cpu_sized=cpu_sized,
-        image_inputs=workload.image_inputs, global_batch=global_batch,
-    )
-    _nightly(setup, cfg)
-    return setup, workers, sized(cfg.study.n_trials)
+        image_inputs=workload.image_inputs, global_batch=global_batch, **_nightly(cfg),
+    ), workers, sized(cfg.study.n_trials)
 
 
 def ranked(env: Env, launch: LaunchConfig, workers: int = 1) -> Env:
@@ -131,14 +129,15 @@ def ranked(env: Env, launch: LaunchConfig, workers: int = 1) -> Env:
                                nodes=nnodes)
 
 
-def _nightly(setup: StudySetup, cfg: Config) -> None:
+def _nightly(cfg: Config) -> dict[str, Any]:
     """study.compare_to / study.start_from: where the earlier study lives; its best knobs, and
-    its device and confirmation (how much this night's rounds will vary: search/round_spread.py).
-    A storage that does not answer is a usage error (exit 2, before any trial); a study that is
-    not in it is a warning and this study runs without it, because a nightly schedule's first
-    night, or the night after a missed one, names a study that never ran: failing then would
-    lose the night's study too."""
+    its device and confirmation (how much this night's rounds will vary: search/round_spread.py),
+    as the StudySetup fields they become. A storage that does not answer is a usage error (exit
+    2, before any trial); a study that is not in it is a warning and this study runs without
+    it, because a nightly schedule's first night, or the night after a missed one, names a
+    study that never ran: failing then would lose the night's study too."""
     s = cfg.study
+    found: dict[str, Any] = {"earlier": [], "nightly_missing": None}
     for name in dict.fromkeys(filter(None, (s.compare_to, s.start_from))):
         url = (s.compare_storage or s.storage or os.environ.get(ENV_VAR)
                or f"sqlite:///{Path(s.out_dir) / name / 'study.db'}")
@@ -150,15 +149,16 @@ def _nightly(setup: StudySetup, cfg: Config) -> None:
             why = (f"{roles}: {exc} This study runs without it (nothing to compare with, or "
                    "to start from).")
             print(f"autotune: warning: {why}", file=sys.stderr)
-            setup.nightly_missing = " ".join(filter(None, (setup.nightly_missing, why)))
+            found["nightly_missing"] = " ".join(filter(None, (found["nightly_missing"], why)))
             continue
         attrs = study_attrs(other)
-        setup.earlier.append((f"study '{name}'", {"device": attrs.get("device"),
-                                                  "confirmation": attrs.get("confirmation")}))
+        found["earlier"].append((f"study '{name}'", {"device": attrs.get("device"),
+                                                     "confirmation": attrs.get("confirmation")}))
         if name == s.compare_to:
-            setup.compare = (name, url)
+            found["compare"] = (name, url)
         if name == s.start_from:
-            setup.start_knobs = start_knobs(name, url)
+            found["start_knobs"] = start_knobs(name, url)
+    return found
 
 
 #: What a user can get wrong before any trial runs: each is one paragraph and exit code 2.

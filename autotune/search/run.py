@@ -121,8 +121,8 @@ def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, A
 
 
 def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
-    setup.round_spread = round_spread(setup.env.device, setup.env.device_name,
-                                      [*_own_earlier(setup, storage), *setup.earlier])
+    setup = dataclasses.replace(setup, round_spread=round_spread(
+        setup.env.device, setup.env.device_name, [*_own_earlier(setup, storage), *setup.earlier]))
     if setup.study.race and (workers > 1 or not is_sqlite(str(setup.storage))):
         log.info("study.race: the finalists are raced during the search only with one worker "
                  "on the study's own SQLite file; here every round runs after the search")

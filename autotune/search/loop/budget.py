@@ -157,9 +157,9 @@ def confirmation_setup(setup: StudySetup, study: optuna.Study) -> StudySetup:
         log.info("the time budget leaves ~%.0f s for the confirmation: its finalists are the "
                  "%d fastest (study.confirm_top=%d), whose %d least rounds fit in it", room, top,
                  setup.study.confirm_top, setup.study.confirm_runs)
-    return setup.with_study(confirm_budget_s=min(setup.study.confirm_budget_s,
-                                                           math.floor(room)),
-                               confirm_end=end, confirm_top=top)
+    cut = setup.with_study(confirm_budget_s=min(setup.study.confirm_budget_s, math.floor(room)),
+                           confirm_top=top)
+    return dataclasses.replace(cut, confirm_end=end)
 
 
 def plan(setup: StudySetup, est: Estimate, n_trials: int) -> tuple[int, float, str]:
