@@ -3,9 +3,11 @@ knobs, where to read more; not Hydra's generic text."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
+from autotune.core.config import StudyConfig
 from autotune.core.knobs import KNOBS
 from tests.conftest import ROOT, run_cli
 
@@ -23,6 +25,9 @@ def test_help_names_autotune_workloads_and_knobs(tmp_path: Path) -> None:
         assert f"  {knob.name} " in out, knob.name
     assert "README.md" in out
     assert "_target_: workloads" not in out  # not the resolved config dump
+    # A device-sized default is stated from the schema, both its values (core/config.py).
+    trials = next(f for f in dataclasses.fields(StudyConfig) if f.name == "n_trials")
+    assert f"trials to run (default {trials.metadata['sized'].words()})" in out
 
 
 def test_help_lists_every_exit_code_the_code_defines(tmp_path: Path) -> None:

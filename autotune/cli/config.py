@@ -5,6 +5,7 @@ values; the schema, its defaults and its explanations live in core/config.py alo
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -41,9 +42,18 @@ def _knobs_block() -> str:
     return "\n".join(lines)
 
 
+def _sized_words(key: str) -> str:
+    """A device-sized key's two defaults (``study.n_trials`` -> "20; on the CPU 12"), so that
+    --help states them from the schema rather than restating them."""
+    section, name = key.split(".")
+    field = next(f for f in dataclasses.fields(getattr(Config(), section)) if f.name == name)
+    return str(field.metadata["sized"].words())
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="autotune_schema", node=Config)
     # `autotune --help` (conf/hydra/help/autotune.yaml) lists these from their sources.
     OmegaConf.register_new_resolver("autotune_workloads", _workloads_line, replace=True)
     OmegaConf.register_new_resolver("autotune_knobs", _knobs_block, replace=True)
+    OmegaConf.register_new_resolver("autotune_sized", _sized_words, replace=True)
