@@ -155,6 +155,29 @@ def test_the_race_keeps_to_its_share_of_the_confirmation_budget(tmp_path: Path,
     assert record["race"]["spent_s"] == 2.0 and record["spent_s"] == 6.0
 
 
+def test_the_race_does_not_spend_its_share_on_the_first_trials(tmp_path: Path,
+                                                                caplog: Any) -> None:
+    """By the end of trial k of n the race may have spent k/n of its share: the first close
+    finalists of a 12-trial search, which later trials tend to displace, wait for rounds."""
+    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=60)  # a share of 30 s
+    knobs = _knobs(setup)
+    names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
+    study = optuna.create_study(direction="maximize")
+    run = _serve(names, [])
+    _tell(study, "base", knobs["base"], 100.0)
+    b64 = _tell(study, "b64", knobs["b64"], 195.0)  # a round: ~8 s (two 4 s windows)
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        assert not race_round(setup, study, b64, run=run, progress=2 / 12)  # 5 s allowed
+    assert "no round after trial 1 yet" in caplog.text
+    assert "race" not in study.user_attrs
+    assert race_round(setup, study, b64, run=run, progress=4 / 12)  # 10 s allowed
+    b128 = _tell(study, "b128", knobs["b128"], 210.0)  # 2 s spent, a round now ~12 s
+    assert not race_round(setup, study, b128, run=run, progress=5 / 12)  # 12.5 s allowed
+    assert race_round(setup, study, b128, run=run, progress=6 / 12)  # 15 s allowed
+    rounds, _ = raced(study)
+    assert len(rounds.order) == 2
+
+
 def test_finalists_the_race_never_measured_get_their_rounds_in_the_confirmation(
         tmp_path: Path) -> None:
     """The race measured batch 64, which batch 128 then displaced from the one finalist's

@@ -14,6 +14,12 @@ resumes with them and the confirmation starts from them: their windows count in 
 rounds, its trusted floor and its budget (study.confirm_budget_s covers the race's rounds and
 its own), and a finalist the search found late gets its rounds there.
 
+The race's share is not all there at the start: by the end of trial k of the n this run
+searches it may have spent k/n of it (``progress``). Early in a search every trial is a close
+finalist, and a race free to spend at once spent its whole share on the README's trials 1-6,
+which later trials displaced; the winner, found at trial 7 or 8, had no race rounds and 6
+rounds in all (2026-11-29). Rounds the allowance refuses early are the confirmation's later.
+
 The race runs with one worker on a study's own storage: several workers sharing a study would
 each run rounds on their own cores and write the one record. Their confirmation starts fresh.
 """
@@ -53,9 +59,10 @@ RACE_BUDGET_SHARE = 0.5
 
 def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
                stop: StopFlag | None = None,
-               run: Callable[..., WindowResult] = run_window) -> bool:
+               run: Callable[..., WindowResult] = run_window, progress: float = 1.0) -> bool:
     """After trial ``told``: one round of the contenders and the baseline where ``told`` is
-    among the finalists. Returns whether a round ran."""
+    among the finalists and the race's allowance holds it (``progress``: the share of this
+    run's trials done, ``told`` included). Returns whether a round ran."""
     base = baseline_trial(study)
     why = _no_round(setup, study, told, base)
     if why is not None or base is None:
@@ -67,10 +74,17 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     trials = {t.number: t for t in [*contenders, base]}
     round_s = expected_round_s(trials.values())
     spent = sum(rounds.seconds)
-    if spent + round_s > RACE_BUDGET_SHARE * setup.study.confirm_budget_s:
+    share = RACE_BUDGET_SHARE * setup.study.confirm_budget_s
+    if spent + round_s > share:
         log.info("  race: no round after trial %d: %.0fs of rounds so far and ~%.0fs more would "
                  "pass %.0f%% of study.confirm_budget_s; the confirmation takes it from here",
                  told.number, spent, round_s, 100 * RACE_BUDGET_SHARE)
+        return False
+    allowed = share * min(1.0, max(0.0, progress))
+    if spent + round_s > allowed:
+        log.info("  race: no round after trial %d yet: %.0fs of rounds so far and ~%.0fs more "
+                 "would pass the %.0fs the race may have spent %.0f%% into the search",
+                 told.number, spent, round_s, allowed, 100 * progress)
         return False
     if search_stop(setup, study, [round_s]):  # study.time_budget_s: the round does not fit
         return False
