@@ -293,3 +293,22 @@ def test_the_estimate_counts_the_race_rounds_each_finalist_has(tmp_path: Path) -
     assert _raced_least(rounds, [b128, b96], base) == 0
     # Its three least rounds are in the estimate again (3 rounds of ~12 s: 4 s windows).
     assert revised(setup, study, 3)["confirmation"] >= 3 * 12.0 > before
+
+
+def test_the_race_allowance_follows_the_search_in_trials_or_under_a_budget_in_time(
+        tmp_path: Path) -> None:
+    """Under study.time_budget_s the search stops when its time is spent, not at its last
+    trial: its progress is the larger of the trials' share and the time's."""
+    import dataclasses
+    import time
+
+    from autotune.search.loop.budget import search_progress
+
+    setup = _setup(tmp_path)
+    assert search_progress(setup, 3, 12) == 0.25
+    assert search_progress(setup, 13, 12) == 1.0
+    budgeted = _setup(tmp_path, time_budget_s=300.0)
+    # 100 s of the budget gone: half of its search's 200 s (two thirds of it).
+    budgeted = dataclasses.replace(budgeted, deadline=time.monotonic() + 200.0)
+    assert search_progress(budgeted, 1, 12) == pytest.approx(0.5, abs=0.01)
+    assert search_progress(budgeted, 9, 12) == 0.75

@@ -106,6 +106,19 @@ def first_after(setup: StudySetup, est: Estimate) -> After:
                  est.trial_each_s)
 
 
+def search_progress(setup: StudySetup, done: int, n_trials: int) -> float:
+    """How far this run's search has gone, 0-1: its trials done of ``n_trials``, or under a
+    time budget, where the search stops when its time is spent rather than at its last trial,
+    the larger of that and the time the budget has run over its search's part
+    (1 - AFTER_SEARCH_SHARE). The race's allowance follows it (search/loop/race.py)."""
+    share = done / max(1, n_trials)
+    budget = setup.study.time_budget_s
+    if setup.deadline is None or not budget:
+        return min(1.0, share)
+    elapsed = budget - (setup.deadline - time.monotonic())
+    return min(1.0, max(share, elapsed / ((1 - AFTER_SEARCH_SHARE) * budget)))
+
+
 def planned_confirm_s(setup: StudySetup, after: After) -> float:
     """The confirmation the search leaves room for: its least rounds, more up to the share."""
     assert setup.study.time_budget_s is not None

@@ -32,7 +32,7 @@ from autotune.results.record import (
 from autotune.results.trials import baseline_trial, best_value, finalists, study_unit
 from autotune.search.contended import BusyMachine, measure_settled
 from autotune.search.loop import agent
-from autotune.search.loop.budget import search_stop
+from autotune.search.loop.budget import search_progress, search_stop
 from autotune.search.loop.conditions import record_conditions
 from autotune.search.loop.failfast import BaselineCrashed, crashed_baseline, paragraph, supersede
 from autotune.search.loop.ownership import copy_twin, owner, reap_lost_trials, stored_trial, twin_of
@@ -116,7 +116,8 @@ class Driver:
             self.before_ask()
             told = self.run_one(stop)
             # A close finalist: one round at once, as far as the race's allowance goes by now.
-            race_round(self.setup, self.study, told, stop, progress=(done + 1) / n_trials)
+            race_round(self.setup, self.study, told, stop,
+                       progress=search_progress(self.setup, done + 1, n_trials))
             trial_s.append(time.monotonic() - began)
             done += 1
         return done
