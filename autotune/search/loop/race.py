@@ -15,7 +15,8 @@ rounds, its trusted floor and its budget (study.confirm_budget_s covers the race
 its own), and a finalist the search found late gets its rounds there.
 
 The race's share is not all there at the start: by the end of trial k of the n this run
-searches it may have spent k/n of it (``progress``). Early in a search every trial is a close
+searches it may have spent k/n of it (``progress``; under study.time_budget_s, the share of
+the search's time gone where larger: search/loop/budget.search_progress). Early in a search every trial is a close
 finalist, and a race free to spend at once spent its whole share on the README's trials 1-6,
 which later trials displaced; the winner, found at trial 7 or 8, had no race rounds and 6
 rounds in all (2026-11-29). Rounds the allowance refuses early are the confirmation's later.
@@ -62,7 +63,7 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
                run: Callable[..., WindowResult] = run_window, progress: float = 1.0) -> bool:
     """After trial ``told``: one round of the contenders and the baseline where ``told`` is
     among the finalists and the race's allowance holds it (``progress``: the share of this
-    run's trials done, ``told`` included). Returns whether a round ran."""
+    run's search done, ``told`` included). Returns whether a round ran."""
     base = baseline_trial(study)
     why = _no_round(setup, study, told, base)
     if why is not None or base is None:
