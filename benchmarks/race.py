@@ -6,6 +6,10 @@ that the trust contract holds under the race and the budget (contended windows n
 "too busy to measure" where the rounds cannot tell).
 
     python -m benchmarks.race [--workload resnet18] [--ratio 1.5] [--stress 1] [--record]
+                              [--set device=cuda --set study.n_trials=12] [--keep DIR]
+
+``--set`` adds an override to every study (the GPU check's race step: ``device=cuda`` and
+fewer trials, to fit a loan); ``--keep`` keeps the studies in DIR instead of a temporary folder.
 
 Run from the repository's root. Each study is the README's command as a user types it (plus a
 study name and a temporary out_dir), on the same seed. The table splits the search's time into
@@ -61,6 +65,17 @@ def load_row(label: str, doc: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
+def _folder(keep: Path | None) -> Iterator[Path]:
+    """Where the studies go: ``keep`` (made, and left), else a temporary folder."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep.resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix="race-") as tmp:
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
 def stress(cpus: int) -> Iterator[None]:
     """``stress-ng --cpu cpus`` for as long as the block runs (0: nothing)."""
     if not cpus:
@@ -82,19 +97,22 @@ def main() -> None:
                          "study's search (0: not run)")
     ap.add_argument("--stress", type=int, default=0,
                     help="run every study beside stress-ng --cpu N (0: an idle machine)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for every study (repeatable)")
+    ap.add_argument("--keep", type=Path, help="keep the studies here (default: a temporary folder)")
     ap.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     a = ap.parse_args()
     docs: list[tuple[str, dict[str, Any]]] = []
-    with tempfile.TemporaryDirectory(prefix="race-") as tmp, stress(a.stress):
-        out = Path(tmp)
-        old = run_study(a.workload, "old", out, ["study.race=false"])
+    with _folder(a.keep) as out, stress(a.stress):
+        old = run_study(a.workload, "old", out, [*a.set, "study.race=false"])
         docs.append(("rounds after the search (study.race=false)", old))
         docs.append(("raced during the search",
-                     run_study(a.workload, "raced", out, ["study.race=true"])))
+                     run_study(a.workload, "raced", out, [*a.set, "study.race=true"])))
         if a.ratio:
             budget = round(a.ratio * phase_seconds(old)["search"])
             docs.append((f"raced, time_budget_s={budget}", run_study(
-                a.workload, "budget", out, ["study.race=true", f"study.time_budget_s={budget}"])))
+                a.workload, "budget", out,
+                [*a.set, "study.race=true", f"study.time_budget_s={budget}"])))
     base = old["_baseline_knobs"]
     cmd = command("benchmarks.race")
     lines = [

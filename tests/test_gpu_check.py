@@ -27,7 +27,7 @@ def _rehearse(tmp_path: Path, script: Path = SCRIPT,
     return proc, out
 
 
-STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile")
+STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile", "race")
 
 
 def _status(summary: str) -> dict[str, str]:
@@ -111,3 +111,22 @@ def test_a_step_past_its_budget_is_cut_and_still_returns_what_it_has(tmp_path: P
     with tarfile.open(out / "study.tgz") as tar:
         assert "logs/study.log" in tar.getnames()
     assert (out / "figures.md").exists()
+
+
+@pytest.mark.timeout(1200)
+def test_the_race_step_runs_the_old_and_the_new_path_and_returns_their_studies(
+        tmp_path: Path) -> None:
+    """The race step (a loan of its own, for the claim that a study ends within 1.5x of its
+    search where windows are quiet): benchmarks.race's two studies of the README's workload,
+    its table in the log, both studies' best.yaml in race.tgz."""
+    proc, out = _rehearse(tmp_path, STEPS="race", TOTAL_S="1100", BUDGET_race="1000")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert _status(summary) == {"race": "PASS"}, summary
+    names = _names(out / "race.tgz")
+    assert {"studies/race/old/best.yaml", "studies/race/raced/best.yaml",
+            "studies/race/old/trials.csv"} <= set(names), names
+    with tarfile.open(out / "race.tgz") as tar:
+        log = tar.extractfile("logs/race.log").read().decode()  # type: ignore[union-attr]
+    assert "| rounds after the search (study.race=false) |" in log, log[-3000:]
+    assert "| raced during the search |" in log

@@ -29,6 +29,13 @@
 #            compiled speedup over the tuned eager step, with its interval.
 #   jpeg     a JPEG folder decoded and resized on the device (nvJPEG, transform_split=0).
 #   ncu      the first ncu command of the study's best.yaml nsight section, as printed there.
+#   race     the README's study twice on the same seed (python -m benchmarks.race): every
+#            confirmation round after the search, then the finalists raced during it
+#            (study.race=true); 12 trials each, the study step's windows (capped at 5 s), the
+#            confirmation's own defaults. Where windows are quiet the confirmation ends on precision: whether the
+#            study's wall time comes within 1.5x of its search there. A loan of its own:
+#            STEPS="race" TOTAL_S=570 timeout 590 bash .ci/gpu/gpu_check.sh (about 2 x 4 min
+#            estimated from the H200's 122 s study step, not measured).
 #
 # Each step has its own timeout (BUDGET_<step> seconds, cut to what the whole script has left,
 # TOTAL_S), and ends in $OUT/<step>.tgz (its log and files), written as it ends; summary.txt
@@ -74,6 +81,8 @@ if [ "$DRY" = 1 ]; then
     # A CPU's inductor compile of the study's model takes minutes on 2 cores: the rehearsal
     # runs the step's plumbing (best.yaml's knobs pinned, the narrowed loader) eager.
     COMPILE=(knobs.compile=off study.n_trials=2 study.confirm_runs=0)
+    RACE=(--set study.n_trials=3 --set study.confirm_top=2 --set study.confirm_budget_s=20
+          --set study.numerics_steps=0)
 else
     DEVICE=cuda
     # The README's main command with the window capped at 5 s (an input-bound batch of 256 at
@@ -90,6 +99,7 @@ else
         --set window.measure_seconds=3)
     COMPILE=("knobs.compile=[off,default,reduce-overhead]" study.n_trials=5 study.confirm_top=1
              study.confirm_runs=2 study.confirm_budget_s=0 study.timeout_s=90)
+    RACE=(--set study.n_trials=12)
 fi
 # Measured (docs/benchmarks.md): on one H100 (2026-11-26) the copy and install 8 s, study
 # 129-143 s, jpeg 41-48 s, ncu 44 s. On one H200 (2026-11-28): setup 8-9 s, study 122 s, lm
@@ -98,7 +108,7 @@ fi
 # 352. The budgets add up to TOTAL_S less the copy; a step that is cut is rerun on the same
 # machine by .ci/gpu/gpu_loan.sh.
 : "${BUDGET_study:=135}" "${BUDGET_lm:=100}" "${BUDGET_tests:=100}" "${BUDGET_jpeg:=50}"
-: "${BUDGET_ncu:=47}" "${BUDGET_figures:=3}" "${BUDGET_compile:=220}"
+: "${BUDGET_ncu:=47}" "${BUDGET_figures:=3}" "${BUDGET_compile:=220}" "${BUDGET_race:=560}"
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
@@ -150,6 +160,15 @@ pack() {
 study_step() {
     rm -rf studies/gpu-resnet18
     autotune workload=resnet18 study.name=gpu-resnet18 "${STUDY[@]}" "${WINDOW[@]}" knobs.compile=off
+}
+
+# The old and the new path side by side, the studies kept for the archive (best.yaml, trials.csv).
+race_step() {
+    rm -rf studies/race
+    local win=()
+    for w in "${WINDOW[@]}"; do win+=(--set "$w"); done
+    "$PY" -m benchmarks.race --workload resnet18 --set "device=$DEVICE" "${RACE[@]}" "${win[@]}" \
+        --keep studies/race
 }
 
 jpeg_step() {
@@ -339,8 +358,9 @@ for step in $STEPS; do
         jpeg) run_step jpeg; pack jpeg studies/gpu-jpeg ;;
         ncu) run_step ncu; pack ncu studies/gpu-resnet18/*.ncu-rep studies/gpu-resnet18-ncu1 ;;
         compile) run_step compile; pack compile studies/gpu-compile ;;
+        race) run_step race; pack race studies/race/*/best.yaml studies/race/*/trials.csv ;;
         figures) run_step figures ;;
-        *) say "$step: SKIP: unknown step (study lm tests jpeg ncu compile figures)" ;;
+        *) say "$step: SKIP: unknown step (study lm tests jpeg ncu compile race figures)" ;;
     esac
 done
 say "total: ${SECONDS}s"
