@@ -9,7 +9,7 @@ that the trust contract holds under the race and the budget (contended windows n
                               [--set device=cuda --set study.n_trials=12] [--keep DIR]
 
 ``--set`` adds an override to every study (the GPU check's race step: ``device=cuda`` and
-fewer trials, to fit a loan); ``--keep`` keeps the studies in DIR instead of a temporary folder.
+fewer trials, to fit a short GPU session); ``--keep`` keeps the studies in DIR instead of a temporary folder.
 
 Run from the repository's root. Each study is the README's command as a user types it (plus a
 study name and a temporary out_dir), on the same seed. The table splits the search's time into
