@@ -312,3 +312,29 @@ def test_the_race_allowance_follows_the_search_in_trials_or_under_a_budget_in_ti
     budgeted = dataclasses.replace(budgeted, deadline=time.monotonic() + 200.0)
     assert search_progress(budgeted, 1, 12) == pytest.approx(0.5, abs=0.01)
     assert search_progress(budgeted, 9, 12) == 0.75
+
+
+def test_the_search_times_its_trials_without_the_race_rounds_after_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under study.time_budget_s the search stops when the next trial and what follows would
+    not fit: the next trial is timed from the trials alone, the race's rounds being the
+    confirmation's time (timed with them, a budgeted study stopped with a fifth unspent)."""
+    import time
+
+    import autotune.search.loop.driver as driver_mod
+    from autotune.search.loop.budget import with_deadline
+
+    setup = with_deadline(_setup(tmp_path, time_budget_s=600.0))
+    seen: list[list[float]] = []
+
+    def stop_after_two(_setup: Any, _study: Any, trial_s: list[float]) -> str | None:
+        seen.append(list(trial_s))
+        return "two trials" if len(trial_s) >= 2 else None
+
+    monkeypatch.setattr(driver_mod, "search_stop", stop_after_two)
+    monkeypatch.setattr(driver_mod, "race_round", lambda *a, **k: time.sleep(1.0) or True)
+    driver = driver_mod.Driver(setup, study=optuna.create_study(direction="maximize"))
+    monkeypatch.setattr(driver, "before_ask", lambda: None)
+    monkeypatch.setattr(driver, "run_one", lambda stop: time.sleep(0.05))
+    assert driver.run(5) == 2
+    assert len(seen[-1]) == 2 and max(seen[-1]) < 0.9, seen
