@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,28 @@ def _is_slow(item: Any) -> bool:
         for d in defs:
             names |= _names(d.func, item.module, seen)
     return bool(names & SLOW_NAMES)
+
+
+#: This run's folder for what tests write outside a tmp_path (helpers that are no fixtures,
+#: the inductor cache), made by pytest_configure and removed when the run ends.
+RUN_DIR: list[Path] = []
+
+
+def scratch() -> Path:
+    """A new folder under this run's, for a helper that is not a fixture and so has no
+    tmp_path (a Trainer's output_dir, a shipped workload)."""
+    return Path(tempfile.mkdtemp(dir=RUN_DIR[0]))
+
+
+def pytest_configure(config: Any) -> None:
+    """Compiled code the tests make in their own process (Runtime.compile, the tutorials, the
+    adapters) caches under this run's folder, not in the machine's /tmp/torchinductor_<user>,
+    which grew by hundreds of MB a run; a study's trials already cache under the study's
+    folder (autotune/results/compile_cost.py). The folder goes when the run ends."""
+    folder = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+    RUN_DIR.append(folder)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

@@ -6,7 +6,6 @@ Real objects throughout: a Llama-style decoder built from its config inside a re
 from __future__ import annotations
 
 import csv
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from autotune.core.shipping import ship  # noqa: E402
 from autotune.core.tokens import count_tokens, has_padding  # noqa: E402
 from autotune.workloads.mlp import MLPWorkload  # noqa: E402
 from examples.hf_lm import pad_collate, users_trainer  # noqa: E402
+from tests.conftest import scratch  # noqa: E402
 from tests.workloads_tokens import TinyLlamaLM, collator, samples  # noqa: E402
 
 BOTH = [False, True]
@@ -50,11 +50,11 @@ class PadsWithoutTheSetting:
 
 def _trainer_workload(collate: Any, **data: Any) -> HFTrainerWorkload:
     """The HF adapter's workload from a real Trainer whose data_collator is ``collate``."""
-    trainer = users_trainer(tempfile.mkdtemp(), **{"n": 32, "max_len": 48, **data}, layers=1,
+    trainer = users_trainer(str(scratch()), **{"n": 32, "max_len": 48, **data}, layers=1,
                             hidden=32, collator="function")
     trainer.data_collator = collate
     parts = hf.trainer_parts(trainer)
-    return HFTrainerWorkload(str(ship(parts.parts, Path(tempfile.mkdtemp()), parts.names)))
+    return HFTrainerWorkload(str(ship(parts.parts, scratch(), parts.names)))
 
 
 def test_the_labels_say_where_a_batch_without_a_mask_is_padded() -> None:

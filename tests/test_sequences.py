@@ -6,7 +6,6 @@ domain with its reason; the numerics hold on a real model."""
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +33,16 @@ from autotune.core.training import Training  # noqa: E402
 from autotune.workloads.gpt import GPTWorkload  # noqa: E402
 from autotune.workloads.mlp import MLPWorkload  # noqa: E402
 from examples.hf_lm import users_trainer  # noqa: E402
+from tests.conftest import scratch  # noqa: E402
 
 
 def _workload(**model_kw: Any) -> Any:
-    trainer = users_trainer(tempfile.mkdtemp(), n=32, max_len=48, **{"layers": 1, "hidden": 32, **model_kw})
+    trainer = users_trainer(str(scratch()), n=32, max_len=48, **{"layers": 1, "hidden": 32, **model_kw})
     from autotune.adapters.hf_workload import HFTrainerWorkload
     from autotune.core.shipping import ship
 
     parts = hf.trainer_parts(trainer)
-    folder = ship(parts.parts, __import__("pathlib").Path(tempfile.mkdtemp()), parts.names)
+    folder = ship(parts.parts, scratch(), parts.names)
     return HFTrainerWorkload(str(folder)), trainer
 
 
@@ -154,7 +154,7 @@ def test_the_hf_export_sets_the_trainer_fields_and_apply_sets_the_rest() -> None
                    length_grouping=True, padding_free=True)
     best = {"knobs": knobs, "device": {"type": "cpu"}}
     kwargs = training_arguments_kwargs(best)
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), report_to="none", **kwargs)
+    args = TrainingArguments(output_dir=str(scratch()), report_to="none", **kwargs)
     field = version_field(_CHECKPOINTING_FIELDS)  # transformers 5.23's name or 5.17's
     assert getattr(args, field) is True
     assert getattr(args, f"{field}_kwargs") == {"use_reentrant": False}
