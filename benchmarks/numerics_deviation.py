@@ -5,7 +5,7 @@ seed and data order. Run from the repository's root: python -m benchmarks.numeri
 from __future__ import annotations
 
 from autotune.core.env import probe
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.core.workload import build_workload
 from autotune.measure.batches import Batches

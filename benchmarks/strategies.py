@@ -55,7 +55,7 @@ from optuna.trial import TrialState
 
 from autotune.core.config import StudyConfig, WindowConfig, sized_for
 from autotune.core.env import Env, probe
-from autotune.core.knobs import Space, build_space
+from autotune.core.space import Space, build_space
 from autotune.core.workload import build_workload
 from autotune.measure.protocol import TrialRequest
 from autotune.search.setup import StudySetup, create_study

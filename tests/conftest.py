@@ -41,7 +41,7 @@ def study_setup(env: Env, space: Any = None, *, window: dict[str, Any] | None = 
     """A StudySetup of the MLP workload as the command line builds one: these study.* keys,
     the schema's defaults for the others, every section sized for ``env``'s device."""
     from autotune.core.config import LaunchConfig, StudyConfig, WindowConfig, sized_for
-    from autotune.core.knobs import build_space
+    from autotune.core.space import build_space
     from autotune.search.setup import StudySetup
     from autotune.workloads.mlp import MLPWorkload
 

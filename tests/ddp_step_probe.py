@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from autotune.core.env import probe
-from autotune.core.knobs import build_space
 from autotune.core.quick_exit import quick_exit
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.measure import comm
 from autotune.measure.clock import Clock

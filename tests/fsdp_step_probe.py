@@ -18,9 +18,9 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from autotune.core.env import probe
-from autotune.core.knobs import build_space
 from autotune.core.quick_exit import quick_exit
 from autotune.core.sharding import fsdp_modules
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.measure import comm
 from autotune.measure.clock import Clock

@@ -15,7 +15,7 @@ import yaml
 
 import autotune
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.core.workload import WorkloadError, build_workload
 from tests.conftest import BARE_ARGS, ROOT, TINY_ARGS, run_cli

@@ -70,7 +70,7 @@ def test_agent_goes_on_from_a_step_that_read_within_the_noise_of_the_best(cpu_en
     one window, the best had no fix left, and the agent stopped, so batch 128 (6% faster than
     the export, measured side by side) was never tried. A trial within FINALIST_BAND of the
     best is steered from too; one further below is not."""
-    from autotune.core.knobs import build_space
+    from autotune.core.space import build_space
     from autotune.search.loop.agent import propose
     from autotune.workloads.mlp import MLPWorkload
 
@@ -95,7 +95,7 @@ def test_agent_steers_from_the_least_over_trial_while_none_fits_the_memory_limit
     so the memory verdict of the least-over trial does: shard, with a releasing allocator."""
     from autotune.cli.app import ranked
     from autotune.cli.config import LaunchConfig
-    from autotune.core.knobs import build_space
+    from autotune.core.space import build_space
     from autotune.search.loop.agent import propose
     from autotune.workloads.gpt import GPTWorkload
 

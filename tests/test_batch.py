@@ -13,7 +13,8 @@ import yaml
 
 from autotune.core import batch as tree
 from autotune.core.env import Env
-from autotune.core.knobs import KnobError, build_space
+from autotune.core.knobs import KnobError
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
 from tests.workloads_batch import DictBatchLM, NestedWorkload, VariableShapeLM

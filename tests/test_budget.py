@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from autotune.core.env import Env
-from autotune.search.console.cost import estimate
+from autotune.search.console.estimate import estimate
 from autotune.search.loop.budget import AFTER_SEARCH_SHARE, plan
 from autotune.search.setup import StudySetup
 from tests.conftest import TINY_WINDOW, ran_to_the_end, run_cli, study_setup

@@ -13,7 +13,7 @@ import pytest
 from autotune.cli.app import ranked
 from autotune.cli.config import LaunchConfig
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.diagnose.comm_trace import comm_fields
 from autotune.diagnose.trace_events import merged, minus, overlap
 from autotune.diagnose.trace_summary import summarize_trace

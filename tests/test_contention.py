@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.measure.contention import between, snapshot
 from autotune.measure.nvml import GpuReader, gpu_between
 from autotune.measure.protocol import TrialRequest

@@ -74,7 +74,7 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     confirmation's and the numerics check's windows made from it, plus the re-measurements
     still to come while the load stays."""
     from autotune.diagnose.thresholds import CONTENDED_WAIT_S
-    from autotune.search.console.cost import estimate
+    from autotune.search.console.estimate import estimate
 
     setup = study_setup(cpu_env, confirm_top=1, numerics_steps=10, confirm_budget_s=1000.0)
     one = 4.0

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.env import Env, usable_cpus
 from autotune.core.host import process_threads, worker_threads
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.training import build_loader
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window

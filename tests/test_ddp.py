@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from autotune.core.distributed import ddp_kwargs, has_ddp_argument, rank_cores
 from autotune.core.env import probe
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.comm import COMM_MIN_PAIRS, COMM_PAIRS
 from autotune.workloads.mlp import MLPWorkload

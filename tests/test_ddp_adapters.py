@@ -16,7 +16,7 @@ import yaml
 
 from autotune.core.distributed import ddp_kwargs, has_ddp_argument
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.workload import build_workload
 from tests.conftest import TINY_ARGS, run_cli
 

@@ -16,7 +16,8 @@ from autotune.cli.config import LaunchConfig
 from autotune.cli.validate import check_launch
 from autotune.core.distributed import ddp_kwargs, has_ddp_argument
 from autotune.core.env import Env
-from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
+from autotune.core.knobs import KnobError
+from autotune.core.space import build_space, keep_global_batch, without_accumulation
 from autotune.diagnose.verdicts import diagnose
 from autotune.results.launch_export import ddp_step_section
 from autotune.search.checks.numerics import families
@@ -130,7 +131,7 @@ def test_the_communication_verdict_offers_the_step_knobs_the_study_searches(cpu_
 
 def test_scaling_needs_ranks_and_is_in_the_wall_time_estimate(cpu_env: Env) -> None:
     from autotune.cli.crash import UsageError
-    from autotune.search.console.cost import estimate
+    from autotune.search.console.estimate import estimate
 
     with pytest.raises(UsageError, match="launch.nproc_per_node=N"):
         check_launch(LaunchConfig(scaling=True), cpu_env)

@@ -446,7 +446,7 @@ def _every_rule() -> list[dict[str, Any]]:
 def test_no_verdict_names_a_value_outside_the_studys_space(cpu_env: Any) -> None:
     """Every fix, and every knob that comes with one, is a value the study can try here
     (or a measured step past the domain, marked beyond_domain)."""
-    from autotune.core.knobs import build_space
+    from autotune.core.space import build_space
     from autotune.workloads.resnet18 import ResNet18Workload
 
     space = build_space(cpu_env, ResNet18Workload().cpu_sized(), {})

@@ -11,7 +11,8 @@ import torch
 import yaml
 
 from autotune.core.env import Env
-from autotune.core.knobs import KnobError, build_space, keep_global_batch
+from autotune.core.knobs import KnobError
+from autotune.core.space import build_space, keep_global_batch
 from autotune.core.training import Training
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import TINY_ARGS, run_cli

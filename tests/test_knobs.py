@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from autotune.core.env import Env
-from autotune.core.knobs import KNOBS, KnobError, build_space
+from autotune.core.knobs import KNOBS, KnobError
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.workloads.mlp import MLPWorkload
 from autotune.workloads.resnet18 import ResNet18Workload

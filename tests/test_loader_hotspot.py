@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.diagnose import diagnose
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window

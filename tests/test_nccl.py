@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autotune.core.env import probe
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.workloads.mlp import MLPWorkload

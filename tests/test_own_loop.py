@@ -16,7 +16,7 @@ from torch import nn
 
 import autotune
 from autotune.core.host import WorkerThreads
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import ROOT, child_env
 

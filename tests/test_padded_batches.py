@@ -17,8 +17,9 @@ pytest.importorskip("transformers")
 from autotune.adapters import hf  # noqa: E402
 from autotune.adapters.hf_workload import HFTrainerWorkload  # noqa: E402
 from autotune.core import domains  # noqa: E402
-from autotune.core.knobs import KnobError, build_space  # noqa: E402
+from autotune.core.knobs import KnobError  # noqa: E402
 from autotune.core.shipping import ship  # noqa: E402
+from autotune.core.space import build_space  # noqa: E402
 from autotune.core.tokens import count_tokens, has_padding  # noqa: E402
 from autotune.workloads.mlp import MLPWorkload  # noqa: E402
 from examples.hf_lm import pad_collate, users_trainer  # noqa: E402

@@ -16,7 +16,8 @@ import yaml
 from autotune.measure.protocol import WindowResult
 from autotune.results.intervals import Interval
 from autotune.search.confirmation.choose import Candidate
-from autotune.search.confirmation.confirm import Rounds, confirm, eliminate, raced
+from autotune.search.confirmation.confirm import confirm, eliminate
+from autotune.search.confirmation.rounds import Rounds, raced
 from autotune.search.loop.race import race_round
 from tests.conftest import TINY_ARGS, run_cli
 
@@ -275,7 +276,7 @@ def test_the_estimate_counts_the_race_rounds_each_finalist_has(tmp_path: Path) -
     """The least rounds left after the race are those of the finalist with the fewest: one
     the race never measured needs all of them (counting the race's rounds for every finalist
     ran a budgeted study 17% past its budget)."""
-    from autotune.search.console.cost import _raced_least, revised
+    from autotune.search.console.estimate import _raced_least, revised
 
     setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300)
     knobs = _knobs(setup)

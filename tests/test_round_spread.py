@@ -80,7 +80,7 @@ def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(
     """The README's CPU study was estimated at its 6 trusted rounds (~70 s) and ran its whole
     300 s budget: at a CPU's spread the estimate is the budget, and says so; at a quiet
     spread it is the rounds that spread needs."""
-    from autotune.search.console.cost import estimate
+    from autotune.search.console.estimate import estimate
     from autotune.search.setup import StudySetup
 
     def setup(spread: float) -> StudySetup:
@@ -117,8 +117,8 @@ def test_a_reference_run_is_counted_at_the_baselines_numerics_at_the_finalists_b
     twice: its steps are the baseline's scaled to that batch, not the finalist's bf16 ones."""
     import optuna
 
-    from autotune.core.knobs import build_space
-    from autotune.search.console.cost import _numerics_s
+    from autotune.core.space import build_space
+    from autotune.search.console.estimate import _numerics_s
     from autotune.workloads.mlp import MLPWorkload
 
     space = build_space(cpu_env, MLPWorkload(), {})

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.workloads.mlp import MLPWorkload

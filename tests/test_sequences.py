@@ -27,8 +27,9 @@ from autotune.adapters.hf_workload import (  # noqa: E402
     version_field,
 )
 from autotune.core.env import probe  # noqa: E402
-from autotune.core.knobs import KnobError, build_space  # noqa: E402
+from autotune.core.knobs import KnobError  # noqa: E402
 from autotune.core.sequences import unwrapped  # noqa: E402
+from autotune.core.space import build_space  # noqa: E402
 from autotune.core.training import Training  # noqa: E402
 from autotune.workloads.gpt import GPTWorkload  # noqa: E402
 from autotune.workloads.mlp import MLPWorkload  # noqa: E402

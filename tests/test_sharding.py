@@ -15,8 +15,9 @@ import torch
 from autotune.cli.app import ranked
 from autotune.cli.config import LaunchConfig
 from autotune.core.env import Env
-from autotune.core.knobs import KnobError, build_space
+from autotune.core.knobs import KnobError
 from autotune.core.sharding import blocks, groups, mesh_shape, mp_dtypes
+from autotune.core.space import build_space
 from autotune.workloads.gpt import Block, GPTWorkload
 from autotune.workloads.mlp import MLPWorkload
 from tests.conftest import ROOT, child_env

@@ -13,7 +13,7 @@ import torch
 from autotune.cli.app import ranked
 from autotune.cli.config import LaunchConfig
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.workload import build_workload
 from autotune.results.sharding_export import fsdp_section
 

@@ -9,7 +9,7 @@ from typing import Any
 from autotune.cli.app import ranked
 from autotune.cli.config import LaunchConfig
 from autotune.core.env import Env
-from autotune.core.knobs import build_space, without_accumulation
+from autotune.core.space import build_space, without_accumulation
 from autotune.diagnose.verdicts import diagnose
 from autotune.workloads.gpt import GPTWorkload
 from autotune.workloads.mlp import MLPWorkload

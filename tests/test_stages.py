@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from autotune.core.env import Env
-from autotune.core.knobs import KnobError, build_space
+from autotune.core.knobs import KnobError
+from autotune.core.space import build_space
 from autotune.core.stages import Stage
 from autotune.core.training import Training
 from autotune.core.workload import Workload

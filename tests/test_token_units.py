@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.measure.protocol import WindowResult
 from autotune.results.compare import compare_markdown, compare_studies
 from autotune.results.export import best_document, trials_rows

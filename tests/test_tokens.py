@@ -15,7 +15,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_group
 
 from autotune.core.config import WindowConfig
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.tokens import (
     TOKENS,
     CrossUnit,

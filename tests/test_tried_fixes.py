@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.results.export import best_document
 from autotune.results.report_data import gather
 from autotune.results.report_html import markdown

@@ -17,7 +17,7 @@ from autotune.results.report_data import gather
 from autotune.results.report_html import markdown
 from autotune.results.trust import could_not_measure
 from autotune.search.confirmation.choose import candidates_of, decide, still_racing
-from autotune.search.confirmation.confirm import load_summary
+from autotune.search.confirmation.rounds import load_summary
 from autotune.search.console.summary import confirmation_lines
 
 BUSY = {"contended": True, "cpus": 2, "other_cpu_cores": 1.0, "runqueue_wait_share": 0.4,

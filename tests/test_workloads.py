@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autotune.core.env import Env
-from autotune.core.knobs import build_space
+from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.core.workload import Workload, WorkloadError, build_workload, workload_name
 

@@ -227,7 +227,7 @@ def spec(cls: type[Workload], **kwargs: Any) -> dict[str, Any]:
 def baseline_knobs(workload: Workload, device: str = "cpu") -> dict[str, Any]:
     """Trial 0's knobs for this workload on this machine, as the study would run them."""
     from autotune.core.env import Env, _probe_here
-    from autotune.core.knobs import build_space
+    from autotune.core.space import build_space
 
     env = Env.from_dict(_probe_here(device))
     return build_space(env, workload, {}).baseline

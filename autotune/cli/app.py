@@ -15,7 +15,8 @@ from autotune.cli.crash import UsageError, explain, fail
 from autotune.cli.validate import resolve_workers, validate
 from autotune.core.config import LaunchConfig, left_to_size, sized, sized_for
 from autotune.core.env import DeviceError, Env, probe
-from autotune.core.knobs import KnobError, build_space, keep_global_batch, without_accumulation
+from autotune.core.knobs import KnobError
+from autotune.core.space import build_space, keep_global_batch, without_accumulation
 from autotune.core.workload import WorkloadError, build_workload, workload_name
 from autotune.measure.launch import probe_env, start_server_soon
 from autotune.measure.protocol import NODES_STOP_FILE, spans_nodes

@@ -135,6 +135,21 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
     finally:
         run.sync_grads = True
         ddp.close()
+    return {**_lockstep(synced, unsynced, window_step_ms),
+            "micro_steps_per_unit": cycle,
+            "backend": dist.get_backend(), "world_size": dist.get_world_size(),
+            # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
+            # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
+            "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False)),
+            **(sharded_figures(run, inputs, targets, cycle, beat) if run.fsdp is not None
+               else ddp.figures())}
+
+
+def _lockstep(synced: list[float], unsynced: list[float], window_step_ms: float
+              ) -> dict[str, Any]:
+    """The exposed all-reduce from this rank's step pairs and every other rank's (a collective:
+    every rank calls it): each step as its slowest rank's, the pairs' differences' median and
+    sign-test lower bound as shares of the step, and the ranks' jitter."""
     lock_synced = [max(step) for step in zip(*_gather(synced), strict=True)]
     ranks_unsynced = _gather(unsynced)
     lock_unsynced = [max(step) for step in zip(*ranks_unsynced, strict=True)]
@@ -148,15 +163,7 @@ def exposed(run: Any, batches: Any, clock: Any, window_step_ms: float, budget_s:
     return {"synced_step_ms": with_ms, "unsynced_step_ms": without_ms, "exposed_ms": median_ms,
             "exposed_share": min(1.0, median_ms / step),
             "exposed_ms_low": low_ms, "exposed_share_low": min(1.0, low_ms / step),
-            "pairs": len(added),
-            "rank_gap_ms": max(0.0, without_ms - fastest_ms),
-            "micro_steps_per_unit": cycle,
-            "backend": dist.get_backend(), "world_size": dist.get_world_size(),
-            # What the ranks' DDP ran with (a framework's rule: Workload.ddp_arguments), for
-            # the adapters' exports (ddp_find_unused_parameters, DDPStrategy).
-            "find_unused_parameters": bool(getattr(run.ddp, "find_unused_parameters", False)),
-            **(sharded_figures(run, inputs, targets, cycle, beat) if run.fsdp is not None
-               else ddp.figures())}
+            "pairs": len(added), "rank_gap_ms": max(0.0, without_ms - fastest_ms)}
 
 
 def sharded_figures(run: Any, inputs: Any, targets: Any, cycle: int,

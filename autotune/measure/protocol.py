@@ -31,7 +31,7 @@ def figure_only(window: WindowConfig) -> WindowConfig:
     round's): no profiler capture, no loader profile; its request also skips, under several
     ranks, the all-reduce's counterfactual (``TrialRequest.comm``: measure/comm.py's 20
     barrier-started steps took 42 s of a 63 s window of the README's CPU study as 2 ranks,
-    batch 128, 2026-11-27). search/console/cost.py estimates such a window as a trial's time
+    batch 128, 2026-11-27). search/console/estimate.py estimates such a window as a trial's time
     less its ``extras_s``."""
     return replace(window, profile=False, loader_profile=False)
 
@@ -169,7 +169,7 @@ class WindowResult(_Record):
     compile_cache: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0
     # Seconds spent on what a confirmation window skips: ceilings, profiler capture, loader
-    # profile, the all-reduce's counterfactual (search/console/cost.py and confirm.expected_round_s
+    # profile, the all-reduce's counterfactual (search/console/estimate.py and rounds.expected_round_s
     # estimate a confirmation window from a trial's time without them).
     extras_s: float = 0.0
     final_loss: float | None = None

@@ -34,7 +34,7 @@ from autotune.results.compile_cost import compile_summary
 from autotune.results.hydra_export import hydra_group_text, overrides_text
 from autotune.results.launch_export import ddp_section, ddp_step_section, launch_section
 from autotune.results.nsight import nsight_commands
-from autotune.results.record import study_attrs, trial_attrs
+from autotune.results.record import StudyAttrs, study_attrs, trial_attrs
 from autotune.results.sharding_export import fsdp_section, sharding_words
 from autotune.results.storage import redact
 from autotune.results.trials import (
@@ -101,14 +101,7 @@ def best_document(study: optuna.Study, storage_url: str,
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "workload": attrs.get("workload"),
-        "device": {
-            "type": dev.get("device"),
-            "name": dev.get("device_name"),
-            "memory_gb": rounded(dev.get("total_memory_gb")),
-            "torch": dev.get("torch_version"),
-            "cuda": dev.get("cuda_version"),
-            "cpu": dev.get("cpu_model"),
-        },
+        "device": _device(dev),
         "knobs": dict(trial_attrs(best)["knobs"]),
         # How many input stages the workload declares (transform_split = that: all on the
         # host): the runtime warns where a split on the device is not applied by the user's loader.
@@ -159,27 +152,47 @@ def best_document(study: optuna.Study, storage_url: str,
                       1 for t in study.get_trials(deepcopy=False)
                       if trial_attrs(t).get("source") == "agent")},
     }
-    knobs = trial_attrs(best)["knobs"]
-    launched = attrs.get("launch")
-    launch = launch_section(launched, knobs, dev)
-    if launch:  # a study whose trials ran as ranks (launch.nproc_per_node)
-        doc["launch"] = launch
-        doc["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"),
-                                        trial_attrs(best).get("comm"))
-        doc["ddp_step"] = ddp_step_section(knobs)
-        # A sharded configuration: fully_shard's arguments (None for DDP's ranks), and what
-        # sharding bought against replicated ranks in this study.
-        doc["fsdp_kwargs"] = fsdp_section(launched, knobs, trial_attrs(best).get("comm"))
-        words = sharding_words(trials, best, attrs.get("memory_limit_gb"))
-        if words:
-            doc["sharding"] = {"strategy": knobs.get("sharding", "no_shard"), "words": words}
-        if attrs.get("scaling"):  # launch.scaling: search/checks/scaling.py
-            doc["scaling"] = attrs["scaling"]
-        doc["comm"] = {"best": trial_attrs(best).get("comm") or None,
-                       "baseline": trial_attrs(base).get("comm") or None if base else None}
+    doc.update(_launched_sections(attrs, best, base, trials))
     doc["nsight"] = nsight_commands(doc, attrs.get("workload_target"),
                                     trial_attrs(best).get("top_kernels"))
     return json.loads(json.dumps(doc))  # plain types only: tuples -> lists, no Python tags
+
+
+def _device(dev: dict[str, Any]) -> dict[str, Any]:
+    """The machine the study measured on, as the production run's environment check reads it."""
+    return {"type": dev.get("device"), "name": dev.get("device_name"),
+            "memory_gb": rounded(dev.get("total_memory_gb")), "torch": dev.get("torch_version"),
+            "cuda": dev.get("cuda_version"), "cpu": dev.get("cpu_model")}
+
+
+def _launched_sections(attrs: StudyAttrs, best: FrozenTrial, base: FrozenTrial | None,
+                       trials: list[FrozenTrial]) -> dict[str, Any]:
+    """For a study whose trials ran as ranks (launch.nproc_per_node): the torchrun line, DDP's
+    and fully_shard's arguments, what sharding bought, the scaling check and the collectives
+    measured; nothing for a single-process study."""
+    dev = attrs.get("device", {})
+    knobs = trial_attrs(best)["knobs"]
+    launched = attrs.get("launch")
+    launch = launch_section(launched, knobs, dev)
+    if not launch:
+        return {}
+    comm = trial_attrs(best).get("comm")
+    out: dict[str, Any] = {
+        "launch": launch,
+        "ddp_kwargs": ddp_section(launched, knobs, dev.get("torch_version"), comm),
+        "ddp_step": ddp_step_section(knobs),
+        # A sharded configuration: fully_shard's arguments (None for DDP's ranks).
+        "fsdp_kwargs": fsdp_section(launched, knobs, comm),
+    }
+    # What sharding bought against replicated ranks in this study.
+    words = sharding_words(trials, best, attrs.get("memory_limit_gb"))
+    if words:
+        out["sharding"] = {"strategy": knobs.get("sharding", "no_shard"), "words": words}
+    if attrs.get("scaling"):  # launch.scaling: search/checks/scaling.py
+        out["scaling"] = attrs["scaling"]
+    out["comm"] = {"best": comm or None,
+                   "baseline": trial_attrs(base).get("comm") or None if base else None}
+    return out
 
 
 def shapes_words(shapes: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -66,7 +66,7 @@ class WindowAttrs(TypedDict, total=False):
     chunks: list[float]
     wall_s: float
     extras_s: float  # ceilings, profiles, all-reduce probe: what a confirmation window skips
-    warmup_s: float  # the window's warm-up steps (search/console/cost.py: a numerics run's start-up)
+    warmup_s: float  # the window's warm-up steps (search/console/estimate.py: a numerics run's start-up)
     measure_s: float  # its measured steps
     trace: dict[str, Any]
     stderr_tail: str

@@ -19,7 +19,7 @@ import optuna
 
 from autotune.core.config import LaunchConfig, StudyConfig, WindowConfig
 from autotune.core.env import Env
-from autotune.core.knobs import Space
+from autotune.core.space import Space
 from autotune.core.tokens import TOKENS
 from autotune.measure.protocol import WindowResult
 from autotune.results.compile_cost import cache_env, effective_rate

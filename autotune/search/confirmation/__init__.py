@@ -1,3 +1,4 @@
 """The confirmation: the finalists and the baseline measured again in randomized rounds
-(``confirm``), the choice the intervals support (``choose``), and the words of the rounds
-(``words``). See ``autotune.search``."""
+(``confirm``; what one round runs and what the rounds keep, ``rounds``), the choice the
+intervals support (``choose``), and the words of the rounds (``words``). See
+``autotune.search``."""

@@ -20,19 +20,17 @@ from __future__ import annotations
 import logging
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.measure.protocol import TrialRequest, WindowResult, figure_only
+from autotune.measure.protocol import WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval, t975
-from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
+from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.trials import (
     baseline_trial,
     best_trial,
@@ -54,6 +52,14 @@ from autotune.search.confirmation.choose import (
     racing,
     unsettled,
     window_noise,
+)
+from autotune.search.confirmation.rounds import (
+    Rounds,
+    compact_load,
+    expected_round_s,
+    load_summary,
+    raced,
+    run_round,
 )
 from autotune.search.confirmation.words import (
     MAX_ROUNDS,
@@ -81,88 +87,6 @@ PRECISE_ROUNDS = 6
 #: study.confirm_budget_s again: an idle run's batch-64 export tied with batch 128 after 16
 #: rounds (2.6% apart, to lower memory) and read 6% slower over 24 side by side.
 TIE_BUDGET_SHARE = 0.5
-
-
-def _request(setup: StudySetup, knobs: dict[str, Any]) -> TrialRequest:
-    # A confirmation window is only a figure: no profile, loader profile or all-reduce probe.
-    window = figure_only(setup.window)
-    return TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
-                        window=window, seed=setup.seed, cpu_sized=setup.cpu_sized,
-                        env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
-                        launch=setup.ranks, comm=False)
-
-
-@dataclass
-class Rounds:
-    """The rounds so far: per trial, one figure per round (None: the window failed) and
-    whether that window was contended."""
-
-    numbers: list[int]
-    runs: dict[int, list[float | None]] = field(default_factory=dict)
-    contended: dict[int, list[bool]] = field(default_factory=dict)
-    loads: list[dict[str, Any]] = field(default_factory=list)
-    order: list[list[int]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)  # each round's windows' wall time
-
-    def __post_init__(self) -> None:
-        for n in self.numbers:
-            self.runs.setdefault(n, [])
-            self.contended.setdefault(n, [])
-
-    def add(self, n: int, figure: float | None, result: WindowResult) -> None:
-        self.runs[n].append(figure)
-        self.contended[n].append(bool(result.contention.get("contended")))
-        if result.contention:
-            self.loads.append(result.contention)
-
-    def join(self, n: int) -> None:
-        """``n`` takes part from the next round on: the rounds before it are None, so that
-        every list stays aligned by round (interval_of pairs by round)."""
-        if n not in self.runs:
-            self.runs[n] = [None] * len(self.order)
-            self.contended[n] = [False] * len(self.order)
-
-    def sat_out(self) -> None:
-        """After a round: None for everyone who was not in it."""
-        for n, vals in self.runs.items():
-            if len(vals) < len(self.order):
-                vals.append(None)
-                self.contended[n].append(False)
-
-    def paired(self, n: int, base: int) -> int:
-        """The rounds in which ``n`` and the baseline were both measured."""
-        return sum(1 for c, b in zip(self.runs[n], self.runs[base], strict=False) if c and b)
-
-    def only(self, keep: Collection[int]) -> Rounds:
-        """These rounds for ``keep`` alone (the search's race rounds, for the finalists left)."""
-        order = [[n for n in o if n in keep] for o in self.order]
-        return Rounds([n for n in self.runs if n in keep],
-                      runs={n: v for n, v in self.runs.items() if n in keep},
-                      contended={n: v for n, v in self.contended.items() if n in keep},
-                      loads=list(self.loads), order=order, failures=list(self.failures),
-                      seconds=list(self.seconds))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"runs": {str(n): v for n, v in self.runs.items()},
-                "contended": {str(n): v for n, v in self.contended.items()},
-                "loads": [compact_load(c) for c in self.loads], "order": self.order,
-                "failures": self.failures, "seconds": [round(s, 2) for s in self.seconds]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Rounds:
-        runs = {int(n): list(v) for n, v in (d.get("runs") or {}).items()}
-        return cls(list(runs), runs=runs,
-                   contended={int(n): list(v) for n, v in (d.get("contended") or {}).items()},
-                   loads=list(d.get("loads") or []), order=[list(o) for o in d.get("order") or []],
-                   failures=list(d.get("failures") or []),
-                   seconds=[float(s) for s in d.get("seconds") or []])
-
-
-def raced(study: optuna.Study) -> tuple[Rounds, set[int]]:
-    """The rounds the search's race ran, and the contenders it dropped (none: empty)."""
-    race = study_attrs(study).get("race") or {}
-    return Rounds.from_dict(race), {int(n) for n in race.get("dropped") or []}
 
 
 def eliminate(cands: list[Candidate], same: Collection[int], floor: int) -> list[Candidate]:
@@ -203,22 +127,8 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     noise = max_noise(trials.values(), rounds)
     floor = trusted_rounds(noise, setup.study.confirm_precision)
-    others = [n for n in active if n != base.number]
-    log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
-             "least %d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
-             ", ".join(map(str, others)), base.number,
-             ", itself a finalist" if len(others) < len(active) else "", runs,
-             100 * setup.study.confirm_precision, floor,
-             f"{100 * noise:.1f}%" if noise else "not known how", setup.study.confirm_budget_s)
-    if same - {base.number}:
-        log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
-                 "for the same-training answer", ", ".join(map(str, sorted(same - {base.number}))))
     round_s = expected_round_s(trials.values())
-    spread = setup.round_spread
-    expected = (expected_rounds(spread.spread, setup.study.confirm_precision, max(runs, floor))
-                if spread else 0)
-    log.info("  %s", round_words(round_s, runs, floor, setup.study.confirm_budget_s, expected,
-                                 spread.words() if spread else ""))
+    _announce(setup, base.number, active, same, runs, floor, noise, round_s)
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
     race_s = sum(rounds.seconds)
     why = None
@@ -266,43 +176,29 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     return record
 
 
+def _announce(setup: StudySetup, base: int, active: list[int], same: Collection[int], runs: int,
+              floor: int, noise: float, round_s: float) -> None:
+    """Say what the rounds compare, when they may stop, and what they are expected to cost."""
+    others = [n for n in active if n != base]
+    log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
+             "least %d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
+             ", ".join(map(str, others)), base,
+             ", itself a finalist" if len(others) < len(active) else "", runs,
+             100 * setup.study.confirm_precision, floor,
+             f"{100 * noise:.1f}%" if noise else "not known how", setup.study.confirm_budget_s)
+    if set(same) - {base}:
+        log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
+                 "for the same-training answer", ", ".join(map(str, sorted(set(same) - {base}))))
+    spread = setup.round_spread
+    expected = (expected_rounds(spread.spread, setup.study.confirm_precision, max(runs, floor))
+                if spread else 0)
+    log.info("  %s", round_words(round_s, runs, floor, setup.study.confirm_budget_s, expected,
+                                 spread.words() if spread else ""))
+
+
 def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:
     """Whether the finalists are the baseline alone: then there is nothing to confirm."""
     return all(t.number == base.number for t in finals)
-
-
-def figure_window_s(t: FrozenTrial) -> float:
-    """A trial's search window as a figure-only window (figure_only: a confirmation, numerics
-    or scaling run) has it: its wall time less its ``extras_s``."""
-    a = trial_attrs(t)
-    return max(0.0, float(a.get("wall_s") or 0.0) - float(a.get("extras_s") or 0.0))
-
-
-def expected_round_s(trials: Collection[FrozenTrial]) -> float:
-    """A round's time from its configurations' own search windows. The finalists are often the
-    bigger batches, whose warm-up and measured steps take longer than the baseline's: the
-    README's CPU study as 2 ranks paid 26 s for the baseline's window and 63 s for its
-    batch-128 finalist's (2026-11-27)."""
-    return sum(figure_window_s(t) for t in trials)
-
-
-def run_round(setup: StudySetup, trials: dict[int, FrozenTrial], order: list[int], rounds: Rounds,
-           stop: StopFlag | None, run: Callable[..., WindowResult]) -> None:
-    i = len(rounds.order)
-    seconds = 0.0  # the round's windows' own wall time (a served window's, in a benchmark)
-    for n in order:
-        knobs = trial_attrs(trials[n])["knobs"]
-        res = run(_request(setup, knobs), setup.out_dir / "confirm" / f"{i}-{n}",
-                  stop_requested=lambda: stop.reason if stop else None)
-        if res.ok:
-            rounds.add(n, setup.objective(res, knobs), res)
-        else:
-            rounds.add(n, None, res)
-            rounds.failures.append(f"trial {n} round {i}: {res.outcome}: {res.error}")
-        seconds += res.wall_s
-    rounds.order.append(order)
-    rounds.seconds.append(seconds)
-    rounds.sat_out()
 
 
 def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Rounds,
@@ -452,22 +348,6 @@ def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
         "failures": rounds.failures,
     }
     return decide(record, settled, setup.study.confirm_precision)
-
-
-def load_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:
-    """The confirmation windows' load: how many were contended and what others used."""
-    busy = [c for c in loads if c.get("contended")]
-    others = [float(c.get("other_cpu_cores") or 0.0) for c in busy]
-    return {"windows": len(loads), "contended": len(busy),
-            "other_cpu_cores": round(statistics.fmean(others), 2) if others else 0.0,
-            "cpus": max((int(c.get("cpus") or 0) for c in loads), default=0)}
-
-
-def compact_load(c: dict[str, Any]) -> dict[str, Any]:
-    """A window's load as the study keeps it (results/trust.py reads these)."""
-    keys = ("contended", "cpus", "other_cpu_cores", "runqueue_wait_share", "steal_share",
-            "throttled_share", "reasons")
-    return {k: c[k] for k in keys if k in c}
 
 
 def _log(record: dict[str, Any], study: optuna.Study) -> None:

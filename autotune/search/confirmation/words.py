@@ -2,7 +2,7 @@
 after each round where the intervals stand and how many more rounds they need at the spread
 measured so far.
 
-The confirmation is the part of a study least known in advance (search/console/cost.py): a gpt study
+The confirmation is the part of a study least known in advance (search/console/estimate.py): a gpt study
 on this project's 2-core VM (2026-11-28) planned its 6 rounds at ~93 s and ran 11 in 126 s,
 silent all the while in a log. A line per round shows where that time goes and when it ends.
 """

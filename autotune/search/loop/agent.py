@@ -21,7 +21,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.knobs import Space, fix_text
+from autotune.core.knobs import fix_text
+from autotune.core.space import Space
 from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.results.record import TrialAttrs, trial_attrs
 from autotune.results.trials import best_trial, measured, over_limit, ranked_trials, study_unit

@@ -10,7 +10,7 @@ how long it takes. Under a time budget the study plans in time:
   trained, and the confirmation: at least ``confirm_runs`` rounds of one finalist and the
   baseline (the fewest it may be cut to), and, where the budget allows, the rounds it would
   take uncut up to ``AFTER_SEARCH_SHARE`` of the budget (each estimated from the finalists'
-  own windows, search/cost.revised);
+  own windows, search/console/estimate.revised);
 - as the search ends, the confirmation gets what is left after the numerics check and scaling
   are set aside (``confirm_budget_s`` cut to it, a tie's extra rounds included) and as many
   finalists as its least rounds fit (``confirm_top`` down to one), never fewer than
@@ -34,8 +34,8 @@ import optuna
 
 from autotune.results.record import study_attrs
 from autotune.results.trials import baseline_trial, best_trial, changes_training, finalists
-from autotune.search.confirmation.confirm import figure_window_s
-from autotune.search.console.cost import Estimate, revised
+from autotune.search.confirmation.rounds import figure_window_s
+from autotune.search.console.estimate import Estimate, revised
 from autotune.search.console.progress import clock_text
 from autotune.search.setup import StudySetup
 
@@ -97,7 +97,7 @@ def fewest_finalists(setup: StudySetup, top: int) -> StudySetup:
 
 
 def first_after(setup: StudySetup, est: Estimate) -> After:
-    """The phases after the search as the first window foresees them (search/cost.estimate:
+    """The phases after the search as the first window foresees them (search/console/estimate.estimate:
     rounds of the finalists and the baseline at that window's time); the least confirmation
     is of one finalist and the baseline, the fewest the budget may cut it to."""
     windows = max(1, min(setup.study.confirm_top + 1, est.trials))

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.knobs import Space
+from autotune.core.space import Space
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.launch import CPUS_ENV, start_server
 from autotune.measure.protocol import TrialRequest, WindowResult

@@ -7,7 +7,7 @@ compare candidates in blocks as they come and drop one as soon as the data say i
 Here, after a trial whose window puts it among the finalists (results/trials.finalists) and
 within FINALIST_BAND of the fastest of them (one that could be the best), one round of the
 confirmation's kind runs at once: those close finalists still in the race and the baseline,
-each once, in a random order (confirm.run_round). A contender whose interval lies below
+each once, in a random order (rounds.run_round). A contender whose interval lies below
 another's once both have the trusted rounds is dropped (confirm.eliminate, successive
 elimination). The rounds and the drops are kept in the study (``race``), so a killed study
 resumes with them and the confirmation starts from them: their windows count in its least
@@ -42,12 +42,10 @@ from autotune.results.trials import baseline_trial, changes_training, finalists,
 from autotune.search.confirmation.confirm import (
     candidates,
     eliminate,
-    expected_round_s,
     max_noise,
-    raced,
-    run_round,
     trusted_rounds,
 )
+from autotune.search.confirmation.rounds import expected_round_s, raced, run_round
 from autotune.search.loop.budget import search_stop
 from autotune.search.setup import StopFlag, StudySetup
 

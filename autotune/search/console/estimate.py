@@ -1,0 +1,318 @@
+"""What a study will cost, estimated from the first window of this run (search/console/cost.py
+says it and times the run).
+
+The first window of this run (the baseline, on a new study) is timed from the driver's side, start-up, build, warm-up, measurement, ceilings and
+profile included, and sets a point estimate for the rest (``Estimate``):
+
+    this run's set-up + trials x that first trial + confirmation + numerics check
+
+A first window read beside another load is measured again (search/contended.py); the later
+trials are then counted at one window of it, not at all of them (``_one_window``).
+
+The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline
+(no more windows a round than there are trials), more while the windows are too noisy for
+those rounds to be trusted (confirm.trusted_rounds), then as many as an interval of
++-precision needs at the spread the rounds are expected to have (search/round_spread.py: an
+earlier confirmation's on this device, else the device kind's), never more than its budget
+allows. It is the part least known in advance (the README's CPU study's took 191-377 s of a
+300 s budget, a tie's extra rounds included, where counting the trusted rounds alone said
+~70 s), so its bound is said beside it. The numerics check runs each finalist and the
+reference twice, each a start-up and its steps (the first window's steps: the finalists' are
+re-estimated as the search ends). A compiled trial's compile time is counted where the first window paid it; where compile is only
+searched, each compiled trial adds its own, unknown until one compiles (at most
+``window.compile_timeout_s``), and the estimate says so. The first window is the
+baseline's, and the finalists are often bigger batches with longer steps, so as the search ends
+the phases after it are estimated again from the finalists' own windows (``revised``), and the
+confirmation states a round's cost as it starts (rounds.expected_round_s).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.diagnose.thresholds import CONTENDED_WAIT_S
+from autotune.results.record import trial_attrs
+from autotune.results.trials import (
+    baseline_trial,
+    finalists,
+    same_training_finalists,
+    window_noise,
+)
+from autotune.search.checks.numerics import reference_knobs
+from autotune.search.checks.scaling import SCALING_ROUNDS
+from autotune.search.confirmation.confirm import TIE_BUDGET_SHARE, only_baseline, trusted_rounds
+from autotune.search.confirmation.rounds import Rounds, expected_round_s, figure_window_s, raced
+from autotune.search.console.progress import clock_text
+from autotune.search.contended import BusyMachine
+from autotune.search.round_spread import RoundSpread, expected_rounds
+from autotune.search.setup import StudySetup
+
+#: Runs of a numerics check besides one per answer checked: the reference twice (its
+#: run-to-run deviation bounds the tolerance, search/checks/numerics.py), one per batch size.
+REFERENCE_RUNS = 2
+#: Answers the numerics check runs before the search says which: best.yaml's, and the one
+#: that trains the same model where that differs (search/checks/numerics.py checks no other).
+ANSWERS_CHECKED = 2
+
+
+def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
+    """One numerics run: the window's start-up (the window less its warm-up and measurement)
+    and ``steps`` steps at the window's median step. The README's CPU study as 2 ranks spent
+    43-44 s a run where the window less its extras, the estimate before, said 9 s
+    (2026-11-27)."""
+    if not steps:
+        return 0.0
+    start_s = max(0.0, window_s - float(first.get("warmup_s") or 0.0)
+                  - float(first.get("measure_s") or 0.0))
+    step_s = float((first.get("step_ms") or {}).get("median") or 0.0) / 1e3
+    return start_s + steps * step_s
+
+
+def compile_searched(setup: StudySetup) -> bool:
+    """Whether some trial may compile though the first one did not."""
+    domain = setup.space.domains.get("compile")
+    return domain is not None and any(v not in (None, "off") for v in domain.values)
+
+
+@dataclass
+class Estimate:
+    """The point estimate made from the first window of this run."""
+
+    setup_s: float  # this run's start to its first trial's start
+    trial_s: float  # the first trial, as the driver waited for it
+    trials: int
+    confirm_s: float
+    confirm_max_s: float  # the budget's bound (plus a tie's extra rounds, up to half again)
+    numerics_s: float
+    compile_unknown: bool
+    scaling_s: float = 0.0  # launch.scaling's rounds: all ranks and one rank, each a window
+    # The first trial's window was contended and measured this many more times; ``each_s`` is
+    # then one window of it, its re-measurements and their waits taken out.
+    remeasured: int = 0
+    each_s: float | None = None
+    # ... and while the load stays, the trials measured again as it was before BusyMachine
+    # takes windows once: their re-measurements and waits.
+    remeasure_s: float = 0.0
+    # The confirmation's rounds expected at the spread its rounds are taken to have, and a
+    # round's time: said, because the confirmation is where an estimate misses most.
+    confirm_rounds: int = 0
+    round_s: float = 0.0
+    spread: RoundSpread | None = None
+
+    @property
+    def trial_each_s(self) -> float:
+        """A later trial's time: one window (the first trial's, less its re-measurements)."""
+        return self.trial_s if self.each_s is None else self.each_s
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.phases().values())
+
+    def phases(self) -> dict[str, float]:
+        """Each phase's share of the estimate, under the names ``CostClock.phase`` marks."""
+        search = self.trial_s + max(0, self.trials - 1) * self.trial_each_s + self.remeasure_s
+        return {"search": self.setup_s + search,
+                "confirmation": self.confirm_s, "numerics check": self.numerics_s,
+                "scaling": self.scaling_s}
+
+    def words(self) -> str:
+        if self.remeasured:
+            parts = [f"the first trial {self.trial_s:.1f} s (its window read beside another load "
+                     f"and measured {self.remeasured + 1} times) + {self.trials - 1} more x "
+                     f"{self.trial_each_s:.1f} s (one such window; a contended window is "
+                     "measured again, a pruned trial ends sooner)"]
+            if self.remeasure_s:
+                parts.append(f"re-measurements ~{self.remeasure_s:.0f} s (while the load stays, "
+                             "until windows are taken once)")
+        else:
+            parts = [f"{self.trials} trials x {self.trial_s:.1f} s (the first window's own time; "
+                     "a pruned trial ends sooner)"]
+        if self.confirm_s:
+            parts.append(f"confirmation ~{self.confirm_s:.0f} s ({self._rounds_words()})")
+        if self.numerics_s:
+            parts.append(f"numerics check ~{self.numerics_s:.0f} s")
+        if self.scaling_s:
+            parts.append(f"scaling ~{self.scaling_s:.0f} s")
+        extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
+        return f"expected wall time ~{clock_text(self.total_s)}: " + " + ".join(parts) + extra
+
+    def _rounds_words(self) -> str:
+        n, each = self.confirm_rounds, self.round_s
+        bound = f"; at most {self.confirm_max_s:.0f} s, a tie's extra rounds included"
+        if not n or not each:
+            return f"at most {self.confirm_max_s:.0f} s"
+        at = f" at {self.spread.words()}" if self.spread else ""
+        if n * each > self.confirm_s + 1:
+            return (f"the budget: {n} rounds of ~{each:.0f} s{at} would take "
+                    f"~{n * each:.0f} s{bound}")
+        return f"{n} rounds of ~{each:.0f} s{at}{bound}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
+                "setup_s": round(self.setup_s, 2), "confirm_s": round(self.confirm_s, 1),
+                "confirm_max_s": round(self.confirm_max_s, 1),
+                "confirm_rounds": self.confirm_rounds,
+                **({"round_spread": self.spread.as_dict()} if self.spread else {}),
+                "numerics_s": round(self.numerics_s, 1), "scaling_s": round(self.scaling_s, 1),
+                "compile_unknown": self.compile_unknown,
+                **({"first_trial_remeasured": self.remeasured,
+                    "trial_each_s": round(self.trial_each_s, 2),
+                    "remeasure_s": round(self.remeasure_s, 1)} if self.remeasured else {}),
+                "words": self.words()}
+
+
+def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float,
+             trial_s: float, first: dict[str, Any]) -> Estimate:
+    """The estimate from the first trial's time (``first``: its record, for the window's own
+    noise, whether it compiled and whether it was measured again)."""
+    # The finalists and the baseline are distinct configurations among the trials.
+    windows = max(1, min(setup.study.confirm_top + 1, n_trials))
+    noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
+    rounds = _rounds(setup, confirm_runs, noise)
+    remeasured, each_s = _one_window(first, trial_s)
+    remeasure_s = _remeasure_s(first, n_trials, remeasured, each_s)
+    # A confirmation window runs no ceilings, profiles or all-reduce probe (protocol.figure_only).
+    window_s = max(each_s - float(first.get("extras_s") or 0.0), 0.0)
+    per_round = windows * window_s
+    confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
+    confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.study.confirm_budget_s)
+    numerics_s = (ANSWERS_CHECKED * (1 + REFERENCE_RUNS)
+                  * numerics_run_s(first, window_s, setup.study.numerics_steps))
+    compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
+    # One rank alone starts no launcher and no all-reduce: taken as long as the ranks' window.
+    scaling_s = 2 * SCALING_ROUNDS * window_s if setup.launch.scaling else 0.0
+    return Estimate(setup_s, trial_s, n_trials, confirm_s if confirm_runs else 0.0,
+                    confirm_max_s if confirm_runs else 0.0, numerics_s,
+                    compile_searched(setup) and not compiled, scaling_s, remeasured,
+                    each_s if remeasured else None, remeasure_s, rounds, per_round,
+                    setup.round_spread if confirm_runs else None)
+
+
+def _one_window(first: dict[str, Any], trial_s: float) -> tuple[int, float]:
+    """(re-measurements, one window's seconds) of the first trial. A window read beside
+    another load is measured again after a wait (search/contended.py), each time a whole
+    window; taken as the time of every later trial, that first trial set the estimate 4.5
+    times too high beside ``stress-ng --cpu 2`` (test_cost's study measured 0.22 of it,
+    2026-11-27), where the later trials' windows, once the machine was found to stay busy,
+    were taken once."""
+    remeasured = len((first.get("contention") or {}).get("earlier") or [])
+    if not remeasured:
+        return 0, trial_s
+    return remeasured, max(0.0, trial_s - remeasured * CONTENDED_WAIT_S) / (remeasured + 1)
+
+
+def _remeasure_s(first: dict[str, Any], n_trials: int, remeasured: int, each_s: float) -> float:
+    """A first trial that stayed contended through its re-measurements is a load that has not
+    passed: taken as staying, the next trials are measured again as often, until
+    ``BusyMachine.STAYED_BUSY`` trials in a row have been (then windows are taken once). Beside
+    ``stress-ng --cpu 2 --cpu-load 50`` trial 1 was, as trial 0 had been, and the estimate
+    without it was 43-44% short (2 runs of test_cost's study, 2026-11-27). A load that passed
+    is taken as gone."""
+    if not remeasured or not (first.get("contention") or {}).get("contended"):
+        return 0.0
+    trials = min(BusyMachine.STAYED_BUSY - 1, n_trials - 1)
+    return trials * remeasured * (each_s + CONTENDED_WAIT_S)
+
+
+def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
+    """The rounds expected: at least confirm_runs and the windows' trusted floor, then as many
+    as an interval of +-precision needs at the rounds' expected spread (round_spread.py)."""
+    if not confirm_runs:
+        return 0
+    least = max(confirm_runs, trusted_rounds(noise, setup.study.confirm_precision))
+    if setup.round_spread is None:
+        return least
+    return expected_rounds(setup.round_spread.spread, setup.study.confirm_precision, least)
+
+
+def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> int:
+    """The rounds of the search's race every finalist has (paired with the baseline): the
+    confirmation's least rounds count per finalist, so one found late, or the same-training
+    one the race never measured, needs all of them. A budgeted README study whose plan
+    counted the race's rounds for every finalist ran 17% past its budget (2026-11-29; how much
+    of that this count explains was not measured apart)."""
+    if base.number not in race.runs:
+        return 0
+    return min((race.paired(t.number, base.number) if t.number in race.runs else 0
+                for t in finals if t.number != base.number), default=0)
+
+
+def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
+               raced_rounds: int = 0, raced_s: float = 0.0) -> float:
+    """At least confirm_runs rounds; past them, rounds stop before one would end past the
+    budget. Where the search raced (search/loop/race.py), its ``raced_rounds`` count in the least
+    rounds and the ``raced_s`` they took in the budget."""
+    least = max(confirm_runs - raced_rounds, 0) * per_round
+    return max(least, min(rounds * per_round, setup.study.confirm_budget_s) - raced_s)
+
+
+def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
+    """The phases after the search, estimated again from the finalists' own windows once they
+    are known. The first window is the baseline's, and the finalists are often bigger batches
+    with longer steps: in the README's CPU study as 2 ranks (2026-11-27) the numerics check
+    was estimated at 34 s from the baseline's batch 32 and took 162 s at the finalists' 128."""
+    finals = finalists(study, max(1, setup.study.confirm_top))
+    base = baseline_trial(study)
+    if not finals or base is None:
+        return {}
+    same = same_training_finalists(study, finals)  # the same-training answer's (confirm.py)
+    leaders = [finals[0], *same[:1]]  # what numerics.py checks: each answer's leader so far
+    finals = [*finals, *same]
+    trials = list({t.number: t for t in [*finals, base]}.values())
+    out: dict[str, float] = {}
+    if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then
+        out["confirmation"] = 0.0
+    elif confirm_runs:
+        noises = [window_noise(t) for t in trials]
+        noise = max(noises) if min(noises) > 0 else 0.0  # confirm.max_noise before any round
+        race, _ = raced(study)  # the search's race: its rounds and seconds count (race.py)
+        out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
+                                         expected_round_s(trials), _raced_least(race, finals, base),
+                                         sum(race.seconds))
+    if setup.study.numerics_steps:
+        out["numerics check"] = _numerics_s(setup, leaders, base)
+    if setup.launch.scaling:
+        out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
+    return out
+
+
+def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
+    """As check_numerics runs them: each answer's trial whose knobs differ from its reference
+    once, each distinct reference twice (a refused answer's next one is not foreseen). A reference trains with the baseline's numerics at the finalist's batch size, so
+    its steps are the baseline's scaled by the batch (``_reference_step_s``), not the
+    finalist's: the README's CPU study's bf16 finalists' runs took 5-7 s each and their fp32
+    references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s
+    (2026-11-28)."""
+    total, refs = 0.0, set()
+    steps = setup.study.numerics_steps
+    for t in finals:
+        attrs: dict[str, Any] = dict(trial_attrs(t))
+        knobs = dict(attrs.get("knobs") or {})
+        ref = reference_knobs(setup, knobs)
+        if knobs == ref:
+            continue
+        run_s = numerics_run_s(attrs, figure_window_s(t), steps)
+        total += run_s
+        key = json.dumps(ref, sort_keys=True)
+        if key not in refs:
+            own_step_s = float((attrs.get("step_ms") or {}).get("median") or 0.0) / 1e3
+            ref_step_s = max(own_step_s, _reference_step_s(base, int(knobs["batch_size"])))
+            total += 2 * (run_s + steps * (ref_step_s - own_step_s))
+        refs.add(key)
+    return total
+
+
+def _reference_step_s(base: FrozenTrial, batch: int) -> float:
+    """The baseline's median step scaled to ``batch`` samples: an upper figure, since a bigger
+    batch uses the cores better (the README's CPU study's batch-128 references took 8-10 s a
+    run, start-up included, where 10 steps at 4x the baseline's batch-32 step say 9.2 s
+    alone)."""
+    a = trial_attrs(base)
+    step_s = float((a.get("step_ms") or {}).get("median") or 0.0) / 1e3
+    base_batch = int((a.get("knobs") or {}).get("batch_size") or 0)
+    return step_s * batch / base_batch if base_batch else 0.0
