@@ -51,6 +51,7 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert launch["nproc_per_node"] == 2 and launch["backend"] == "gloo"
     assert launch["cores_per_rank"] == max(1, len(os.sched_getaffinity(0)) // 2)
     assert set(best["ddp_kwargs"]) >= {"bucket_cap_mb", "gradient_as_bucket_view", "static_graph"}
+    assert "fsdp_kwargs" not in best  # DDP's ranks: the wrapper it applies only
     report = (tmp_path / "studies" / "ddp" / "report.md").read_text()
     assert "Gradient all-reduce per trial" in report and "Every trial ran as 2 ranks" in report
     # launch.scaling: the exported configuration as 2 ranks and as one rank on rank 0's

@@ -53,6 +53,7 @@ def test_a_sharded_study_exports_fsdp_arguments_and_its_torchrun_line_trains_the
         assert r["comm.collectives_source"] == "gloo"
     best = yaml.safe_load((tmp_path / "studies" / "s" / "best.yaml").read_text())
     fsdp = best["fsdp_kwargs"]
+    assert "ddp_kwargs" not in best and "ddp_step" not in best  # the wrapper it applies only
     assert fsdp["reshard_after_forward"] is True and fsdp["mesh_shape"] == [2]
     assert fsdp["block_types"] == ["LlamaDecoderLayer"] and fsdp["blocks_per_group"] == 1
     report = (tmp_path / "studies" / "s" / "report.md").read_text()

@@ -167,9 +167,11 @@ def _device(dev: dict[str, Any]) -> dict[str, Any]:
 
 def _launched_sections(attrs: StudyAttrs, best: FrozenTrial, base: FrozenTrial | None,
                        trials: list[FrozenTrial]) -> dict[str, Any]:
-    """For a study whose trials ran as ranks (launch.nproc_per_node): the torchrun line, DDP's
-    and fully_shard's arguments, what sharding bought, the scaling check and the collectives
-    measured; nothing for a single-process study."""
+    """For a study whose trials ran as ranks (launch.nproc_per_node): the torchrun line, the
+    arguments of the wrapper the configuration applies (DDP's ``ddp_kwargs`` and ``ddp_step``,
+    or fully_shard's ``fsdp_kwargs``, never both: a sharded file carried DDP's defaults, which
+    nothing applied), what sharding bought, the scaling check and the collectives measured;
+    nothing for a single-process study."""
     dev = attrs.get("device", {})
     knobs = trial_attrs(best)["knobs"]
     launched = attrs.get("launch")
@@ -177,13 +179,13 @@ def _launched_sections(attrs: StudyAttrs, best: FrozenTrial, base: FrozenTrial |
     if not launch:
         return {}
     comm = trial_attrs(best).get("comm")
-    out: dict[str, Any] = {
-        "launch": launch,
-        "ddp_kwargs": ddp_section(launched, knobs, dev.get("torch_version"), comm),
-        "ddp_step": ddp_step_section(knobs),
-        # A sharded configuration: fully_shard's arguments (None for DDP's ranks).
-        "fsdp_kwargs": fsdp_section(launched, knobs, comm),
-    }
+    out: dict[str, Any] = {"launch": launch}
+    fsdp = fsdp_section(launched, knobs, comm)  # None for DDP's ranks
+    if fsdp is None:
+        out["ddp_kwargs"] = ddp_section(launched, knobs, dev.get("torch_version"), comm)
+        out["ddp_step"] = ddp_step_section(knobs)
+    else:
+        out["fsdp_kwargs"] = fsdp
     # What sharding bought against replicated ranks in this study.
     words = sharding_words(trials, best, attrs.get("memory_limit_gb"))
     if words:

@@ -99,7 +99,9 @@ def headline(d: dict[str, Any]) -> list[str]:
     if launch:
         lines.append(f"Every trial ran as {launch['nproc_per_node']} ranks ({launch['backend']}, "
                      f"{launch['cores_per_rank']} core(s) each); the run's command: "
-                     f"`{launch['torchrun']}`; DDP arguments: {best.get('ddp_kwargs')}")
+                     f"`{launch['torchrun']}`"
+                     + (f"; DDP arguments: {best['ddp_kwargs']}" if best.get("ddp_kwargs")
+                        else ""))
     if best.get("scaling"):
         lines.append(f"Scaling: {best['scaling']['words']}")
     if best.get("sharding"):
