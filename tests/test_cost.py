@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import optuna
@@ -101,3 +102,21 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     assert "measured 3 times" in busy.words() and "5 more x 4.0 s" in busy.words()
     assert busy.as_dict()["first_trial_remeasured"] == 2
     assert "measured" not in quiet.words().split(":", 1)[0] and "6 trials x 4.0 s" in quiet.words()
+
+
+def test_the_race_rounds_are_the_confirmations_time_in_the_measured_phases(cpu_env: Env) -> None:
+    """A raced study's search phase holds its race rounds on the clock; the summary counts
+    them in the confirmation, where the estimate does (a raced README study read its search at
+    210 s against ~118 s expected and its confirmation 255 s against 300 s)."""
+    from autotune.search.console.cost import CostClock
+
+    clock = CostClock(study_setup(cpu_env), 4, 3)
+    now = time.monotonic()
+    clock.marks = [("search", now - 300.0), ("confirmation", now - 100.0)]
+    phases = clock.phase_seconds(race_s=80.0)
+    assert abs(phases["search"] - 120.0) < 5 and abs(phases["confirmation"] - 180.0) < 5
+    plain = clock.phase_seconds()
+    assert abs(plain["search"] - 200.0) < 5 and abs(plain["confirmation"] - 100.0) < 5
+    # No confirmation ran (study.confirm_runs=0): nothing to move the rounds to.
+    clock.marks = [("search", now - 300.0)]
+    assert abs(clock.phase_seconds(race_s=80.0)["search"] - 300.0) < 5

@@ -263,6 +263,10 @@ def test_a_real_study_races_and_its_confirmation_starts_from_the_rounds(tmp_path
     assert f"{len(race['order'])} of them during the search" in out.stdout  # the summary
     best = yaml.safe_load((tmp_path / "studies" / "raced" / "best.yaml").read_text())
     assert best["confirmation"]["race"] == conf["race"]
+    # The race's rounds are the confirmation's time in the summary, as the estimate counts them.
+    wall = study.user_attrs["wall"]
+    assert wall["phases"]["confirmation"]["race_s"] == round(sum(race["seconds"]), 1)
+    assert "of it raced during the search" in wall["words"]
     assert (tmp_path / "studies" / "raced" / "confirm" / f"0-{race['order'][0][0]}").is_dir()
 
     out = run_cli([*common, "study.name=unraced"], tmp_path)  # study.race=false, the default

@@ -32,6 +32,7 @@ from autotune.results.trust import could_not_measure
 from autotune.search.checks.numerics import check_numerics
 from autotune.search.checks.scaling import measure_scaling
 from autotune.search.confirmation.confirm import confirm
+from autotune.search.confirmation.rounds import raced
 from autotune.search.console.cost import CostClock, plan_words
 from autotune.search.console.progress import StudyProgress
 from autotune.search.console.summary import print_summary
@@ -110,6 +111,12 @@ def run_worker(setup: StudySetup, storage: Any, n_trials: int,
     return 0
 
 
+def _race_s(earlier: list[tuple[str, dict[str, Any]]]) -> float:
+    """The seconds of race rounds a study's earlier runs left in it (study.race)."""
+    return sum(float(s) for _, attrs in earlier
+               for s in (attrs.get("race") or {}).get("seconds") or [])
+
+
 def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, Any]]]:
     """This study's own record where it ran before (run again with more trials, or resumed
     after its confirmation): its confirmation measured the rounds' spread here."""
@@ -121,13 +128,15 @@ def _own_earlier(setup: StudySetup, storage: Any) -> list[tuple[str, dict[str, A
 
 
 def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> int:
+    own = _own_earlier(setup, storage)
     setup = dataclasses.replace(setup, round_spread=round_spread(
-        setup.env.device, setup.env.device_name, [*_own_earlier(setup, storage), *setup.earlier]))
+        setup.env.device, setup.env.device_name, [*own, *setup.earlier]))
     if setup.study.race and (workers > 1 or not is_sqlite(str(setup.storage))):
         log.info("study.race: the finalists are raced during the search only with one worker "
                  "on the study's own SQLite file; here every round runs after the search")
         setup = setup.with_study(race=False)
     confirm_runs = setup.study.confirm_runs
+    raced_before = _race_s(own)  # the race rounds of this study's earlier runs
     clock = CostClock(setup, n_trials, confirm_runs)
     setup = with_deadline(setup)  # the budget counts from here, as the clock does
     log.info("%s", plan_words(setup, n_trials, confirm_runs))
@@ -171,7 +180,8 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
             except Interrupted:
                 log.warning("scaling measurement interrupted; best.yaml has no scaling figure")
                 code = 130 if stop.reason == "SIGINT" else 143
-    set_study_attrs(study, {"wall": clock.record()})
+    race_s = sum(raced(study)[0].seconds) - raced_before  # this run's race rounds
+    set_study_attrs(study, {"wall": clock.record(race_s)})
     budget = budget_record(setup, study, clock.elapsed(), confirming)
     if budget is not None:
         set_study_attrs(study, {"time_budget": budget})

@@ -94,9 +94,18 @@ class CostClock:
         phase's measured time beside its estimate, so a miss says where it came from."""
         self.marks.append((name, time.monotonic()))
 
-    def phase_seconds(self) -> dict[str, float]:
+    def phase_seconds(self, race_s: float = 0.0) -> dict[str, float]:
+        """Each phase's wall time. ``race_s``, the rounds the search's race ran in this run
+        (study.race), is the confirmation's, as the estimate counts it: a raced README study
+        read search 210 s against ~118 s expected and confirmation 255 s against 300 s, where
+        its trials took 125 s and its race 85 s (2026-11-29)."""
         ends = [t for _, t in self.marks[1:]] + [time.monotonic()]
-        return {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
+        out = {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
+        if race_s > 0 and "confirmation" in out:
+            moved = min(race_s, out["search"])
+            out["search"] -= moved
+            out["confirmation"] += moved
+        return out
 
     def _expected_words(self, name: str, first: dict[str, float]) -> str:
         words = f"~{clock_text(first.get(name, 0.0))}"
@@ -139,21 +148,27 @@ class CostClock:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def record(self) -> dict[str, Any]:
-        """best.yaml's ``study.wall``: measured beside expected, and both in words."""
+    def record(self, race_s: float = 0.0) -> dict[str, Any]:
+        """best.yaml's ``study.wall``: measured beside expected, and both in words (``race_s``:
+        the race's rounds of this run, counted in the confirmation: ``phase_seconds``)."""
         measured = self.elapsed()
         out: dict[str, Any] = {"measured_s": round(measured, 1)}
         if self.first_estimate is not None:
             exp = self.first_estimate.total_s
             out.update(self.first_estimate.as_dict())
             expected = self.first_estimate.phases()
-            phases = self.phase_seconds()
+            phases = self.phase_seconds(race_s)
+            raced = race_s > 0 and "confirmation" in phases
             out["phases"] = {name: {"measured_s": round(sec, 1),
                                     "expected_s": round(expected.get(name, 0.0), 1),
                                     **({"revised_s": round(self.revised[name], 1)}
-                                       if name in self.revised else {})}
+                                       if name in self.revised else {}),
+                                    **({"race_s": round(race_s, 1)}
+                                       if raced and name == "confirmation" else {})}
                              for name, sec in phases.items()}
-            each = ", ".join(f"{name} {clock_text(sec)} ({self._expected_words(name, expected)})"
+            each = ", ".join(f"{name} {clock_text(sec)} ({self._expected_words(name, expected)}"
+                             + (f"; {clock_text(race_s)} of it raced during the search"
+                                if raced and name == "confirmation" else "") + ")"
                              for name, sec in phases.items())
             out["words"] = (f"{clock_text(measured)} measured, ~{clock_text(exp)} expected after the "
                             f"first window ({100 * (measured / exp - 1):+.0f}%): {each}")
