@@ -116,3 +116,35 @@ def test_a_study_under_a_time_budget_stops_its_search_and_cuts_its_confirmation(
     if conf:  # a study whose finalists were the baseline alone confirms nothing
         assert conf["budget_s"] < 300 and "300 s ->" in budget["words"], (conf, budget)
         assert conf["rounds"] >= 3, conf  # the least rounds run whatever the budget
+
+
+def test_a_search_stopped_short_of_its_plan_says_why(tmp_path: Path) -> None:
+    """The header's plan counts trials and the phases after the search at the first window's
+    time; where the finalists' own windows are longer, the search stops before the plan's
+    count, and its stop says so beside both figures (a README study planned ~12 trials and
+    ran 6). A stop at or past the plan's count, or another run's plan, adds nothing."""
+    import optuna
+
+    from autotune.results.record import set_study_attrs
+    from autotune.search.loop.budget import search_stop, with_deadline
+    from tests.test_race import _knobs, _setup, _tell
+
+    # 20 s: the next trial and the least confirmation (3 rounds of 4 s windows) do not fit.
+    setup = with_deadline(_setup(tmp_path, time_budget_s=20.0, race=False, confirm_runs=3,
+                                 numerics_steps=0))
+    study = optuna.create_study(direction="maximize")
+    knobs = _knobs(setup)
+    _tell(study, "base", knobs["base"], 100.0)
+    _tell(study, "b128", knobs["b128"], 210.0)
+    set_study_attrs(study, {"budget_plan": {"deadline": setup.deadline, "trials": 12,
+                                            "trial_s": 2.0, "after_s": 9.0}})
+    why = search_stop(setup, study, [3.0, 3.0])
+    assert why and "the search stops after 2 trial(s)" in why, why
+    assert "the plan made from the first window counted ~12 trials of ~2 s and ~9 s after " \
+           "the search, where the trials took ~3 s" in why, why
+    at_plan = search_stop(setup, study, [3.0] * 12)
+    assert at_plan and "; the plan" not in at_plan, at_plan
+    set_study_attrs(study, {"budget_plan": {"deadline": setup.deadline + 1.0, "trials": 12,
+                                            "trial_s": 2.0, "after_s": 9.0}})
+    other_run = search_stop(setup, study, [3.0, 3.0])
+    assert other_run and "; the plan" not in other_run, other_run

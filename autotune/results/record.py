@@ -122,6 +122,7 @@ class StudyAttrs(TypedDict, total=False):
     numerics: dict[str, Any]
     wall: dict[str, Any]  # this run's expected and measured wall time (search/console/cost.py)
     budget_stop: dict[str, Any]  # why a run's search stopped early (study.time_budget_s)
+    budget_plan: dict[str, Any]  # the plan made from a run's first window (search/loop/budget.py)
     time_budget: dict[str, Any]  # the budget, the wall time, what it cut (search/loop/budget.py)
     launch: dict[str, Any]  # each trial's ranks (search/setup.launch_spec); absent: one process
     scaling: dict[str, Any]  # launch.scaling: the exported configuration as one rank too

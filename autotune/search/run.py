@@ -36,7 +36,7 @@ from autotune.search.confirmation.rounds import raced
 from autotune.search.console.cost import CostClock, plan_words
 from autotune.search.console.progress import StudyProgress
 from autotune.search.console.summary import print_summary
-from autotune.search.loop.budget import confirmation_setup, plan, with_deadline
+from autotune.search.loop.budget import confirmation_setup, plan, planned, with_deadline
 from autotune.search.loop.budget import record as budget_record
 from autotune.search.loop.driver import Driver
 from autotune.search.loop.failfast import (
@@ -70,6 +70,7 @@ def _exporter(setup: StudySetup, progress: StudyProgress | None = None,
         if estimate is not None and clock is not None and setup.deadline is not None:
             fit, confirm_s, words = plan(setup, estimate, clock.n_trials)
             log.info("%s", words)
+            set_study_attrs(study, {"budget_plan": planned(setup, estimate, fit, confirm_s)})
             estimate = clock.refit(fit, confirm_s)
         if estimate is not None:  # the first window of this run: the rest is estimated from it
             set_study_attrs(study, {"wall": estimate.as_dict()})
