@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,16 +111,37 @@ def follow_main(argv: list[str]) -> int:
     return follow(study_dir)
 
 
+#: Every command besides a study (``autotune key=value ...``): its name, its entry, and its
+#: usage and purpose as ``autotune --help`` lists them (``subcommands_block``). ``main``
+#: dispatches through this table only, so a subcommand cannot exist without its --help line
+#: (``verify`` and ``follow`` had none until 2026-12-01: tests/test_help.py).
+SUBCOMMANDS: dict[str, tuple[Callable[[list[str]], int], str, str]] = {
+    "verify": (verify_main, "STUDY [--rounds N] [--script train.py ARGS...]",
+               "the speedup realized in your training: the study's best.yaml against your "
+               "own settings, in rounds (--script: your own script, run as it is)"),
+    "follow": (follow_main, "STUDY_DIR",
+               "on each node but the driver's, run this node's ranks of a study over "
+               "several nodes (launch.nnodes)"),
+}
+
+
+def subcommands_block() -> str:
+    """``autotune --help``'s lines for SUBCOMMANDS, each with its ``--help``."""
+    lines = []
+    for name, (_, usage, what) in SUBCOMMANDS.items():
+        lines += [f"  autotune {name} {usage}",
+                  *textwrap.wrap(f"{what}. More: autotune {name} --help", 94,
+                                 initial_indent=" " * 6, subsequent_indent=" " * 6)]
+    return "\n".join(lines)
+
+
 def main() -> None:
     if sys.argv[1:2] in (["--version"], ["-V"]):
         print(f"autotune {__version__}")
         return
-    if sys.argv[1:2] == ["verify"]:
+    if sys.argv[1:2] and sys.argv[1] in SUBCOMMANDS:
         logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
-        sys.exit(verify_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["follow"]:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
-        sys.exit(follow_main(sys.argv[2:]))
+        sys.exit(SUBCOMMANDS[sys.argv[1]][0](sys.argv[2:]))
     # A user workload is imported by its dotted path from where the command is typed, as a
     # `python -m` run would; a console script alone would only see installed packages.
     if os.getcwd() not in sys.path:
@@ -131,6 +154,7 @@ def main() -> None:
     from autotune.cli.config import register_configs
 
     register_configs()
+    OmegaConf.register_new_resolver("autotune_subcommands", subcommands_block, replace=True)
     try:
         _app()
     except SystemExit as exc:
