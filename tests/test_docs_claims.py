@@ -1,0 +1,68 @@
+"""The guides' claims about the code agree with the code (fast tier: no build, no study).
+
+Each knob's class (speed, numerics, training) is the registry's (``autotune/core/knobs.py``)
+wherever a page states it: choosing.md's table has a row for every knob and the class the
+registry gives it, and the pages that list the knobs of class training list exactly those.
+Issue 60 found ``comm_hook`` and ``padding_free`` called training-changing by hand where the
+registry classes them numerics, and ``broadcast_buffers`` (training) left out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from autotune.core.knobs import KNOBS
+from tests.conftest import ROOT
+
+DOCS = ROOT / "docs"
+CLASSES = {k.name: k.effect for k in KNOBS}
+TRAINING = {k.name for k in KNOBS if k.effect == "training"}
+
+
+def table_classes(text: str) -> dict[str, tuple[str, bool]]:
+    """choosing.md's knob table: each knob named in a row's first cell -> (the class its third
+    cell starts with, whether the knob is bold)."""
+    out: dict[str, tuple[str, bool]] = {}
+    head = text.index("| knobs | what they speed up | class: what they do to training |")
+    for row in text[head:].splitlines()[2:]:
+        if not row.startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        m = re.match(r"\**(speed|numerics|training)\**:", cells[2])
+        assert m, f"choosing.md: a row whose class is not stated first: {row[:80]}"
+        for bold, name in re.findall(r"(\*\*)?`([a-z_0-9]+)`", cells[0]):
+            out[name] = (m.group(1), bool(bold))
+    return out
+
+
+def test_choosing_states_every_knob_in_the_registrys_class() -> None:
+    rows = table_classes((DOCS / "guide" / "choosing.md").read_text())
+    assert set(rows) - set(CLASSES) == set(), "a row names no knob of the registry"
+    assert set(CLASSES) - set(rows) == set(), "knobs without a row in choosing.md's table"
+    wrong = {n: (c, CLASSES[n]) for n, (c, _) in rows.items() if c != CLASSES[n]}
+    assert not wrong, f"(the page's class, the registry's): {wrong}"
+    bold = {n for n, (_, b) in rows.items() if b}
+    assert bold == TRAINING, "bold marks exactly the knobs of class training"
+
+
+def _listed_after(text: str, phrase: str) -> set[str]:
+    """The knob names in backticks in the sentence that starts at ``phrase``."""
+    at = text.index(phrase)
+    sentence = text[at:text.index(").", at) + 1]
+    return {n for n in re.findall(r"`([a-z_0-9]+)`", sentence) if n in CLASSES}
+
+
+def test_pages_that_list_the_training_knobs_list_the_registrys() -> None:
+    faq = (DOCS / "guide" / "faq.md").read_text()
+    assert _listed_after(faq, "keeps every knob the registry classes as") == TRAINING
+    start = (DOCS / "getting-started.md").read_text()
+    assert _listed_after(start, "*training* (") == TRAINING
+
+
+def test_the_checks_can_fail() -> None:
+    table = ("| knobs | what they speed up | class: what they do to training |\n|---|---|---|\n"
+             "| `comm_hook` | x | **training**: y |\n| **`batch_size`** | x | **training**: y |\n")
+    assert table_classes(table) == {"comm_hook": ("training", False),
+                                    "batch_size": ("training", True)}
+    assert _listed_after("a *training* (`batch_size`, `amp`: what).", "*training* (") == {
+        "batch_size", "amp"}
