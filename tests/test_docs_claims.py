@@ -10,6 +10,8 @@ registry classes them numerics, and ``broadcast_buffers`` (training) left out.
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 from autotune.core.knobs import KNOBS
 from tests.conftest import ROOT
@@ -59,6 +61,47 @@ def test_pages_that_list_the_training_knobs_list_the_registrys() -> None:
     assert _listed_after(start, "*training* (") == TRAINING
 
 
+#: A section cited by its page and title: ``README "Layout"``, ``docs/benchmarks.md "Busy
+#: machines"`` (a page named alone is looked up beside the citing file, then under docs/).
+_CITED = re.compile(r'\b(README|[\w./-]+\.md):? "([^"\n]{3,120})"')
+
+
+THIS = "tests/test_docs_claims.py"  # its own examples cite missing sections on purpose
+
+
+def cited_sections(path: str, text: str) -> list[tuple[int, str, str]]:
+    """(line, the page's path from the root, the title) for each section ``text`` cites."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for page, title in _CITED.findall(line):
+            page = "README.md" if page == "README" else page
+            if not (ROOT / page).exists():
+                near = (ROOT / path).parent / page
+                page = (near.relative_to(ROOT).as_posix() if near.exists() else f"docs/{page}")
+            out.append((n, page, title))
+    return out
+
+
+def headings(page: Path) -> set[str]:
+    return {re.sub(r"^#+\s*", "", line).strip() for line in page.read_text().splitlines()
+            if line.startswith("#")} if page.exists() else set()
+
+
+def test_every_section_a_file_cites_exists() -> None:
+    """studies/README.md cited README "Using the result in production" and pyproject.toml
+    README "Layout", sections the README no longer has (issue 60)."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    missing = []
+    for f in files:
+        if not f.endswith((".py", ".md", ".toml", ".yaml", ".yml", ".sh")) or f == THIS:
+            continue
+        for n, page, title in cited_sections(f, (ROOT / f).read_text()):
+            if not any(h.startswith(title) for h in headings(ROOT / page)):
+                missing.append(f'{f}:{n}: {page} "{title}"')
+    assert not missing, missing
+
+
 def test_the_checks_can_fail() -> None:
     table = ("| knobs | what they speed up | class: what they do to training |\n|---|---|---|\n"
              "| `comm_hook` | x | **training**: y |\n| **`batch_size`** | x | **training**: y |\n")
@@ -66,3 +109,6 @@ def test_the_checks_can_fail() -> None:
                                     "batch_size": ("training", True)}
     assert _listed_after("a *training* (`batch_size`, `amp`: what).", "*training* (") == {
         "batch_size", "amp"}
+    cites = cited_sections("pyproject.toml", '# rules (README "Layout"), x docs/faq.md "Why"')
+    assert [(p, t) for _, p, t in cites] == [("README.md", "Layout"), ("docs/faq.md", "Why")]
+    assert "Layout" not in headings(ROOT / "README.md")

@@ -144,7 +144,7 @@ def best_document(study: optuna.Study, storage_url: str,
         "compile": _compile_section(study, conf),
         "fixed_knobs": {k: {"value": v, "why": why} for k, (v, why) in attrs.get("fixed_knobs", {}).items()},
         # Whether the batches' shapes vary, as the baseline's measured steps saw them (a
-        # padding collator: shape-specialising knobs are kept safe, README "Hugging Face").
+        # padding collator: shape-specialising knobs are kept safe, docs/guide/huggingface.md).
         "input_shapes": shapes_words(trial_attrs(base).get("input_shapes") if base else None),
         "study": {"name": study.study_name, "storage": redact(storage_url), **counts(study),
                   "pruning": pruning_savings(study), "wall": attrs.get("wall"),

@@ -52,7 +52,8 @@ from autotune.search.setup import StopFlag, StudySetup, create_study
 log = logging.getLogger("autotune")
 
 #: Exit code of a study that could not measure: its confirmation spent its budget on a machine
-#: too busy or too noisy to rank configurations (results/trust.py; README "Exit codes").
+#: too busy or too noisy to rank configurations (results/trust.py;
+#: docs/guide/troubleshooting.md "Exit codes").
 COULD_NOT_MEASURE = 4
 
 
