@@ -109,6 +109,6 @@ def test_the_checks_can_fail() -> None:
                                     "batch_size": ("training", True)}
     assert _listed_after("a *training* (`batch_size`, `amp`: what).", "*training* (") == {
         "batch_size", "amp"}
-    cites = cited_sections("pyproject.toml", '# rules (README "Layout"), x docs/faq.md "Why"')
-    assert [(p, t) for _, p, t in cites] == [("README.md", "Layout"), ("docs/faq.md", "Why")]
+    cites = cited_sections("pyproject.toml", '# rules (README "Layout"), x docs/guide/faq.md "Why"')
+    assert [(p, t) for _, p, t in cites] == [("README.md", "Layout"), ("docs/guide/faq.md", "Why")]
     assert "Layout" not in headings(ROOT / "README.md")
