@@ -120,3 +120,22 @@ def test_a_compiled_preparation_is_compiled_once() -> None:
     again = at_lightning.prepare_module(first, best)  # the compiled module passed back in
     assert type(first._orig_mod) is Classifier
     assert type(again._orig_mod) is Classifier and again._orig_mod is module
+
+
+def test_a_module_prepared_sharded_then_unsharded_trains_without_the_sharding_hook() -> None:
+    """A sharded study's preparation gives the module a ``configure_model`` that shards it over
+    ModelParallelStrategy's device mesh; preparing it again with an unsharded result takes that
+    hook away with the rest of the earlier preparation: the plain Trainer's fit calls
+    ``configure_model`` too, where ``device_mesh`` is None (a TypeError once)."""
+    sharded = {**_best(sharding="full_shard", fsdp_wrap_blocks=1),
+               "launch": {"nproc_per_node": 2, "nnodes": 1}}
+    module, data = Classifier(), Data()
+    threads = torch.get_num_threads()
+    try:
+        at_lightning.prepare_module(module, sharded)
+        assert "configure_model" in vars(module)  # the sharding hook, on the instance
+        module = at_lightning.prepare_module(module, _best(amp="off"))
+    finally:
+        torch.set_num_threads(threads)
+    trainer, _ = _fit(module, data)
+    assert trainer.global_step == 2

@@ -4,6 +4,7 @@ ModelParallelStrategy; and the Trainer's limits on the CPU (nothing launched her
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,16 @@ def test_the_trainer_is_not_sharded_where_accelerate_cannot(cpu_env: Env) -> Non
     assert on_gpu.domains["fsdp_prefetch"].values == [0]
 
 
-def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hook() -> None:
+def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hook(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export is ModelParallelStrategy over the study's ranks, and the prepared module's
+    ``configure_model`` shards it as measured: a real Trainer fit with that strategy over one
+    CPU process (gloo; what one process allows), where the hook's body runs on the strategy's
+    own device mesh and FSDP2 wraps the model with shard_grad_op's and bf16's settings."""
+    import torch.distributed as dist
     from lightning.pytorch.strategies import ModelParallelStrategy
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
 
     from autotune.adapters.lightning import prepare_module, trainer_kwargs
     from autotune.adapters.lightning_workload import lightning_document
@@ -103,7 +112,16 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
     class Module(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.layer = torch.nn.Linear(2, 2)
+            self.layer = torch.nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
 
     module = Module()
     threads = torch.get_num_threads()
@@ -116,3 +134,35 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
 
     assert not is_overridden("configure_model", Module())
     assert is_overridden("configure_model", prepared)
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 2))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # the strategy's own process group, here
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False,
+                        strategy=ModelParallelStrategy(data_parallel_size=1,
+                                                       tensor_parallel_size=1),
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    try:
+        with warnings.catch_warnings():  # the check at train start: 1 device, 2 measured
+            warnings.simplefilter("ignore")
+            trainer.fit(prepared, torch.utils.data.DataLoader(data, batch_size=4))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert trainer.global_step == 2
+    assert isinstance(prepared, FSDPModule)  # the hook ran: sharded on the strategy's mesh
+    assert isinstance(prepared.layer.weight, DTensor)
+    state = prepared._get_fsdp_state()
+    group = state._fsdp_param_group
+    assert group.mp_policy.param_dtype == torch.bfloat16  # fsdp_param_dtype=bf16
+    assert group.mp_policy.reduce_dtype == torch.float32
+    assert group.post_forward_mesh_info is None  # shard_grad_op: kept from forward to backward
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

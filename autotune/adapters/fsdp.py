@@ -18,7 +18,7 @@ no_shard) handed back in each framework's own terms, as adapters/ddp.py hands ba
   tensor_parallel_size=1)``, which shards nothing itself: the LightningModule's
   ``configure_model`` applies ``fully_shard`` over ``self.device_mesh["data_parallel"]``.
   ``lightning.prepare_module`` gives it that hook with the measured arguments
-  (``shard_in_configure_model``), the trials' own ``core/sharding.shard``.
+  (``shard_configured``), the trials' own ``core/sharding.shard``.
 """
 
 from __future__ import annotations
@@ -112,22 +112,15 @@ def strategy_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             "devices": int(launch["nproc_per_node"])}
 
 
-def shard_in_configure_model(module: Any, knobs: Mapping[str, Any]) -> None:
-    """Give a LightningModule the ``configure_model`` hook that shards it as the trials did
-    (core/sharding.shard over the strategy's data-parallel mesh, blocks by their
-    ``_no_split_modules`` names), after its own hook, if any."""
-    import types
-
+def shard_configured(module: Any, knobs: Mapping[str, Any]) -> None:
+    """Shard a LightningModule as the trials did (core/sharding.shard over the strategy's
+    data-parallel mesh, blocks by their ``_no_split_modules`` names): the body of the
+    ``configure_model`` hook that ``lightning.prepare_module`` gives it, after its own hook.
+    Once: Lightning may call ``configure_model`` more than once."""
     import torch
 
     from autotune.core.sharding import fsdp_modules, shard
 
-    own = type(module).configure_model
-
-    def configure_model(self: Any) -> None:
-        own(self)
-        if not fsdp_modules(self):  # configure_model may run more than once
-            mesh = self.device_mesh["data_parallel"]
-            shard(self, knobs, torch.device(mesh.device_type), mesh=mesh)
-
-    module.configure_model = types.MethodType(configure_model, module)
+    if not fsdp_modules(module):
+        mesh = module.device_mesh["data_parallel"]
+        shard(module, knobs, torch.device(mesh.device_type), mesh=mesh)

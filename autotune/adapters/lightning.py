@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from autotune.adapters import best_document
-from autotune.adapters.fsdp import shard_in_configure_model, sharded_study
+from autotune.adapters.fsdp import shard_configured, sharded_study
 from autotune.adapters.lightning_workload import (
     LightningObjectsWorkload,
     LightningWorkload,
@@ -147,17 +147,23 @@ def prepare_module(module: nn.Module, best: Any) -> nn.Module:
     torch.set_float32_matmul_precision(doc["float32_matmul_precision"])
     if doc["module"]["channels_last"]:
         module = module.to(memory_format=torch.channels_last)
-    _restore(module, "configure_optimizers")
+    for hook in _IF_MEASURED:  # an earlier preparation's, which this result may not want
+        _restore(module, hook)
     if knobs.get("optimizer_impl", "default") != "default":
         _optimizers_with(module, knobs)
     _check_at_train_start(module, best_document(best))
     if sharded_study(best_document(best)):  # FSDP2: ModelParallelStrategy shards in this hook
-        shard_in_configure_model(module, knobs)
+        _shard_in_configure_model(module, knobs)
     if doc["module"]["compile"]:
         return torch.compile(module, mode=doc["module"]["compile"]["mode"])  # type: ignore[return-value]
     return module
 
 
+#: The hooks a preparation wraps only for some results (the optimizer's implementation, a
+#: sharded study's ``configure_model``): undone before each preparation, so a module prepared
+#: sharded and then with an unsharded result keeps no hook that indexes a device mesh the
+#: Trainer's strategy does not make.
+_IF_MEASURED = ("configure_optimizers", "configure_model")
 #: Where a prepared object keeps the hooks autotune replaced on it (``{name: the object's own
 #: attribute, or None for its class's method}``), so that preparing it again wraps the
 #: object's own hook, not autotune's wrapper of it.
@@ -203,6 +209,18 @@ def _optimizers_with(module: Any, knobs: dict[str, Any]) -> None:
         return out
 
     _wrap(module, "configure_optimizers", configure_optimizers)
+
+
+def _shard_in_configure_model(module: Any, knobs: dict[str, Any]) -> None:
+    """``configure_model`` wrapped: the module's own hook (Lightning's, a no-op, if it has
+    none), then sharded as the trials did (adapters/fsdp.shard_configured)."""
+    original = _own(module, "configure_model")
+
+    def configure_model(self: Any) -> None:
+        original()
+        shard_configured(self, knobs)
+
+    _wrap(module, "configure_model", configure_model)
 
 
 def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
