@@ -100,17 +100,35 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert all(len(verified["figures"][side]) == 1 for side in ("baseline", "exported"))
 
 
-#: What each fault's trial records: its outcomes, and a pattern its reason matches.
+#: What each fault's trial records: its outcomes, and a pattern its reason matches. Rank 0
+#: computes in its own code as rank 1 raises or is killed (tests/workloads_faulty.RankFault),
+#: so the launcher's SIGTERM stops it there: it is named only as such.
 FAULTS = {
-    "raise": ({"crash"}, r"^crash: rank 1: ValueError: rank 1's injected fault"),
+    "raise": ({"crash"}, r"^crash: rank 1: ValueError: rank 1's injected fault \(exited with "
+                         r"code 1\); rank 0 (was stopped by the launcher|failed in a collective)"),
     "hang": ({"stalled"}, r"rank 1 in .*workloads_faulty\.py.*; rank 0 in "),  # stuck one first
-    # named as the one that died, not as a peer that lost its connection: by the launcher, by
-    # its missing result, or (its loader worker holding its exit pipe open past the 5 s stall
-    # limit) as the rank that had ended when the others were asked for their stacks
+    # named as the one that died, not as a peer that lost its connection or the rank the
+    # launcher stopped: by the launcher, by its missing result, or (its loader worker holding
+    # its exit pipe open past the 5 s stall limit) as the rank that had ended when the others
+    # were asked for their stacks
     "kill": ({"crash", "stalled"},
              r"^crash: rank 1 (died from SIGKILL|ended without)|rank 1 had ended"),
     "launcher": ({"crash"}, r"SIGKILL from outside autotune, not by the OOM killer"),
 }
+
+
+def names_the_failed_rank(reason: str, rank: int = 1) -> None:
+    """The trial's reason names ``rank`` (the one made to fail) first, and every other rank a
+    crash names only as one the launcher stopped after it or whose collective broke with it
+    (issue 60: "crash: rank 0: SignalException: Process N got signal: 15" for a killed rank 1)."""
+    import re
+
+    named = re.findall(r"\brank (\d+)", reason)
+    assert named and named[0] == str(rank), reason
+    if reason.startswith("crash:"):
+        for other in re.findall(rf"\brank (?!{rank}\b)\d+[^;]*", reason):
+            assert re.match(r"rank \d+ (was stopped by the launcher after it|failed in a "
+                            r"collective with it)", other), reason
 
 
 def test_failing_ranks_and_a_killed_launcher_fail_their_trials_and_the_study_exports(
@@ -143,6 +161,8 @@ def test_failing_ranks_and_a_killed_launcher_fail_their_trials_and_the_study_exp
         hits = [(o, r) for o, r in failed if re.search(pattern, r)]
         assert len(hits) == 1, f"{fault}: {hits or failed}"
         assert hits[0][0] in outcomes, (fault, hits)
+        if fault != "launcher":
+            names_the_failed_rank(hits[0][1])
     time.sleep(0.5)
     assert leftover_trials(since, tmp_path) == []
 

@@ -16,6 +16,7 @@ import yaml
 from optuna.trial import TrialState
 
 from tests.conftest import ROOT, TINY_ARGS, child_env, leftover_trials, run_cli
+from tests.test_ddp import names_the_failed_rank
 
 LAUNCH = ["device=cpu", "launch.nproc_per_node=2", "study.numerics_steps=0"]
 #: A Llama of examples/fsdp_train.py small enough for a test (2 decoder layers of 64).
@@ -78,7 +79,8 @@ def test_a_sharded_study_exports_fsdp_arguments_and_its_torchrun_line_trains_the
 
 #: What each fault's trial records: its outcomes, and a pattern its reason matches.
 FAULTS = {
-    "raise": ({"crash"}, r"^crash: rank 1: ValueError: rank 1's injected fault"),
+    "raise": ({"crash"}, r"^crash: rank 1: ValueError: rank 1's injected fault \(exited with "
+                         r"code 1\); rank 0 (was stopped by the launcher|failed in a collective)"),
     # rank 1 waits in an all-gather rank 0 never joins: both stuck in torch; the stacks say so
     "gather": ({"stalled"}, r"rank 1 in .*all_gather.*; rank 0 in |rank 0 in .*; rank 1 in "
                             r".*all_gather"),
@@ -114,6 +116,8 @@ def test_sharded_ranks_that_raise_die_or_hang_in_an_all_gather_fail_their_trials
         hits = [(o, r) for o, r in failed if re.search(pattern, r)]
         assert len(hits) == 1, f"{fault}: {hits or failed}"
         assert hits[0][0] in outcomes, (fault, hits)
+        if fault != "gather":  # both ranks wait in torch: their stacks rank neither first
+            names_the_failed_rank(hits[0][1])
     time.sleep(0.5)
     assert leftover_trials(since, tmp_path) == []
 

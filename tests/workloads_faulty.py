@@ -287,7 +287,11 @@ class RankFault(MLPWorkload):
     an exception, ``hang`` in its loss, ``gather`` (wait in an all-gather rank 0 never joins),
     ``kill`` itself with SIGKILL, or kill its ``launcher`` (the trial process running the
     elastic agent, its parent) with SIGKILL.
-    Rank 0 trains on.
+    Rank 0 trains on; where rank 1 raises or is killed, rank 0 is in its own Python code at
+    that step (a pause of ``busy_s`` in its loss, as a longer forward would be), not waiting
+    in the all-reduce: the launcher's SIGTERM finds it there, and its window records torch's
+    SignalException, the crash of a rank the launcher stopped (which once led the trial's
+    reason in place of the rank that died, issue 60).
 
     With ``faults`` (a list) and ``count_dir``, one study tries them all: rank 1 of the n-th
     window the study launches takes ``faults[n]`` (``none``: healthy; past the list's end:
@@ -295,9 +299,10 @@ class RankFault(MLPWorkload):
     healthy, so the study survives its faults and exports."""
 
     def __init__(self, fault: str = "raise", faults: list[str] | None = None,
-                 count_dir: str | None = None, **kwargs: Any):
+                 count_dir: str | None = None, busy_s: float = 3.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.fault, self.faults, self.count_dir = fault, faults, count_dir
+        self.busy_s = busy_s
 
     def _this_windows_fault(self) -> str:
         if self.faults is None or self.count_dir is None:
@@ -306,8 +311,19 @@ class RankFault(MLPWorkload):
         open(os.path.join(self.count_dir, str(n)), "w").close()
         return self.faults[n] if n < len(self.faults) else "none"
 
+    def _peers_fault(self) -> str:
+        """Rank 0's view of this window's fault: rank 1 counted the window at its first step,
+        before the all-reduces of the steps since."""
+        if self.faults is None or self.count_dir is None:
+            return self.fault
+        n = len(os.listdir(self.count_dir)) - 1
+        return self.faults[n] if 0 <= n < len(self.faults) else "none"
+
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         self._calls = getattr(self, "_calls", 0) + 1
+        if os.environ.get("RANK") == "0" and self._calls == 4 and self._peers_fault() in (
+                "raise", "kill"):
+            time.sleep(self.busy_s)  # the launcher's SIGTERM ends it: SignalException here
         if os.environ.get("RANK") == "1":
             if self._calls == 1:
                 self._fault = self._this_windows_fault()

@@ -34,6 +34,7 @@ from autotune.core.distributed import endpoint_taken
 from autotune.core.files import atomic_write
 from autotune.measure.contention import TRIAL_ROOT_ENV
 from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult, spans_nodes
+from autotune.measure.rank_failure import failed, first_failure
 
 
 def rank_path(path: Path | str, rank: int) -> Path:
@@ -102,7 +103,8 @@ def launch_window(req: TrialRequest, request_path: Path, result_path: Path) -> i
             raise RuntimeError(f"the rendezvous endpoint {taken}")
         elastic_launch(config, rank_main)(str(request_path), str(result_path))
     except ChildFailedError as exc:
-        first, failure = _first_failure(exc)
+        first, how = first_failure(exc)
+        failure = f"rank {first} {how}"
     except Exception as exc:  # noqa: BLE001 - a rendezvous that never formed, a port taken
         failure = f"the launcher failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
         if spans_nodes(launch) and "Rendezvous" in type(exc).__name__:
@@ -147,30 +149,14 @@ def node_main(request_path: str) -> int:
         elastic_launch(launch_config(req, path.parent, host=False), rank_main)(
             str(path), str(path.with_name("result.json")))
     except ChildFailedError as exc:
-        print(f"autotune: this node's {_first_failure(exc)[1]}", file=sys.stderr)
+        rank, how = first_failure(exc)
+        print(f"autotune: this node's rank {rank} {how}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - the rendezvous never formed: the driver's node says why
         print(f"autotune: this node's launcher failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return 1
     return 0
-
-
-def _first_failure(exc: Any) -> tuple[int, str]:
-    """The rank that failed first and "rank 1 died from SIGKILL" / "rank 1 exited with code
-    1". A rank killed by a signal leads: it wrote no error, so the launcher's clock may put a
-    rank that failed after it, on its broken connection, first."""
-    killed = sorted(r for r, f in exc.failures.items() if _signal(f))
-    rank = killed[0] if killed else exc.get_first_failure()[0]
-    failure = exc.failures[rank]
-    if _signal(failure):
-        return rank, f"rank {rank} died from {_signal(failure)}"
-    return rank, f"rank {rank} exited with code {failure.exitcode}"
-
-
-def _signal(failure: Any) -> str:
-    name = failure.signal_name()
-    return "" if name in ("", "<N/A>", None) else str(name)
 
 
 def rank_main(request_path: str, result_path: str) -> None:
@@ -231,7 +217,8 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
     """The trial's result from its ranks'. Every rank steps in lockstep (DDP's all-reduce each
     step), so the run's pace is its slowest rank's: that rank's result, whose samples/s counts
     every rank's samples over its own synchronized window, is the trial's; the others are
-    listed. A failed rank's own result (its exception) is the trial's outcome, named."""
+    listed. A failed rank's own result (its exception) is the trial's outcome, named, and the
+    ranks that ended because of it named as such (measure/rank_failure.py)."""
     results = {r: _read(rank_path(result_path, r)) for r in range(world)}
     if failure and all(res is None for res in results.values()) and first is None:
         return WindowResult(outcome="crash", error=failure)  # no rank started: the launcher's
@@ -239,11 +226,7 @@ def merge(req: TrialRequest, result_path: Path, world: int, failure: str,
            if res is not None and res.outcome not in ("ok", "compile_fallback")]
     if bad or failure or any(res is None for res in results.values()):
         missing = [r for r, res in results.items() if res is None]
-        out = _failed(bad, failure, first, missing)
-        tail = _log_tail(result_path.parent, missing[0]) if missing else ""
-        if tail and f"rank {missing[0]} " in out.error and "without writing" in out.error:
-            out.error += f"; its log ends: {tail}"
-        return out
+        return failed(bad, failure, first, missing, result_path.parent)
     done = {r: res for r, res in results.items() if res is not None}
     if req.numerics_steps:
         # Rank 0's losses on its shard: both sides of the comparison ran the same seed, so the
@@ -283,58 +266,6 @@ def _sum_tokens(out: WindowResult, done: list[WindowResult]) -> None:
     out.tokens_computed = sum(res.tokens_computed for res in done)
     out.tokens_per_sec = out.tokens / out.measure_s if out.measure_s > 0 else 0.0
     out.padding_share = 1 - out.tokens / out.tokens_computed if out.tokens_computed else 0.0
-
-
-#: Words of an error a rank got because another rank failed or left (gloo, NCCL, c10d).
-PEER_ERRORS = ("Connection closed by peer", "remote worker", "Connection reset by peer",
-               "NCCL communicator was aborted", "Timed out waiting", "Broken pipe")
-
-
-def _from_a_peer(error: str) -> bool:
-    return any(words in error for words in PEER_ERRORS)
-
-
-def _failed(bad: list[tuple[int, WindowResult]], failure: str, first: int | None,
-            missing: list[int] | None = None) -> WindowResult:
-    """The cause leads: a rank that failed on its own (its exception), before the ranks whose
-    collective broke because it did (gloo: "Connection closed by peer"); where no rank wrote
-    its own cause, the launcher's word for a rank a signal killed, else the rank that wrote no
-    result at all (the launcher does not always record a killed rank: it stops watching at the
-    first failure it sees, which may be a peer's), else the launcher's first failure."""
-    causes = sorted(((r, res) for r, res in bad if not _from_a_peer(res.error)),
-                    key=lambda item: (item[0] != first, item[0]))
-    if causes:
-        rank, out = causes[0]
-        out.error = f"rank {rank}: {out.error}"
-        return out
-    peers = f" (rank {bad[0][0]}: {bad[0][1].error[:200]})" if bad else ""
-    if failure and " died from " in failure:
-        return WindowResult(outcome="crash", error=failure + peers)
-    if missing:
-        if failure.startswith(f"rank {missing[0]} exited with code"):
-            return WindowResult(outcome="crash", error=f"{failure} without writing its result"
-                                                       f"{peers}")
-        return WindowResult(outcome="crash", error=(
-            f"rank {missing[0]} ended without writing its result (killed by a signal, or the "
-            f"host's OOM killer){peers}"))
-    if failure:
-        return WindowResult(outcome="crash", error=failure + peers)
-    if bad:
-        rank, out = bad[0]
-        out.error = f"rank {rank}: {out.error}"
-        return out
-    return WindowResult(outcome="crash", error="a rank wrote no result")
-
-
-def _log_tail(trial_dir: Path, rank: int) -> str:
-    """The last line a rank wrote to its stderr (the launcher's log folder, launch_config):
-    the exception of a rank that failed before its window could record one."""
-    for log in sorted((trial_dir / "ranks").glob(f"*/attempt_*/{rank}/stderr.log")):
-        with contextlib.suppress(OSError):
-            lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-            if lines:
-                return lines[-1][:300]
-    return ""
 
 
 def _read(path: Path) -> WindowResult | None:
