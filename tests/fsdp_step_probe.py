@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,6 +63,30 @@ def _blocks_state(run: Training) -> dict[str, Any]:
             "optimizer_on_shards": isinstance(run.optimizer.param_groups[0]["params"][0], DTensor)}
 
 
+def _timed_collectives(run: Training, inputs: Any, targets: Any, sync: bool) -> dict[str, Any]:
+    """The all-gathers and reduce-scatters FSDP2 made in the timed part of one unit of the
+    communication counterfactual (measure/shard_comm.sharded_timer: the real step, or the same
+    step gathered beforehand), from a profile of it: what follows its barrier (the gathering
+    before it is not timed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from autotune.diagnose.shard_trace import shard_fields
+    from autotune.diagnose.trace_events import events
+    from autotune.measure.shard_comm import sharded_timer
+
+    timed = sharded_timer(run, inputs, targets, Clock(run.device), 1, comm.barrier)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        timed(sync)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "unit.json"
+        prof.export_chrome_trace(str(path))
+        spans, _ = events(json.loads(path.read_text()))
+    host = [e for e in spans if e.cat in ("cpu_op", "user_annotation", "operator")]
+    start = max(e.end for e in host if e.name == "c10d::barrier")
+    fields = shard_fields(spans, start, max(e.end for e in host), 1)
+    return {k: fields[k] for k in ("all_gathers", "reduce_scatters")}
+
+
 def main(out: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -99,6 +125,10 @@ def main(out: str) -> None:
             seen["counterfactual"] = {k: timed.get(k) for k in (
                 "micro_steps_per_unit", "synced_step_ms", "unsynced_step_ms", "all_gathers",
                 "reduce_scatters", "all_gather_ms", "reduce_scatter_ms", "collectives_source")}
+            if name == "full_shard":  # what each side of a timed pair ran, counted
+                seen["timed_collectives"] = {
+                    side: _timed_collectives(run, *micro[0], sync)
+                    for side, sync in (("with", True), ("without", False))}
             # The same cycle again: the counterfactual left no gradient of its own behind.
             run._micro = 0
             for i in range(accum):

@@ -1,6 +1,7 @@
 """Tests of the launched run that fail when what they test is broken: a communication-bound
-verdict actually reached, a compute-heavy model's measured share (its median, not only its
-bound) small, replicated and sharded, and the cores a running rank is pinned to read from the rank itself.
+verdict actually reached, replicated and sharded, a compute-heavy model's measured share (its
+median, not only its bound) small, replicated and sharded, and the cores a running rank is
+pinned to read from the rank itself.
 Real ranks under PyTorch's elastic launcher (gloo), nothing mocked."""
 
 from __future__ import annotations
@@ -24,11 +25,20 @@ def _row(tmp_path: Path, name: str) -> dict[str, str]:
     return row
 
 
+#: What each wrapper's communication verdict says.
+COMM_WORDS = {"no_shard": "waits on the gradient all-reduce",
+              "full_shard": "waits on FSDP2's collectives"}
+
+
+@pytest.mark.parametrize("sharding", ["no_shard", "full_shard"])
 def test_a_wide_mlp_is_diagnosed_communication_bound_on_ranks_pinned_to_their_own_cores(
-        tmp_path: Path) -> None:
-    """DDP's all-reduce of 13 MB behind a step of 4 samples: the counterfactual's lower bound
-    reaches the verdict's 25% and the verdict is communication, with DDP's fixes. Each rank
-    read its own affinity while it ran: disjoint sets, each the share rank_cores gives it."""
+        tmp_path: Path, sharding: str) -> None:
+    """13 MB of gradients behind a step of 4 samples, replicated (DDP's all-reduce) or sharded
+    (FSDP2: the MLP names no blocks, so one group, the root's: one all-gather of its 13 MB of
+    parameters and one reduce-scatter of its gradients a step, neither hidden behind any
+    compute): the counterfactual's lower bound reaches the verdict's 25%, above 0 measured,
+    and the verdict is communication, with the wrapper's own fixes. Each rank read its own
+    affinity while it ran: disjoint sets, each the share rank_cores gives it."""
     (tmp_path / "aff").mkdir()
     # A second study where the first's lower bound missed: the bound is a sign test over 10
     # pairs of steps, and one .ci/run (2026-11-29) read 0.19 where five idle runs read
@@ -37,16 +47,21 @@ def test_a_wide_mlp_is_diagnosed_communication_bound_on_ranks_pinned_to_their_ow
         name = f"w{attempt}"
         proc = run_cli(["workload._target_=tests.workloads_shard.AffinityWideMLP",
                         f"+workload.report_dir={tmp_path / 'aff'}", f"study.name={name}",
-                        *LAUNCH, *TINY_ARGS], tmp_path)
+                        f"knobs.sharding={sharding}", *LAUNCH, *TINY_ARGS], tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         row = _row(tmp_path, name)
         if float(row["comm.exposed_share_low"]) >= 0.25:
             break
+    assert row["knob.sharding"] == sharding
     assert float(row["comm.exposed_share_low"]) >= 0.25, {
         k: v for k, v in row.items() if k.startswith(("comm.", "contention", "step_ms"))}
+    assert float(row["comm.exposed_share"]) >= float(row["comm.exposed_share_low"])
+    if sharding == "full_shard":  # the root's one group: it was sharded
+        assert (float(row["comm.all_gathers"]), float(row["comm.reduce_scatters"])) == (1, 1)
     assert row["bottleneck"] == "communication", row["diagnosis"]
-    assert "waits on the gradient all-reduce" in row["diagnosis"]
-    assert "gradient_as_bucket_view=True" in row["fixes"]
+    assert COMM_WORDS[sharding] in row["diagnosis"], row["diagnosis"]
+    # DDP's fixes for DDP's ranks only (FSDP2's are sharded_communication's).
+    assert ("gradient_as_bucket_view=True" in row["fixes"]) == (sharding == "no_shard"), row
     seen = {r: {int(c) for c in (tmp_path / "aff" / f"affinity.rank{r}").read_text().split(",")}
             for r in (0, 1)}
     assert len(seen) == 2 and not seen[0] & seen[1], seen

@@ -11,8 +11,8 @@ result as ``TrainingArguments`` fields.
 The model is built from its config (random weights, nothing downloaded: speed does not depend
 on the weights' values). Batches are the collator's dicts (input_ids, attention_mask, labels);
 the model is called with them as keywords and computes its own loss, as in ``Trainer``. The
-step is the Trainer's: AdamW from ``learning_rate`` / ``weight_decay`` / ``adam_*`` (the
-``optim`` the user runs: adamw_torch or adamw_torch_fused), gradients clipped to
+step is the Trainer's: the optimizer its ``optim`` names, built as the Trainer builds it
+(adapters/hf_optim.py: any value the installed transformers accepts), gradients clipped to
 ``max_grad_norm`` before each optimizer step (default 1.0: a real per-step cost), zero_grad
 to None. ``training_args`` holds the user's current TrainingArguments fields: trial 0 runs them.
 """
@@ -31,14 +31,13 @@ from torch.utils.data import Dataset
 from autotune.adapters import accumulation, best_document, load_object
 from autotune.adapters.ddp import trainer_find_unused, training_arguments_ddp, user_ddp_defaults
 from autotune.adapters.fsdp import HF_CPU_SHARDING, HF_LIMITS, training_arguments_fsdp
+from autotune.adapters.hf_optim import IMPL_OPTIM as IMPL_OPTIM  # noqa: I001 - re-exported
+from autotune.adapters.hf_optim import OPTIM_IMPL as OPTIM_IMPL
+from autotune.adapters.hf_optim import build, checked, impl_name, optimizer_defaults, trainer_optim
 from autotune.core import sequences
 from autotune.core.batch import measure_shapes
 from autotune.core.shipping import Shipped
 from autotune.core.workload import Workload, WorkloadError, resolve_target
-
-#: TrainingArguments.optim values and the optimizer_impl knob they are.
-OPTIM_IMPL = {"adamw_torch": "default", "adamw_torch_fused": "fused"}
-IMPL_OPTIM = {"default": "adamw_torch", "fused": "adamw_torch_fused"}
 
 
 @functools.cache
@@ -108,6 +107,8 @@ class HFWorkload(Workload):
             "sdpa" if "sdpa" in self.attention_choices else "eager")
         self.checkpointable = bool(getattr(cls, "supports_gradient_checkpointing", False))
         self.packs_sequences = is_hf and sequences.packed_sequences_supported()
+        #: Its config's model_type: which Liger kernels apply (core/llm_domains.liger_kernel).
+        self.model_type = getattr(config, "model_type", None) if is_hf else None
 
     def sample_lengths(self) -> list[int] | None:
         return sequences.sample_lengths(self.data)
@@ -125,10 +126,9 @@ class HFWorkload(Workload):
         self.full_args = {k: self.args.get(k, fields[k]) for k in _STEP_FIELDS + _SPEED_FIELDS}
         self.full_args.update({k: self.args.get(k, fields[k]) for k in _VERSIONED + _DDP_FIELDS
                                if k in fields})
-        if self.full_args["optim"] not in OPTIM_IMPL:
-            raise WorkloadError(
-                f"training_args.optim={self.full_args['optim']!r}: the adapter measures "
-                f"{' and '.join(OPTIM_IMPL)} (PyTorch's AdamW); other optimizers are not supported.")
+        # Any optimizer the installed TrainingArguments accepts: built as the Trainer builds it
+        # (adapters/hf_optim.py), kept as it is unless the search has its other forms.
+        self.full_args["optim"] = checked(self.full_args["optim"])
         self.data, self.collator = data, collator
         user_collator = sequences.unwrapped(collator)  # inside the Trainer's column remover
         self.pads_to_multiple = hasattr(user_collator, "pad_to_multiple_of")
@@ -185,24 +185,15 @@ class HFWorkload(Workload):
                 "dataset or the collator) so the model computes its own loss, as in Trainer.")
         return loss
 
-    def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
-        """The Trainer's AdamW: weight decay on matrices only, gradients clipped before each
-        step (a pre-step hook, so GradScaler's unscale comes first, as in the Trainer)."""
-        a = self.full_args
-        params = [p for p in params if p.requires_grad]
-        groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": a["weight_decay"]},
-                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-        opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=a["learning_rate"],
-                                betas=(a["adam_beta1"], a["adam_beta2"]), eps=a["adam_epsilon"],
-                                **impl)
-        max_norm = float(a["max_grad_norm"] or 0.0)
-        if max_norm > 0:
-
-            def clip(o: Any, args: Any, kwargs: Any) -> None:
-                torch.nn.utils.clip_grad_norm_(params, max_norm)
-
-            opt.register_step_pre_hook(clip)
-        return opt
+    def optimizer(self, params: Iterable[nn.Parameter], model: nn.Module | None = None,
+                  optim: str | None = None, **impl: Any) -> torch.optim.Optimizer:
+        """The Trainer's optimizer (adapters/hf_optim.py): ``optim``, the ``optimizer`` knob
+        (default: the user's own), torch's AdamW fused where ``impl`` says so; its parameter
+        groups and the bitsandbytes embedding rule from ``model``, gradients clipped before
+        each step (a pre-step hook, so GradScaler's unscale comes first, as in the Trainer)."""
+        own = optimizer_defaults(self.full_args["optim"])["optimizer"]
+        name = trainer_optim({"optimizer": optim or own, "optimizer_impl": impl_name(impl)})
+        return build(self.full_args, name, params, model)
 
     def describe(self) -> str:
         return f"hf {self.model_path} ({self.config_path or 'factory'}) on {self.dataset_path}"
@@ -247,7 +238,7 @@ class HFTrainerWorkload(HFWorkload):
 
 #: TrainingArguments fields that decide the step's arithmetic (not searched, kept as given).
 _STEP_FIELDS = ["learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
-                "max_grad_norm"]
+                "max_grad_norm", "optim_args", "optim_target_modules", "warmup_steps"]
 #: TrainingArguments fields autotune searches (the export writes these).
 _SPEED_FIELDS = ["per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
                  "tf32", "torch_compile", "torch_compile_mode", "dataloader_num_workers",
@@ -257,7 +248,11 @@ _SPEED_FIELDS = ["per_device_train_batch_size", "gradient_accumulation_steps", "
 #: installed TrainingArguments has is read and written (5.x renamed them).
 _CHECKPOINTING_FIELDS = ("activation_checkpointing", "gradient_checkpointing")
 _GROUPING_FIELDS = ("train_sampling_strategy", "group_by_length")
-_VERSIONED = [*_CHECKPOINTING_FIELDS, *_GROUPING_FIELDS]
+#: The user's checkpointing arguments (use_reentrant: the checkpoint_reentrant knob).
+_CHECKPOINTING_KWARGS = tuple(f"{n}_kwargs" for n in _CHECKPOINTING_FIELDS)
+#: Liger's kernels (the liger_kernel knob), a field of transformers 4.45 and later.
+_LIGER_FIELD = "use_liger_kernel"
+_VERSIONED = [*_CHECKPOINTING_FIELDS, *_CHECKPOINTING_KWARGS, *_GROUPING_FIELDS, _LIGER_FIELD]
 #: The user's DDP fields: the baseline's DDP knobs and the trials' find_unused_parameters
 #: (adapters/ddp.py); written back under launch.nproc_per_node.
 _DDP_FIELDS = ["ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
@@ -267,6 +262,13 @@ _DDP_FIELDS = ["ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast
 def version_field(names: tuple[str, ...]) -> str | None:
     fields = training_argument_fields()
     return next((n for n in names if n in fields), None)
+
+
+def _reentrant(a: Mapping[str, Any]) -> bool:
+    """The user's ``use_reentrant`` (their checkpointing kwargs'; none given: transformers
+    5.x's default, non-reentrant)."""
+    given = next((a[n] for n in _CHECKPOINTING_KWARGS if a.get(n)), None) or {}
+    return bool(given.get("use_reentrant", False)) if isinstance(given, Mapping) else False
 
 
 def _grouped(a: Mapping[str, Any]) -> bool:
@@ -298,9 +300,11 @@ def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
         "amp": "bf16" if a["bf16"] else "fp16" if a["fp16"] else "off",
         "tf32": bool(a["tf32"]),
         "compile": (a["torch_compile_mode"] or "default") if compile_on else "off",
-        "optimizer_impl": OPTIM_IMPL[a["optim"]],
+        **optimizer_defaults(str(getattr(a["optim"], "value", a["optim"]))),
+        "liger_kernel": bool(a.get("use_liger_kernel")),
         "non_blocking": bool(accel.get("non_blocking", False)) if isinstance(accel, Mapping) else False,
         "activation_checkpointing": any(bool(a.get(n)) for n in _CHECKPOINTING_FIELDS),
+        "checkpoint_reentrant": _reentrant(a),
         "length_grouping": _grouped(a),
         **user_ddp_defaults(a),
     }
@@ -330,14 +334,17 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
         "dataloader_pin_memory": bool(k["pin_memory"]),
         "dataloader_prefetch_factor": int(k["prefetch_factor"] or 2) if workers else None,
         "dataloader_persistent_workers": bool(k["persistent_workers"]) if workers else False,
-        "optim": IMPL_OPTIM.get(k["optimizer_impl"], "adamw_torch"),
+        "optim": trainer_optim(k),  # the user's own, or its form the search chose
         "accelerator_config": {"non_blocking": bool(k["non_blocking"])},
     }
     checkpointing = version_field(_CHECKPOINTING_FIELDS)
     if checkpointing and "activation_checkpointing" in k:
         out[checkpointing] = bool(k["activation_checkpointing"])
-        if k["activation_checkpointing"]:
-            out[f"{checkpointing}_kwargs"] = {"use_reentrant": False}
+        if k["activation_checkpointing"]:  # the user's use_reentrant, or the one searched
+            out[f"{checkpointing}_kwargs"] = {
+                "use_reentrant": bool(k.get("checkpoint_reentrant", False))}
+    if "liger_kernel" in k and _LIGER_FIELD in training_argument_fields():
+        out[_LIGER_FIELD] = bool(k["liger_kernel"])
     grouping = version_field(_GROUPING_FIELDS)
     if grouping and "length_grouping" in k:
         out[grouping] = (("group_by_length" if k["length_grouping"] else "random")

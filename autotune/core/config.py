@@ -221,6 +221,7 @@ class KnobsConfig:
     cuda_graphs: Any = None
     channels_last: Any = None
     set_to_none: Any = None
+    optimizer: Any = None
     optimizer_impl: Any = None
     tf32: Any = None
     cudnn_benchmark: Any = None
@@ -241,7 +242,9 @@ class KnobsConfig:
     fsdp_prefetch: Any = None
     fsdp_cpu_offload: Any = None
     attention: Any = None
+    liger_kernel: Any = None
     activation_checkpointing: Any = None
+    checkpoint_reentrant: Any = None
     length_grouping: Any = None
     padding_free: Any = None
     pad_to_multiple_of: Any = None

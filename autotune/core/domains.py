@@ -29,6 +29,9 @@ class Domain:
     refuses: Callable[[Mapping[str, Any], Any], str | None] | None = None
     # The knobs (earlier in the registry) whose values ``refuses`` reads.
     reads: tuple[str, ...] = ()
+    # Values a user may list beyond ``values`` (an opt-in knob's other values that run here:
+    # knobs.<name>=[...] searches them); its default alone is searched until then.
+    offers: tuple[Any, ...] = ()
 
 
 def cuda_only(values: list[Any], off: Any, why: str) -> Callable[[Env, Workload], Domain]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.core import domains, shard_domains
+from autotune.core import domains, llm_domains, shard_domains
 from autotune.core.domains import Domain
 from autotune.core.env import Env
 from autotune.core.workload import Workload
@@ -143,8 +143,18 @@ KNOBS: list[Knob] = [
          "replicated across nodes). Searched when the trials run as ranks.",
          shard_domains.sharding, off="no_shard",
          changes_training=None),
+    Knob("optimizer", "The optimizer as a Hugging Face TrainingArguments.optim names it (the "
+         "user's, built as the Trainer builds it; adamw_torch is torch's AdamW, plain or fused "
+         "by optimizer_impl). Kept as it is, or searched over bitsandbytes' forms of the same "
+         "update (adamw_bnb_8bit, paged_adamw_32bit, paged_adamw_8bit; Lion's and AdEMAMix's) "
+         "where listed: opt-in, CUDA only. null: the workload's own optimizer.",
+         llm_domains.optimizer, off=None,
+         changes_training=None,
+         changes_numerics=("bitsandbytes' 8-bit forms keep the optimizer's states quantized "
+                           "block-wise to 8 bits, so each update rounds them; its 32-bit and "
+                           "paged forms compute the same update in their own kernels")),
     Knob("optimizer_impl", "Optimizer kernels: torch's default, foreach (batched) or fused.",
-         domains.optimizer_impl, off="default",
+         llm_domains.optimizer_impl, inactive=llm_domains.one_implementation, off="default",
          changes_training=None),
     Knob("tf32", "Allow TF32 for float32 matmuls (cuDNN convolutions use TF32 by PyTorch's "
          "default either way).", domains.tf32, off=False,
@@ -236,10 +246,23 @@ KNOBS: list[Knob] = [
          "and backward (sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn; sdpa lets torch choose).",
          domains.attention, off="default",
          changes_training=None),
+    Knob("liger_kernel", "Liger's Triton kernels in a Hugging Face model (the Trainer's "
+         "use_liger_kernel): fused RMSNorm, RoPE, SwiGLU and cross-entropy (the logits never "
+         "held whole: less memory). CUDA only, with the liger-kernel package.",
+         llm_domains.liger_kernel, off=False,
+         changes_training=None,
+         changes_numerics=("fused kernels compute the norms, activations and the loss in "
+                           "another order and precision (the cross-entropy in chunks, "
+                           "without the whole logits)")),
     Knob("activation_checkpointing", "Recompute each layer's activations in backward instead of "
          "keeping them (non-reentrant): slower steps, less memory, room for a bigger batch.",
          domains.activation_checkpointing, off=False,
          changes_training=None),
+    Knob("checkpoint_reentrant", "Activation checkpointing's implementation: torch's "
+         "reentrant checkpoint (use_reentrant=True) or the non-reentrant one (False, PyTorch's "
+         "recommendation and transformers 5's default). The user's is kept unless both are "
+         "listed.", llm_domains.checkpoint_reentrant, inactive=llm_domains.not_checkpointing,
+         off=False, changes_training=None),
     Knob("length_grouping", "Batch samples of similar length together (the Trainer's "
          "group_by_length sampler): less padding. Opt-in: it changes which samples share a batch.",
          domains.length_grouping, off=False,

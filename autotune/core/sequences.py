@@ -91,13 +91,15 @@ def set_attention(model: nn.Module, knobs: Mapping[str, Any]) -> None:
 
 def enable_checkpointing(model: nn.Module, knobs: Mapping[str, Any],
                          layers: Sequence[type] = ()) -> None:
-    """Non-reentrant activation checkpointing: a Hugging Face model through its own switch
-    (its decoder layers), a plain model by wrapping every module of the workload's
-    ``checkpoint_layers`` types (torch's ``apply_activation_checkpointing``)."""
+    """Activation checkpointing, non-reentrant unless the ``checkpoint_reentrant`` knob says
+    reentrant: a Hugging Face model through its own switch (its decoder layers), a plain model
+    by wrapping every module of the workload's ``checkpoint_layers`` types (torch's
+    ``apply_activation_checkpointing``)."""
     if not knobs.get("activation_checkpointing"):
         return
+    reentrant = bool(knobs.get("checkpoint_reentrant", False))
     if getattr(model, "supports_gradient_checkpointing", False):
-        kwargs = {"use_reentrant": False}
+        kwargs = {"use_reentrant": reentrant}
         enable: Any = getattr(model, "activation_checkpointing_enable", None)  # transformers 5.x
         if enable is not None:
             enable(activation_checkpointing_kwargs=kwargs)
@@ -115,7 +117,8 @@ def enable_checkpointing(model: nn.Module, knobs: Mapping[str, Any],
         checkpoint_wrapper,
     )
 
-    wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    impl = CheckpointImpl.REENTRANT if reentrant else CheckpointImpl.NO_REENTRANT
+    wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=impl)
     apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
                                    check_fn=lambda m: isinstance(m, tuple(layers)))
 

@@ -258,7 +258,7 @@ def without_accumulation(space: Space) -> Space:
 
 
 def _valid(knob: Knob, dom: Domain, value: Any) -> bool:
-    if value in dom.values:
+    if value in dom.values or value in dom.offers:  # offers: an opt-in knob's listable values
         return True
     # Integers beyond the default range are the user's call (e.g. more workers than cores,
     # a batch size that is not a power of two); other types must be in the domain.

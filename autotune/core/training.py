@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune.core import batch as tree
-from autotune.core import distributed, sequences, sharding
+from autotune.core import distributed, llm_kernels, sequences, sharding
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
 from autotune.core.workload import Workload
@@ -116,6 +116,14 @@ def optimizer_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
 
 
+def named_optimizer(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``optimizer`` knob as a workload's optimizer hook takes it (``optim=``: a Hugging
+    Face TrainingArguments.optim, built by the adapter); {} where the workload builds its own
+    (the knob is null)."""
+    name = knobs.get("optimizer")
+    return {} if name is None else {"optim": str(name)}
+
+
 def set_optimizer_impl(opt: torch.optim.Optimizer,
                        knobs: Mapping[str, Any]) -> torch.optim.Optimizer:
     """optimizer_impl applied to an optimizer already built (a framework's
@@ -149,7 +157,9 @@ def set_optimizer_impl(opt: torch.optim.Optimizer,
 def place_model(model: torch.nn.Module, knobs: Mapping[str, Any], device: torch.device,
                 checkpoint_layers: tuple[type, ...] = ()) -> torch.nn.Module:
     """The model on its device, in the knobs' memory format, in training mode, with its
-    attention implementation and activation checkpointing as the knobs say."""
+    attention implementation, Liger's kernels and activation checkpointing as the knobs say
+    (Liger first, as the Trainer patches it before it enables checkpointing)."""
+    llm_kernels.apply_liger(model, knobs)
     sequences.prepare_model(model, knobs, checkpoint_layers)
     model = model.to(device)
     if bool(knobs["channels_last"]):
