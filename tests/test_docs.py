@@ -61,7 +61,9 @@ def test_readme_links_resolve_and_reach_the_hugging_face_page_in_one_step() -> N
         if "://" not in link:
             assert (ROOT / link).exists(), link
     assert "docs/guide/huggingface.md" in links
-    assert '--8<-- "docs/tutorials/hf_trainer.py"' in (DOCS / "guide" / "huggingface.md").read_text()
+    hf_page = (DOCS / "guide" / "huggingface.md").read_text()
+    assert ('--8<-- "docs/tutorials/hf_trainer.py"' in hf_page
+            or "<!-- code: docs/tutorials/hf_trainer.py (" in hf_page)
 
 
 #: ``study.<x>`` after "best.yaml" on a line names a field of best.yaml's study section, which
@@ -78,7 +80,7 @@ def test_every_key_the_prose_names_exists_in_the_schema_or_the_registry() -> Non
             for m in _KEY.finditer(line):
                 group, name, star = m.groups()
                 key = f"{group}.{name}"
-                if re.match(r"(py|db|yaml|json)\b", name):
+                if re.match(r"(py|db|yaml|json|md)\b", name):
                     continue  # a file name (knobs.py, study.db), not a key
                 if star:
                     ok = any(k.startswith(key) for k in SCHEMA_KEYS)

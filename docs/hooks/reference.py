@@ -1,4 +1,5 @@
-"""The documentation's reference pages, generated from the code at build time (mkdocs hooks).
+"""The documentation's reference pages, generated from the code (mkdocs hooks, and
+``python docs/hooks/reference.py``, which writes them).
 
 - ``reference/configuration.md``: every configuration key of the schema
   (``autotune/core/config.py``) with its type, default and explanation (each field's
@@ -6,11 +7,14 @@
 - ``reference/knobs.md``: every knob of the registry (``autotune/core/knobs.py``) with its
   doc, its domain on reference machines (evaluated by the registry's own domain rules) and
   when it does not apply.
+- ``reference/api.md``: the public Python API (``API``), from the docstrings.
 
-Nothing here is committed as generated Markdown: a key or a knob added to the code appears in
-the next build. ``docs/reference/configuration.md`` and ``knobs.md`` are committed as short
-pages that say where the content comes from, so that a link to them works where the
-repository is read (GitHub); the build replaces them with the generated pages.
+The three pages are committed as generated, so that they read on GitHub as on the site;
+``tests/test_docs_reference.py`` fails when one is not what this module writes from today's
+code (run ``python docs/hooks/reference.py``). The site's build generates the configuration
+and knob pages again (a key or knob added to the code appears even where the committed page
+was not rewritten), and renders the API page with mkdocstrings from ``API`` (the committed
+page is the same docstrings as plain Markdown, for GitHub).
 
 Links from pages to repository files outside ``docs/`` (``../../examples/x.py``) resolve where
 the repository is read; on the site they link to the file in the repository when
@@ -28,8 +32,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Each generated page and the function that writes it: what GitHub shows (committed).
 GENERATED = {"reference/configuration.md": "config_markdown",
-             "reference/knobs.md": "knobs_markdown"}
+             "reference/knobs.md": "knobs_markdown",
+             "reference/api.md": "api_markdown"}
+#: What the site builds in their place (the API page rendered by mkdocstrings).
+ON_SITE = {**GENERATED, "reference/api.md": "api_site_markdown"}
 
 
 def _cell(text: str) -> str:
@@ -80,8 +88,8 @@ def config_markdown() -> str:
     from autotune.core.config import Config, KnobsConfig
 
     out = ["# Configuration keys", "",
-           "Generated from the schema, `autotune/core/config.py`, when the documentation is "
-           "built. Any key can be set on the command line (`key=value`) or in "
+           "Generated from the schema, `autotune/core/config.py`, by "
+           "`python docs/hooks/reference.py` and again when the site is built. Any key can be set on the command line (`key=value`) or in "
            "`autotune.tune([...])`; a misspelt key or a wrong type is an error naming it, and "
            "a value out of its range or at odds with another key is one naming both "
            "(`autotune/cli/validate.py`). A default given as two values (`40; CPU: 16`) is "
@@ -170,8 +178,9 @@ def knobs_markdown() -> str:
     envs = _reference_envs()
     wl = _shipped_workload("resnet18")
     out = ["# Knobs", "",
-           "Generated from the registry, `autotune/core/knobs.py`, when the documentation is "
-           "built: a knob added there appears here. Each knob is set with `knobs.<name>=` "
+           "Generated from the registry, `autotune/core/knobs.py`, by "
+           "`python docs/hooks/reference.py` and again when the site is built: a knob added "
+           "there appears here. Each knob is set with `knobs.<name>=` "
            "(null: search its valid domain; a value: pin it; a list: search only those "
            "values). The values below are what the registry's own domain rules give for the "
            "`resnet18` workload on three reference machines; a study prints its own at the "
@@ -203,6 +212,42 @@ def knobs_markdown() -> str:
     return "\n".join(out)
 
 
+def _api_page() -> Any:
+    """docs/hooks/api_page.py, loaded by path (mkdocs loads this hook as a file, not a package)."""
+    import importlib.util
+    import sys
+
+    name = "autotune_docs_api_page"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("api_page.py"))
+        assert spec and spec.loader
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def api_markdown() -> str:
+    return str(_api_page().markdown())
+
+
+def api_site_markdown() -> str:
+    return str(_api_page().site_markdown())
+
+
+def stale() -> list[str]:
+    """The committed reference pages that are not what today's code generates."""
+    return [uri for uri, fn in GENERATED.items()
+            if (ROOT / "docs" / uri).read_text() != globals()[fn]()]
+
+
+def write() -> list[str]:
+    """Write every reference page that is stale; the pages written."""
+    written = stale()
+    for uri in written:
+        (ROOT / "docs" / uri).write_text(globals()[GENERATED[uri]]())
+    return written
+
+
 # --- mkdocs hooks -------------------------------------------------------------------------
 
 #: The branch whose files the site links to and whose pages "edit this page" opens.
@@ -218,10 +263,10 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Any, config: Any) -> Any:
-    """The generated reference pages, in place of the committed pages that point to them."""
+    """The reference pages generated from today's code, in place of the committed ones."""
     from mkdocs.structure.files import File
 
-    for uri, fn in GENERATED.items():
+    for uri, fn in ON_SITE.items():
         committed = files.get_file_from_path(uri)
         if committed is not None:
             files.remove(committed)
@@ -269,3 +314,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     fence = re.compile(r"(```.*?```)", re.S)
     parts = fence.split(markdown)
     return "".join(p if p.startswith("```") else _LINK.sub(repl, p) for p in parts)
+
+
+if __name__ == "__main__":
+    print("wrote: " + (", ".join(write()) or "nothing (every reference page was current)"))
