@@ -1,9 +1,9 @@
 """A plain FSDP2 training script, launched by torchrun, that trains a Llama-style causal LM
 (built from a ``transformers`` config, nothing downloaded) with a study's best configuration.
 
-    # the study: 2 ranks, sharding searched (DDP, full_shard, shard_grad_op), 1.6 GB per rank
+    # the study: 2 ranks, sharding searched (DDP, full_shard, shard_grad_op), 1.7 GB per rank
     PYTHONPATH=. autotune workload._target_=examples.fsdp_train.LlamaWorkload device=cpu \\
-        launch.nproc_per_node=2 memory.limit_gb=1.6 study.name=llama
+        launch.nproc_per_node=2 memory.limit_gb=1.7 study.name=llama
     # best.yaml's launch.torchrun, with this script in place of your_train.py:
     OMP_NUM_THREADS=1 torchrun --standalone --nnodes=1 --nproc_per_node=2 \\
         examples/fsdp_train.py studies/llama/best.yaml --steps 30
@@ -97,6 +97,16 @@ class LlamaWorkload(Workload):
                 f"seq_len={a['seq_len']}, AdamW)")
 
 
+def _wrapper(model: torch.nn.Module) -> str:
+    """What the model runs as: "FSDP2" (fully_shard), "DDP", or "one process"."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, FSDPModule):
+        return "FSDP2"
+    return "DDP" if isinstance(model, DistributedDataParallel) else "one process"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("best", help="path to a study's best.yaml")
@@ -134,7 +144,8 @@ def main() -> None:
     dist.barrier()
     if dist.get_rank() == 0 and start is not None:
         rate = tokens / (time.perf_counter() - start)
-        print(f"rank 0 of {dist.get_world_size()}: {rt.knobs.get('sharding')}, loss "
+        print(f"rank 0 of {dist.get_world_size()}: {rt.knobs.get('sharding')} "
+              f"({_wrapper(model)}), loss "
               f"{loss.item():.4f}, {rate:.1f} tokens/s (all ranks), cores "
               f"{sorted(os.sched_getaffinity(0))}")
     dist.destroy_process_group()

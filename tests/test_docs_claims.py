@@ -3,7 +3,7 @@
 Each knob's class (speed, numerics, training) is the registry's (``autotune/core/knobs.py``)
 wherever a page states it: choosing.md's table has a row for every knob and the class the
 registry gives it, and the pages that list the knobs of class training list exactly those.
-Issue 60 found ``comm_hook`` and ``padding_free`` called training-changing by hand where the
+The pages called ``comm_hook`` and ``padding_free`` training-changing by hand where the
 registry classes them numerics, and ``broadcast_buffers`` (training) left out.
 """
 
@@ -89,7 +89,7 @@ def headings(page: Path) -> set[str]:
 
 def test_every_section_a_file_cites_exists() -> None:
     """studies/README.md cited README "Using the result in production" and pyproject.toml
-    README "Layout", sections the README no longer has (issue 60)."""
+    README "Layout", sections the README no longer has."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
     missing = []
@@ -102,6 +102,27 @@ def test_every_section_a_file_cites_exists() -> None:
     assert not missing, missing
 
 
+def commands(text: str, target: str) -> list[frozenset[str]]:
+    """The overrides of each ``autotune workload._target_=<target> ...`` command in ``text``
+    (continuation lines joined, comments and ``PYTHONPATH=.`` dropped)."""
+    joined = re.sub(r"\\\\?\n\s*", " ", text)  # a shell's (or a docstring's) continuation
+    out = []
+    for m in re.finditer(rf"autotune (workload\._target_={re.escape(target)}[^\n#`]*)", joined):
+        out.append(frozenset(m.group(1).split()))
+    return out
+
+
+def test_an_examples_study_command_is_the_one_its_guide_and_its_measured_run_state() -> None:
+    """examples/fsdp_train.py said memory.limit_gb=1.6 where sharding.md and the measured run
+    in benchmarks.md say 1.7."""
+    example = commands((ROOT / "examples" / "fsdp_train.py").read_text(),
+                       "examples.fsdp_train.LlamaWorkload")
+    assert len(example) == 1
+    for page in ("guide/sharding.md", "benchmarks.md"):
+        stated = commands((DOCS / page).read_text(), "examples.fsdp_train.LlamaWorkload")
+        assert example[0] in stated, (page, sorted(example[0]), [sorted(c) for c in stated])
+
+
 def test_the_checks_can_fail() -> None:
     table = ("| knobs | what they speed up | class: what they do to training |\n|---|---|---|\n"
              "| `comm_hook` | x | **training**: y |\n| **`batch_size`** | x | **training**: y |\n")
@@ -112,3 +133,5 @@ def test_the_checks_can_fail() -> None:
     cites = cited_sections("pyproject.toml", '# rules (README "Layout"), x docs/guide/faq.md "Why"')
     assert [(p, t) for _, p, t in cites] == [("README.md", "Layout"), ("docs/guide/faq.md", "Why")]
     assert "Layout" not in headings(ROOT / "README.md")
+    assert commands("autotune workload._target_=a.B x=1 \\\n    y=2  # 3:00\n", "a.B") == [
+        frozenset({"workload._target_=a.B", "x=1", "y=2"})]
