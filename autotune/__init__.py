@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     )
     from autotune.core.shipping import CannotTravel
     from autotune.core.stages import Stage
-    from autotune.core.training import Training
+    from autotune.core.training import Training, apply_optimizer_impl
     from autotune.core.workload import Workload, WorkloadError
     from autotune.production.best import BestConfig, load_best
     from autotune.production.environment_check import EnvironmentChanged
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 #: Where each public name lives.
 _WHERE = {
     "Stage": "autotune.core.stages", "Training": "autotune.core.training",
+    "apply_optimizer_impl": "autotune.core.training",
     "Workload": "autotune.core.workload", "WorkloadError": "autotune.core.workload",
     "CannotTravel": "autotune.core.shipping", "Verified": "autotune.production.verify",
     "BestConfig": "autotune.production.best",
@@ -63,8 +64,8 @@ _WHERE = {
 __all__ = ["BestConfig", "CannotTravel", "ConfigError", "CouldNotMeasure", "EnvironmentChanged",
            "KnobOverridden", "Meter", "NothingExported", "RegressionFound", "Runtime",
            "SlowerThanMeasured", "Stage", "StudyError", "StudyInterrupted", "Training",
-           "Verified", "VerifyError", "Workload", "WorkloadError", "__version__", "load_best",
-           "tune", "verify"]
+           "Verified", "VerifyError", "Workload", "WorkloadError", "__version__",
+           "apply_optimizer_impl", "load_best", "tune", "verify"]
 
 
 def __getattr__(name: str) -> object:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
+from autotune.results.trials import ANSWERS, baseline_trial, chosen_trial
 from autotune.search.checks.numerics import (
     DEFAULT_TOLERANCE,
     check_tolerance,
@@ -115,3 +117,15 @@ def test_an_augmented_image_study_is_not_refused_for_worker_randomness(tmp_path:
     for e in checked.values():
         assert e["passed"] is True, e
         assert e["same_data"] is True and e.get("reference_noise", 0.0) == 0.0, e
+    # Only what is exported was run: each answer's chosen trial (the user's own for the
+    # same-training answer needs no check), no other finalist; every one passed, so none
+    # was checked in place of a refused one.
+    study = optuna.load_study(study_name="aug",
+                              storage=f"sqlite:///{tmp_path}/studies/aug/study.db")
+    base = baseline_trial(study)
+    chosen = {t.number for answer in ANSWERS for t in [chosen_trial(study, answer)[0]]
+              if t is not None and not (answer == "same" and base is not None
+                                        and t.number == base.number)}
+    assert {int(n) for n in checked} == chosen, (sorted(checked), chosen)
+    others = set(best["confirmation"]["finalists"]) - chosen
+    assert others, best["confirmation"]  # finalists there were and did not run

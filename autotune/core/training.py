@@ -32,7 +32,7 @@ from autotune.core import batch as tree
 from autotune.core import distributed, llm_kernels, sequences, sharding
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.stages import StagedDataset, check_split, collate_for, run_device_stages
-from autotune.core.workload import Workload
+from autotune.core.workload import Workload, build_optimizer
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -126,26 +126,45 @@ def named_optimizer(knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 def set_optimizer_impl(opt: torch.optim.Optimizer,
                        knobs: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """optimizer_impl applied to an optimizer already built (a framework's
-    ``configure_optimizers``), in place and before its first step, so that the LR schedulers
-    built on it stay attached: what ``fused=True`` / ``foreach=True`` in its constructor would
-    have set (its parameter groups' flags; a fused optimizer also handles GradScaler's
-    unscaling itself). torch reads the flags at each step and checks the parameters' device
-    and dtype at the first."""
-    impl = optimizer_kwargs(knobs)
-    if not impl:
+    """The knobs' optimizer_impl applied to an optimizer already built (a framework's
+    ``configure_optimizers``): ``apply_optimizer_impl`` with the knob's flags."""
+    return apply_optimizer_impl(opt, **optimizer_kwargs(knobs))
+
+
+def apply_optimizer_impl(opt: torch.optim.Optimizer, **impl: Any) -> torch.optim.Optimizer:
+    """``fused=True`` / ``foreach=True`` (a ``Workload.optimizer`` hook's ``**impl``, or
+    ``Runtime.optimizer_kwargs()``) applied to an optimizer already built, such as one a
+    model's ``configure_optimizers`` builds with parameter groups, in place and before its
+    first step, so that the LR schedulers built on it stay attached. torch gives every group
+    its own ``fused``/``foreach`` key at construction, and a group's key overrides the
+    defaults, so each group is set, then the defaults: what the constructor argument would
+    have set (a fused optimizer also handles GradScaler's unscaling itself). torch reads the
+    flags at each step and checks the parameters' device and dtype at the first. No flag
+    (``{}``, optimizer_impl=default): the optimizer as it was built, as the trials' was."""
+    unknown = sorted(set(impl) - {"fused", "foreach"})
+    if unknown or sum(bool(v) for v in impl.values()) > 1:
+        raise ValueError(f"apply_optimizer_impl({', '.join(f'{k}={v!r}' for k, v in impl.items())})"
+                         ": expected at most one of fused=True or foreach=True (a Workload."
+                         "optimizer hook's **impl, as autotune passes it).")
+    flag = next((k for k, v in impl.items() if v), None)
+    if flag is None:
         return opt
-    (flag, _), = impl.items()
-    if flag not in inspect.signature(type(opt).__init__).parameters:
-        raise ValueError(f"{type(opt).__name__} takes no {flag}= argument, so "
-                         f"optimizer_impl={knobs['optimizer_impl']} cannot apply to it.")
+    name = type(opt).__name__
+    takes = [f for f in ("fused", "foreach")
+             if f in inspect.signature(type(opt).__init__).parameters]
+    if flag not in takes:
+        offered = " or ".join(f"{f}=" for f in takes) or "neither fused= nor foreach="
+        raise ValueError(f"optimizer_impl={flag}: {name} takes no {flag}= argument, so it cannot "
+                         f"apply ({name} takes {offered}). The study measured another optimizer "
+                         f"class than this one; or narrow the study to what {name} takes: "
+                         f"knobs.optimizer_impl=[{','.join(['default', *takes])}].")
     if opt.state:
-        raise ValueError(f"optimizer_impl={knobs['optimizer_impl']}: {type(opt).__name__} has "
-                         "already stepped; set it before the first step.")
+        raise ValueError(f"optimizer_impl={flag}: {name} has already stepped; set it before "
+                         "the first step.")
     other = "foreach" if flag == "fused" else "fused"
     for group in [*opt.param_groups, opt.defaults]:
         if flag == "fused" and group.get("differentiable"):
-            raise ValueError(f"{type(opt).__name__}(differentiable=True) cannot be fused.")
+            raise ValueError(f"{name}(differentiable=True) cannot be fused.")
         group[flag] = True
         if other in group:
             group[other] = None
@@ -214,7 +233,7 @@ class Training:
             model = distributed.wrap(model, self.knobs, self.device,
                                      workload.ddp_arguments(model, self.knobs),
                                      workload.shard_layers or workload.checkpoint_layers)
-        self._attach(model, workload.optimizer(model.parameters(), **optimizer_kwargs(self.knobs)))
+        self._attach(model, build_optimizer(workload, model, **optimizer_kwargs(self.knobs)))
 
     @classmethod
     def around(cls, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device,

@@ -161,7 +161,15 @@ class Workload:
         return model_loss(outputs)
 
     def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
-        """Build the optimizer; pass ``**impl`` on (it carries foreach= / fused=)."""
+        """Build the optimizer; pass ``**impl`` on (it carries foreach= / fused=).
+
+        A hook that names a ``model`` parameter, ``optimizer(self, params, model, **impl)``,
+        is given the model being trained too (placed, sharded where measured; a DDP wrapper's
+        inner module), for an optimizer the model builds itself with parameter groups
+        (nanoGPT's ``model.configure_optimizers(...)``, which takes no ``**impl``). Apply the
+        flags to what it returns with ``autotune.apply_optimizer_impl(opt, **impl)``: it sets
+        them in every group (each group's own ``fused``/``foreach`` key overrides a
+        constructor argument), as ``Runtime.apply_optimizer`` does in the production loop."""
         raise NotImplementedError
 
     def cpu_sized(self) -> Workload:
@@ -177,6 +185,20 @@ class Workload:
         ``{file name: plain YAML document}`` built from best.yaml's document. Default: none;
         the Lightning and Hugging Face adapters write their Trainer / TrainingArguments forms."""
         return {}
+
+
+def build_optimizer(workload: Workload, model: nn.Module, **impl: Any) -> torch.optim.Optimizer:
+    """The workload's optimizer over ``model``'s parameters, the model itself given where its
+    ``optimizer`` hook names a ``model`` parameter (hooks written before it existed pass
+    ``**impl`` straight to a constructor, which would refuse a ``model=``)."""
+    try:
+        wants_model = "model" in inspect.signature(workload.optimizer).parameters
+    except (TypeError, ValueError):
+        wants_model = False
+    if not wants_model:
+        return workload.optimizer(model.parameters(), **impl)
+    inner = getattr(model, "module", model)  # DDP's: the user's module, with its methods
+    return workload.optimizer(model.parameters(), model=inner, **impl)
 
 
 def resolve_target(target: str) -> Any:

@@ -1,18 +1,21 @@
 """The production meter: does the user's run get the speed the study measured?
 
-The loop calls ``meter.step(batch_size)`` once per step; after ``warmup_steps`` it reads the
-host clock every ``window_steps`` steps (no device synchronization: over a window of tens of
+The loop calls ``meter.step(batch_size)`` once per step (no loader needed: a loop whose
+batches come from a function counts its steps the same way); after ``warmup_steps`` it reads
+the host clock every ``window_steps`` steps (no device synchronization: over a window of tens of
 steps the host cannot run further ahead of the device than its queue, so the host rate is the
 device's) and compares samples/sec with the study's confirmed figure. The first window more
 than ``tolerance`` below it gives ONE ``SlowerThanMeasured`` warning with the likely cause,
 read by the diagnosis rules of ``autotune/diagnose/verdicts.py`` (same thresholds, same wording)
 from the share of the window the loop spent waiting for its next batch, which ``wrap(loader)``
-times on the host.
+times on the host; batches from a function (nanoGPT's ``get_batch``) are timed by
+``with meter.wait():`` around the call, or by ``Runtime.batches(get_batch)``.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import time
@@ -62,10 +65,12 @@ class Meter:
         self._t0: float | None = None
         self._samples = 0
         self._wait = 0.0
+        self._counted = 0  # steps in the current window
         self._wrapped = False
         self._batch_sizes: set[int] = set()
         # Over every window so far (summary(); autotune verify reads it at exit).
         self._total_samples, self._total_s, self._total_wait = 0, 0.0, 0.0
+        self._total_steps = 0
         if os.environ.get(OUT_ENV) and os.environ.get("RANK", "0") == "0":  # one writer per run
             atexit.register(self.write_summary, os.environ[OUT_ENV])
 
@@ -94,6 +99,18 @@ class Meter:
             self._wait += time.perf_counter() - t
             yield batch
 
+    @contextlib.contextmanager
+    def wait(self) -> Iterator[None]:
+        """The time inside counts as the loop waiting for its next batch, as ``wrap`` counts
+        a loader's: for batches that no iterable gives, ``with meter.wait(): x, y =
+        get_batch("train")`` (``Runtime.batches`` does this for you)."""
+        self._wrapped = True
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._wait += time.perf_counter() - t
+
     def step(self, batch_size: int) -> None:
         """Count one training step of ``batch_size`` samples. Costs a clock read; every
         ``window_steps`` steps after warm-up the window's figure is compared."""
@@ -108,6 +125,7 @@ class Meter:
         # A rank of a DDP run: every rank steps together, so the run's samples are this
         # rank's times the ranks (best.yaml's samples/sec are the whole run's too).
         self._samples += int(batch_size) * distributed.world_size()
+        self._counted += 1
         self._batch_sizes.add(int(batch_size))
         if (self.steps - self.warmup_steps) % self.window_steps == 0:
             now = time.perf_counter()
@@ -118,6 +136,7 @@ class Meter:
             self._total_samples += self._samples
             self._total_s += elapsed
             self._total_wait += self._wait
+            self._total_steps += self._counted
             if (self.warning is None and self.samples_per_sec is not None
                     and self.samples_per_sec < (1 - self.tolerance) * self.expected):
                 self.warning = self._message()
@@ -125,13 +144,21 @@ class Meter:
             self._start(now)
 
     def summary(self) -> dict[str, Any]:
-        """samples/sec over every full window since warm-up (not only the last), with the
-        share of that time the loop waited for its batches (``wrap`` only)."""
+        """samples/sec over every full window since warm-up (not only the last), the mean
+        time per step, and (batches timed by ``wrap`` or ``wait``) the share of that time the
+        loop waited for its batches, split per step into ``between_ms`` (the wait) and
+        ``inside_ms`` (the rest), which ``autotune verify`` sets beside the study's window."""
         if self._total_s <= 0:
             return {"samples_per_sec": None, "steps": self.steps}
-        return {"samples_per_sec": self._total_samples / self._total_s, "steps": self.steps,
-                "seconds": self._total_s,
-                "data_wait_share": self._total_wait / self._total_s if self._wrapped else None}
+        step_ms = 1e3 * self._total_s / self._total_steps
+        out: dict[str, Any] = {
+            "samples_per_sec": self._total_samples / self._total_s, "steps": self.steps,
+            "seconds": self._total_s, "step_ms": step_ms,
+            "data_wait_share": self._total_wait / self._total_s if self._wrapped else None}
+        if self._wrapped:
+            between = 1e3 * self._total_wait / self._total_steps
+            out.update(between_ms=between, inside_ms=step_ms - between)
+        return out
 
     def write_summary(self, path: str) -> None:
         """The summary as JSON (``autotune verify --script`` sets AUTOTUNE_METER_OUT so that
@@ -139,7 +166,7 @@ class Meter:
         Path(path).write_text(json.dumps(self.summary()))
 
     def _start(self, now: float) -> None:
-        self._t0, self._samples, self._wait = now, 0, 0.0
+        self._t0, self._samples, self._wait, self._counted = now, 0, 0.0, 0
 
     def _message(self) -> str:
         rate = self.samples_per_sec or 0.0
@@ -156,8 +183,10 @@ class Meter:
                      f"batches are {sorted(self._batch_sizes)}.")
         dw = self.data_wait_share
         if dw is None:
-            return ("unknown: iterate over meter.wrap(loader) to tell a loader slower than "
-                    "measured from a slower step." + batch)
+            return ("unknown: this loop's wait for its batches is not timed (iterate over "
+                    "meter.wrap(loader); for batches from a function, get_batch = "
+                    "rt.batches(get_batch), or `with meter.wait():` around the call) to tell a "
+                    "loader slower than measured from a slower step." + batch)
         verdict = diagnosis.diagnose({"samples_per_sec": self.samples_per_sec,
                                       "timers": {"data_wait": dw}},
                                      self.knobs, self.device, self.memory_limit_gb or 0.0)

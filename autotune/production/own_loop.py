@@ -25,7 +25,7 @@ step object are ``rt.wrap(...)``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,7 +35,32 @@ from autotune.core import batch as tree
 from autotune.core import sequences
 from autotune.core.host import worker_init
 from autotune.core.stages import Stage, run_device_stages
-from autotune.core.training import AMP_DTYPES, compile_model
+from autotune.core.training import AMP_DTYPES, compile_model, set_optimizer_impl
+from autotune.production import batch_source
+from autotune.production.best import BestConfig
+
+
+class MeasuredAutocast(contextlib.ContextDecorator):
+    """``rt.autocast()``: autocast and SDPA's pinned backend, entered afresh at each ``with``
+    (a generator-based context runs once: nanoGPT's ``ctx``, kept and entered at every step,
+    failed on its second ``with``). Nested entries each get their own contexts."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype | None, knobs: dict[str, Any],
+                 on_enter: Callable[[], None]):
+        self.device_type, self.dtype, self.knobs, self._on_enter = device_type, dtype, knobs, \
+            on_enter
+        self._open: list[contextlib.ExitStack] = []
+
+    def __enter__(self) -> None:
+        self._on_enter()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype or torch.float32,
+                                           enabled=self.dtype is not None))
+        stack.enter_context(sequences.attention_backend(self.knobs))
+        self._open.append(stack)
+
+    def __exit__(self, *exc: Any) -> bool:
+        return bool(self._open.pop().__exit__(*exc))
 
 
 class OwnLoop:
@@ -44,9 +69,61 @@ class OwnLoop:
     knobs: dict[str, Any]
     device: torch.device
     stages: list[Stage]
+    best: BestConfig
+    _meter: Any  # the run's Meter, once rt.meter() made it
 
     def _override(self, knob: str, have: Any, want: Any, where: str) -> None:
         raise NotImplementedError  # Runtime's: one KnobOverridden warning per knob
+
+    def _say_once(self, key: str, text: str, warn: bool) -> None:
+        raise NotImplementedError  # Runtime's: a KnobOverridden warning, or a log line
+
+    @property
+    def batch_size(self) -> int:
+        """The measured batch size (``knobs.batch_size``), for a loop that makes its own
+        batches: ``get_batch`` reading ``rt.batch_size`` and ``meter.step(rt.batch_size)``."""
+        return int(self.knobs["batch_size"])
+
+    def batches(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A function that makes each batch (nanoGPT's ``get_batch``: random slices of a
+        memmap), as the loop calls it: ``get_batch = rt.batches(get_batch)``. Each call is
+        timed as the loop's wait for its batch (for ``rt.meter()``, which can then tell a
+        slower batch from a slower step), and the CPU tensors it returns are pinned and
+        copied to the device as measured (``pin_memory``, ``non_blocking``; tensors the
+        function put on the device already pass as they are; a pair comes back as
+        ``rt.to_device(x, y)`` gives it).
+
+        Said once, here (autotune/production/batch_source.py): which measured knobs do not
+        apply, being a DataLoader's (workers, prefetching, persistent workers, the
+        collating knobs; a ``KnobOverridden`` warning where the study measured them
+        otherwise than a function amounts to, else one ``autotune`` log line), and which
+        do."""
+        lost, text = batch_source.notice(getattr(fn, "__name__", "the batch function"),
+                                         self.knobs, self.device,
+                                         self.best.metrics.get("samples_per_sec"))
+        self._say_once("batch_function", text, lost)
+        return batch_source.BatchFunction(fn, self)
+
+    def _batch_to_device(self, batch: Any) -> Any:
+        if self.device.type == "cuda" and self.knobs.get("pin_memory"):
+            batch = batch_source.pin_host_tensors(batch)
+        if isinstance(batch, tuple) and len(batch) == 2:
+            return self.to_device(*batch)
+        return self.to_device(batch)[0]
+
+    def apply_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The measured ``optimizer_impl`` set on an optimizer your code built, such as
+        ``model.configure_optimizers(...)`` with parameter groups, which takes no
+        ``**rt.optimizer_kwargs()``: ``fused=True`` / ``foreach=True`` in every parameter
+        group (each group's own key overrides a constructor argument) and in its defaults, in
+        place, before its first step (a scheduler built on it stays attached); returns it.
+        optimizer_impl=default leaves it as built, as the study's workload built it. Refused
+        (ValueError, naming what the class takes) where the optimizer's class has no such
+        argument or has already stepped."""
+        try:
+            return set_optimizer_impl(optimizer, self.knobs)
+        except ValueError as exc:
+            raise ValueError(f"rt.apply_optimizer(): {exc}") from None
 
     def worker_init_fn(self, then: Callable[[int], Any] | None = None) -> Callable[[int], Any] | None:
         """The DataLoader's ``worker_init_fn``: each worker's torch threads as the trials'
@@ -85,18 +162,17 @@ class OwnLoop:
             inputs = tree.channels_last(inputs)
         return inputs, targets
 
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
+    def autocast(self) -> MeasuredAutocast:
         """The forward and the loss under the measured mixed precision
         (``torch.autocast(device, dtype)``, disabled for amp=off) and SDPA's pinned backend
         (the ``attention`` knob's ``sdpa_*`` values). Run the backward outside it, as
         PyTorch's AMP recipe does (with activation checkpointing and a pinned backend, inside
-        ``rt.attention_backend()``: the recomputed forward needs the same backend)."""
-        self._no_graph_here()
+        ``rt.attention_backend()``: the recomputed forward needs the same backend).
+
+        The context can be kept and entered again, as nanoGPT keeps its ``ctx``:
+        ``ctx = rt.autocast()`` once, then ``with ctx:`` at every step."""
         dtype = AMP_DTYPES.get(str(self.knobs["amp"]))
-        with torch.autocast(self.device.type, dtype=dtype or torch.float32,
-                            enabled=dtype is not None), sequences.attention_backend(self.knobs):
-            yield
+        return MeasuredAutocast(self.device.type, dtype, self.knobs, self._no_graph_here)
 
     def attention_backend(self) -> contextlib.AbstractContextManager[None]:
         """SDPA restricted to the measured backend (``torch.nn.attention.sdpa_kernel``), or

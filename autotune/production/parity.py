@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from autotune.core.quick_exit import quick_exit
-from autotune.core.workload import Workload, build_workload
+from autotune.core.workload import Workload, build_optimizer, build_workload
 
 
 @dataclass
@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         loader = rt.dataloader(workload.dataset(rt.knobs["transfer_dtype"]), shuffle=True,
                                collate_fn=workload.collate_fn())
     model = rt.model(workload.model())
-    opt = workload.optimizer(model.parameters(), **rt.optimizer_kwargs())
+    opt = build_optimizer(workload, model, **rt.optimizer_kwargs())
     run = rt.wrap(model, opt, workload.loss, loader=loader,
                   device_transform=workload.device_transform, split_batch=workload.split_batch)
     clock = StepClock(args.warmup, rt.device)

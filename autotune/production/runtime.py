@@ -17,6 +17,11 @@ the batch move of ``Training``), so what runs is what was measured::
         loss = run.step(*run.to_device(inputs, targets))
         meter.step(len(targets))
 
+A loop whose batches come from a function rather than a DataLoader (nanoGPT's ``get_batch``)
+keeps it: ``get_batch = rt.batches(get_batch)`` times each call for the meter and says once
+which loader knobs cannot apply; an optimizer the model builds with parameter groups gets
+the measured implementation through ``rt.apply_optimizer(model.configure_optimizers(...))``.
+
 Where the user's code sets a knob otherwise (its own DataLoader arguments, an already compiled
 model, an optimizer without ``fused=``), the user's choice stands and one ``KnobOverridden``
 warning per knob says what differs from the measured configuration.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import inspect
+import logging
 import os
 import time
 import warnings
@@ -51,6 +57,8 @@ from autotune.core.workload import Workload
 from autotune.production.best import BestConfig, best_from_document, load_best
 from autotune.production.meter import Meter
 from autotune.production.own_loop import OwnLoop
+
+log = logging.getLogger("autotune")
 
 #: A best.yaml that replaces the one the script names (``autotune verify --script`` runs the
 #: user's unchanged script once with the original configuration, once with the exported one).
@@ -127,8 +135,9 @@ class _UserParts(Workload):
 class Runtime(OwnLoop):
     """A study's best configuration, applied piece by piece to the user's own objects: as the
     trials' step object (``wrap``), or line by line in a loop the user keeps (``loader_kwargs``,
-    ``model``, ``compile``, ``optimizer_kwargs``, ``to_device``, ``autocast``, ``grad_scaler``,
-    ``zero_grad``: autotune/production/own_loop.py).
+    ``model``, ``compile``, ``optimizer_kwargs``, ``apply_optimizer``, ``to_device``,
+    ``batches``, ``autocast``, ``grad_scaler``, ``zero_grad``:
+    autotune/production/own_loop.py).
 
     ``best``: a path to best.yaml, a ``BestConfig`` (``load_best``), or a mapping with its
     ``knobs`` (e.g. the node a Hydra app gets from ``+autotune=best``); the environment
@@ -153,6 +162,7 @@ class Runtime(OwnLoop):
         #: (``study.keep_global_batch``): best.yaml's ``grad_accum``, 1 when absent.
         self.grad_accum = int(best.document.get("grad_accum") or 1)
         self._warned: set[str] = set()
+        self._meter: Meter | None = None
         #: The input stages given to ``dataloader(stages=)``: ``wrap`` runs their device part.
         self.stages: list[Stage] = []
         #: A rank under torchrun of a study that measured ranks (best.yaml ``launch``): pinned
@@ -375,8 +385,26 @@ class Runtime(OwnLoop):
                                self.device, model, optimizer, loader, grad_accum=self.grad_accum)
 
     def meter(self, **kwargs: Any) -> Meter:
-        """A production meter against the study's confirmed samples/sec (see ``Meter``)."""
-        return Meter.from_best(self.best, device=self.device.type, **kwargs)
+        """The run's production meter against the study's confirmed samples/sec (see
+        ``Meter``), made at the first call (``kwargs``: its settings, e.g. ``warmup_steps``);
+        later calls return the same one, so ``rt.meter().step(n)`` in a loop counts into it
+        and ``rt.batches`` times each batch for it."""
+        if self._meter is None:
+            self._meter = Meter.from_best(self.best, device=self.device.type, **kwargs)
+        elif kwargs:
+            raise ValueError(f"rt.meter({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): "
+                             "this run's meter exists already; its settings are given at the "
+                             "first rt.meter() call, which makes it.")
+        return self._meter
+
+    def _say_once(self, key: str, text: str, warn: bool) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        if warn:
+            warnings.warn(text, KnobOverridden, stacklevel=3)
+        else:
+            log.info(text)
 
     def _override(self, knob: str, have: Any, want: Any, where: str) -> None:
         if knob in self._warned:

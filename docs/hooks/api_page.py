@@ -36,7 +36,9 @@ API: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = [
         ("autotune.production.environment_check.EnvironmentChanged", {}),
         ("autotune.core.training.Training", {})]),
     ("What you implement", [
-        ("autotune.core.workload.Workload", {}), ("autotune.core.stages.Stage", {})]),
+        ("autotune.core.workload.Workload", {}),
+        ("autotune.core.training.apply_optimizer_impl", {}),
+        ("autotune.core.stages.Stage", {})]),
     ("The framework adapters", [
         ("autotune.adapters.hf", {"members": ["tune", "apply", "HFTuned", "tuned_arguments",
                                               "training_arguments_kwargs", "unapplied"]}),
