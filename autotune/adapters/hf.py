@@ -33,6 +33,8 @@ from typing import Any
 from autotune.adapters import best_document, in_process
 from autotune.adapters.ddp import accelerator_ddp_kwargs, launched
 from autotune.adapters.fsdp import HF_CPU_SHARDING, set_plugin_precision, sharded_study
+from autotune.adapters.hf_recipe import model_travel, split_peft
+from autotune.adapters.hf_trl import is_sft, sft_parts
 from autotune.adapters.hf_workload import (
     _DDP_FIELDS,
     _SPEED_FIELDS,
@@ -40,7 +42,6 @@ from autotune.adapters.hf_workload import (
     _VERSIONED,
     HFTrainerWorkload,
     HFWorkload,
-    training_argument_fields,
     training_arguments_kwargs,
 )
 from autotune.core import sequences
@@ -49,7 +50,7 @@ from autotune.core.shipping import ToShip
 from autotune.core.training import (
     with_padding,
 )
-from autotune.production.best import BestConfig
+from autotune.production.best import BestConfig, load_best
 
 __all__ = ["HFTrainerWorkload", "HFTuned", "HFWorkload", "apply", "training_arguments_kwargs",
            "tune", "tuned_arguments"]
@@ -58,7 +59,8 @@ __all__ = ["HFTrainerWorkload", "HFTuned", "HFWorkload", "apply", "training_argu
 @dataclasses.dataclass
 class HFTuned:
     """A study's result for a Trainer: ``best`` (best.yaml read back), ``training_args`` (the
-    Trainer's own TrainingArguments with the tuned fields), and ``apply(trainer)``."""
+    Trainer's own TrainingArguments with the tuned fields), ``apply(trainer)`` (best.yaml's
+    answer) and ``same_training()`` (the answer that trains the same model as yours)."""
 
     best: BestConfig
     training_args: Any
@@ -66,11 +68,28 @@ class HFTuned:
     def apply(self, trainer: Any) -> Any:
         return apply(trainer, self.best)
 
+    def same_training(self) -> BestConfig | None:
+        """The answer that trains the same model as the Trainer did (its global batch, its
+        arithmetic class aside: docs/guide/choosing.md): best.yaml where it does, else
+        best-same-training.yaml beside it; None where no such configuration was shown faster
+        than the Trainer's own (train as it is)."""
+        section = self.best.document.get("training") or {}
+        if not (section.get("this") or {}).get("changes"):
+            return self.best
+        other = section.get("other")
+        if not other or not self.best.source:
+            return None
+        return load_best(Path(self.best.source).parent / other["file"], check_environment=False)
 
-def tune(trainer: Any, overrides: Sequence[str] = (), **kwargs: Any) -> HFTuned:
+
+def tune(trainer: Any, overrides: Sequence[str] = (), *, ship_weights: bool = False,
+         **kwargs: Any) -> HFTuned:
     """Tune ``trainer``'s training speed (before ``trainer.train()``): a study whose baseline
-    is the Trainer as it is, run on its own model, data and arguments. ``overrides`` and
-    ``kwargs`` are autotune.tune's (``device="cpu"``, ``n_trials=8``, ``name=...``). Raises
+    is the Trainer as it is, run on its own model, data and arguments (a TRL ``SFTTrainer``
+    too: autotune/adapters/hf_trl.py). ``overrides`` and ``kwargs`` are autotune.tune's
+    (``device="cpu"``, ``n_trials=8``, ``name=...``). A model loaded with ``from_pretrained``
+    travels to the trials as its recipe (autotune/adapters/hf_recipe.py); ``ship_weights=True``
+    sends its weights instead, as any other model's are. Raises
     ``autotune.core.shipping.CannotTravel`` naming an object that cannot reach the trials, and
     autotune.tune's exceptions; one that still exported a configuration (``CouldNotMeasure`` on
     a busy machine, ``RegressionFound``) carries this result for it as ``tuned``."""
@@ -80,18 +99,20 @@ def tune(trainer: Any, overrides: Sequence[str] = (), **kwargs: Any) -> HFTuned:
     from autotune.cli.api import tune as tune_study
 
     try:
-        best = tune_study(list(overrides), workload=trainer_parts(trainer), **kwargs)
+        best = tune_study(list(overrides), workload=trainer_parts(trainer, ship_weights), **kwargs)
     except StudyError as exc:
         if exc.best is not None:
-            exc.tuned = HFTuned(exc.best, tuned_arguments(trainer.args, exc.best))
+            exc.tuned = HFTuned(exc.best, tuned_arguments(trainer.args, exc.best,
+                                                                  trainer.data_collator))
         raise
-    return HFTuned(best, tuned_arguments(trainer.args, best))
+    return HFTuned(best, tuned_arguments(trainer.args, best, trainer.data_collator))
 
 
-def trainer_parts(trainer: Any) -> ToShip:
+def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
     """What of a Trainer the trials need: its model (all of it: frozen layers and adapters
-    decide the step's cost), the train dataset and collator as its own train DataLoader gets
-    them (unused columns removed), and its arguments."""
+    decide the step's cost; as its recipe where it has one), the train dataset and collator
+    as its own train DataLoader gets them (unused columns removed), and its arguments (all of
+    them, of its own arguments class, for verify's Trainer)."""
     loader = trainer.get_train_dataloader()
     model = trainer.model
     args = trainer.args
@@ -102,19 +123,34 @@ def trainer_parts(trainer: Any) -> ToShip:
                                                         fields["train_sampling_strategy"]))
     fields["accelerator_config"] = {"non_blocking": bool(args.accelerator_config.non_blocking)}
     fields["optim"] = str(getattr(args.optim, "value", args.optim))
-    init = training_argument_fields()
-    every = {k: v for k, v in args.to_dict().items() if k in init and not k.startswith("_")}
-    parts = {"model": model, "dataset": loader.dataset, "collator": loader.collate_fn,
+    init = {f.name for f in dataclasses.fields(type(args)) if f.init}
+    # to_dict masks every field named *_token: SFTConfig's pad_token and eos_token are the
+    # user's values (the hub token stays masked: verify runs offline).
+    every = {k: getattr(args, k) if k.endswith("_token") and "hub" not in k else v
+             for k, v in args.to_dict().items() if k in init and not k.startswith("_")}
+    travel = model_travel(model, by_value=ship_weights)
+    key = "model_recipe" if travel.is_recipe else "model"
+    if travel.by_value_why and not ship_weights and getattr(split_peft(model)[1], "name_or_path", ""):
+        warnings.warn(f"autotune: {travel.words}", stacklevel=3)
+    base = split_peft(model)[1]
+    parts = {key: travel.part, "dataset": loader.dataset, "collator": loader.collate_fn,
              "training_args": fields, "all_training_args": every, "trainer_class": type(trainer),
-             "model_config": getattr(model, "config", None),
+             "args_class": type(args), "model_config": getattr(model, "config", None),
              "callbacks": _user_callbacks(trainer),
              "model_name": f"{type(model).__module__}.{type(model).__qualname__}",
+             "model_class": f"{type(base).__module__}.{type(base).__qualname__}",
              "dataset_name": f"{type(loader.dataset).__name__} of {len(loader.dataset)} rows"}
-    names = {"model": "the Trainer's model", "dataset": "the Trainer's train_dataset",
-             "collator": "the Trainer's data_collator", "trainer_class": "the Trainer's class",
-             "callbacks": "the Trainer's callbacks"}
-    return ToShip(parts, names, target="autotune.adapters.hf_workload.HFTrainerWorkload",
-                  label=f"hf-{type(model).__name__.lower()}", on_cpu=["model"])
+    names = {"model": "the Trainer's model", "model_recipe": "the Trainer's model's recipe",
+             "dataset": "the Trainer's train_dataset", "collator": "the Trainer's data_collator",
+             "trainer_class": "the Trainer's class", "callbacks": "the Trainer's callbacks",
+             "processing_class": "the SFTTrainer's processing_class"}
+    target = "autotune.adapters.hf_workload.HFTrainerWorkload"
+    if is_sft(trainer):
+        parts.update(sft_parts(trainer))
+        kind = "SFTTrainerWorkload" if parts["sft"]["trl_collator"] else "SFTOwnCollatorWorkload"
+        target = f"autotune.adapters.hf_trl.{kind}"
+    return ToShip(parts, names, target=target, label=f"hf-{type(model).__name__.lower()}",
+                  on_cpu=[key], said=travel.words)
 
 
 def _user_callbacks(trainer: Any) -> list[Any]:
@@ -140,13 +176,28 @@ def _user_callbacks(trainer: Any) -> list[Any]:
     return out
 
 
-def tuned_arguments(args: Any, best: Any) -> Any:
-    """``args`` (the Trainer's TrainingArguments) with every field the study tuned; the user's
-    other fields (output_dir, epochs, logging, evaluation...) as they were."""
+def tuned_arguments(args: Any, best: Any, collator: Any = None) -> Any:
+    """``args`` (the Trainer's TrainingArguments, or TRL's SFTConfig) with every field the
+    study tuned; the user's other fields (output_dir, epochs, logging, evaluation...) as they
+    were, and their own keys of the fields that are dicts (``accelerator_config``,
+    ``gradient_checkpointing_kwargs``) beside the tuned ones. An SFTConfig gets ``padding_free``
+    where the study's packing differs from what TRL does with the user's and TRL's own
+    collator packs (``collator``: the Trainer's; hf_trl.py)."""
     tuned = training_arguments_kwargs(best)
     accel = args.accelerator_config
     accel = accel.to_dict() if hasattr(accel, "to_dict") else dict(accel or {})
     tuned["accelerator_config"] = {**accel, **tuned["accelerator_config"]}
+    for name, value in tuned.items():
+        own = getattr(args, name, None)
+        if name.endswith("_kwargs") and isinstance(own, dict) and isinstance(value, dict):
+            tuned[name] = {**own, **value}
+    knobs = best_document(best)["knobs"]
+    if hasattr(args, "padding_free") and "padding_free" in knobs and (
+            collator is None or sequences.switches_packing(collator)):
+        trl_packs = args.padding_free or (getattr(args, "packing", False) and getattr(
+            args, "packing_strategy", None) in ("bfd", "bfd_split"))
+        if bool(knobs["padding_free"]) != bool(trl_packs):
+            tuned["padding_free"] = bool(knobs["padding_free"])
     return dataclasses.replace(args, **tuned)
 
 
@@ -160,7 +211,7 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     doc = best_document(best)
     knobs = doc["knobs"]
     apply_process_knobs(knobs)  # before the Trainer's DataLoader forks its workers
-    new = tuned_arguments(trainer.args, doc)
+    new = tuned_arguments(trainer.args, doc, trainer.data_collator)
     # What the Trainer's own hyper-parameter search does to a live Trainer with new arguments
     # (Trainer._hp_search_setup): the batch size it caches, the Accelerator they configure.
     trainer.args = new

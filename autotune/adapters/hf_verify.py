@@ -25,7 +25,8 @@ from autotune.production.parity import StepClock, load_workload, side_args, writ
 
 
 def build_trainer(workload: HFWorkload, output_dir: str, steps: int, device: str) -> Any:
-    """The user's Trainer with their arguments, running ``steps`` optimizer steps."""
+    """The user's Trainer with their arguments (of their arguments class: an SFTConfig for an
+    SFTTrainer), running ``steps`` optimizer steps."""
     from transformers import Trainer, TrainingArguments
 
     shipped = workload.shipped if isinstance(workload, HFTrainerWorkload) else None
@@ -34,15 +35,34 @@ def build_trainer(workload: HFWorkload, output_dir: str, steps: int, device: str
                   push_to_hub=False, eval_strategy="no", load_best_model_at_end=False)
     if device == "cpu":
         fields["use_cpu"] = True
-    args = TrainingArguments(**fields)
     cls = shipped["trainer_class"] if shipped else Trainer
     callbacks = list(shipped["callbacks"]) if shipped else []
-    kwargs: dict[str, Any] = {"model": workload.model(), "args": args, "train_dataset": workload.data,
-              "data_collator": workload.collator, "callbacks": callbacks}
+    kwargs: dict[str, Any] = {"model": _users_model(workload), "train_dataset": workload.data,
+                              "data_collator": workload.collator, "callbacks": callbacks}
+    if shipped is not None and "sft" in shipped:
+        # The dataset as SFTTrainer prepared it (tokenized, truncated, packed): not again.
+        fields["dataset_kwargs"] = {**(fields.get("dataset_kwargs") or {}),
+                                    "skip_prepare_dataset": True}
+        kwargs["processing_class"] = shipped["processing_class"]
+        if shipped["sft"]["trl_collator"]:
+            kwargs["data_collator"] = None  # TRL's own, built from the SFTConfig as before
+    args_class = shipped["args_class"] if shipped and "args_class" in shipped else TrainingArguments
+    kwargs["args"] = args_class(**fields)
     try:
         return cls(**kwargs)
     except TypeError:  # a Trainer subclass whose constructor takes other arguments
+        kwargs.pop("processing_class", None)
         return Trainer(**kwargs)
+
+
+def _users_model(workload: HFWorkload) -> Any:
+    """The model as the user handed it to their Trainer: rebuilt from its recipe without what
+    the Trainer itself adds (an SFTTrainer adds TRL's fused LM head again)."""
+    if isinstance(workload, HFTrainerWorkload) and "model_recipe" in workload.shipped:
+        return workload.shipped.fresh("model_recipe").build(patches=False)
+    if isinstance(workload, HFTrainerWorkload):
+        return workload.shipped.fresh("model")
+    return workload.model()
 
 
 def count_tokens_of(trainer: Any) -> list[int | None]:

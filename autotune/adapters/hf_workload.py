@@ -132,7 +132,7 @@ class HFWorkload(Workload):
         self.data, self.collator = data, collator
         user_collator = sequences.unwrapped(collator)  # inside the Trainer's column remover
         self.pads_to_multiple = hasattr(user_collator, "pad_to_multiple_of")
-        flattening = type(user_collator).__name__ == "DataCollatorWithFlattening"
+        flattening = sequences.packs(user_collator)  # transformers' or TRL's packing
         self.defaults = {**_defaults(self.full_args),
                          "pad_to_multiple_of": getattr(user_collator, "pad_to_multiple_of", None),
                          "attention": self.attention_now, "padding_free": flattening}
@@ -209,9 +209,10 @@ class HFWorkload(Workload):
 
 class HFTrainerWorkload(HFWorkload):
     """A live ``transformers.Trainer``'s objects, shipped to the trial processes by
-    ``autotune.adapters.hf.tune(trainer)`` (autotune/core/shipping.py): its model, its train
-    dataset and collator (as its own train DataLoader gets them: unused columns removed), and
-    its TrainingArguments fields."""
+    ``autotune.adapters.hf.tune(trainer)`` (autotune/core/shipping.py): its model (as its
+    recipe where it was loaded with ``from_pretrained``: autotune/adapters/hf_recipe.py), its
+    train dataset and collator (as its own train DataLoader gets them: unused columns
+    removed), and its TrainingArguments fields."""
 
     def __init__(self, objects: str, name: str = "hf-trainer", static_shapes: bool | None = None):
         self.shipped = Shipped(objects)
@@ -219,14 +220,20 @@ class HFTrainerWorkload(HFWorkload):
         self.dataset_path = f"the Trainer's train_dataset ({self.shipped['dataset_name']})"
         self.name = name
         config = self.shipped["model_config"] if "model_config" in self.shipped else None
-        self._model_traits(resolve_target(self.model_path), config)
+        # The traits are the transformers model's, under PEFT's wrapper where there is one.
+        traits = self.shipped["model_class"] if "model_class" in self.shipped else self.model_path
+        self._model_traits(resolve_target(traits), config)
         self._configure(self.shipped["training_args"], self.shipped["dataset"],
                         self.shipped["collator"], static_shapes)
 
     def model(self) -> nn.Module:
-        """A fresh copy of the user's model each call (the shipped bytes loaded again): every
-        trial starts from the same weights, frozen parameters and adapters included."""
-        built = self.shipped.fresh("model")
+        """A fresh copy of the user's model each call: rebuilt from its recipe, or its shipped
+        bytes loaded again; every trial starts from the same weights, frozen parameters and
+        adapters included."""
+        if "model_recipe" in self.shipped:
+            built = self.shipped.fresh("model_recipe").build()
+        else:
+            built = self.shipped.fresh("model")
         if not isinstance(built, nn.Module):
             raise WorkloadError(f"the Trainer's model is a {type(built).__name__}, not a torch "
                                 "nn.Module.")

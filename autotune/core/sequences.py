@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import importlib.util
 from collections.abc import Iterator, Mapping, Sequence
@@ -175,7 +176,30 @@ def packing_collator(collate: Any) -> Any:
                                                          separator_id=-100))
 
 
+def switches_packing(collate: Any) -> bool:
+    """A collator that packs by a ``padding_free`` field of its own (TRL's SFT collator, a
+    dataclass): the knob sets that field rather than replacing the collator."""
+    inner = unwrapped(collate)
+    return dataclasses.is_dataclass(inner) and isinstance(getattr(inner, "padding_free", None),
+                                                          bool)
+
+
+def packs(collate: Any) -> bool:
+    """The collator already packs each batch (padding-free)."""
+    inner = unwrapped(collate)
+    return type(inner).__name__ == "DataCollatorWithFlattening" or (
+        switches_packing(inner) and bool(inner.padding_free))
+
+
 def collator(collate: Any, knobs: Mapping[str, Any]) -> Any:
+    """The collator ``knobs["padding_free"]`` asks for: a collator with a ``padding_free``
+    field of its own gets it set (either way), a padding one is replaced when it is on."""
+    if switches_packing(collate) and "padding_free" in knobs:
+        inner = unwrapped(collate)
+        if bool(knobs["padding_free"]) != inner.padding_free:
+            return rewrapped(collate, dataclasses.replace(inner,
+                                                          padding_free=bool(knobs["padding_free"])))
+        return collate
     return packing_collator(collate) if knobs.get("padding_free") else collate
 
 

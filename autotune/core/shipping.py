@@ -9,14 +9,17 @@ travel by value; importable ones by reference, and the trial imports them from t
 file, a lock, a live generator, a socket) is named with what to do instead.
 
 The bytes are written once, content-addressed, into the study's output folder: a study resumed
-with the same objects reuses the file, and trials read it by its absolute path.
+with the same objects reuses the file, and trials read it by its absolute path. A part that is a
+torch module (``ToShip.on_cpu``: a model) is pickled with its tensors apart, in a safetensors
+file beside the pickle (core/tensor_file.py): written one tensor at a time from where they are,
+read by each trial from the memory-mapped file, never held twice in the user's process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,17 +27,28 @@ from typing import Any
 import cloudpickle
 
 from autotune.core.files import atomic_write
+from autotune.core.tensor_file import (
+    TensorSource,
+    TensorWriter,
+    dumps_apart,
+    loads_apart,
+    streamable,
+)
 from autotune.core.workload import Workload, WorkloadError
+
+#: The payload's entry naming the tensor file its apart parts read (no part has this key).
+TENSORS = "__tensors__"
 
 
 class CannotTravel(WorkloadError):
     """One of the user's objects cannot be sent to a trial process."""
 
 
-def dumps(obj: Any, what: str) -> bytes:
-    """``obj`` as bytes a trial process can load, or a CannotTravel naming ``what``."""
+def dumps(obj: Any, what: str, writer: TensorWriter | None = None) -> bytes:
+    """``obj`` as bytes a trial process can load (its tensors handed to ``writer`` where one is
+    given), or a CannotTravel naming ``what``."""
     try:
-        return cloudpickle.dumps(obj)
+        return dumps_apart(obj, writer) if writer is not None else cloudpickle.dumps(obj)
     except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's object's
         raise CannotTravel(
             f"{what} (a {type(obj).__module__}.{type(obj).__qualname__}) cannot be sent to "
@@ -47,12 +61,19 @@ def dumps(obj: Any, what: str) -> bytes:
         ) from exc
 
 
-def ship(parts: Mapping[str, Any], folder: Path, names: Mapping[str, str]) -> Path:
+def ship(parts: Mapping[str, Any], folder: Path, names: Mapping[str, str],
+         apart: Sequence[str] = ()) -> Path:
     """Write ``parts`` (each serialized alone: ``names[key]`` says what it is in the error)
-    to ``folder/<sha1>.pkl``; return the file's absolute path."""
-    blobs = {key: dumps(value, names.get(key, key)) for key, value in parts.items()}
-    payload = cloudpickle.dumps(blobs)
+    to ``folder/<sha1>.pkl``; the tensors of the parts in ``apart`` go to one
+    ``folder/<sha1>.safetensors`` it names. Return the pickle's absolute path."""
     folder = folder.absolute()
+    writer = TensorWriter(folder)
+    blobs = {key: dumps(value, names.get(key, key), writer if key in apart else None)
+             for key, value in parts.items()}
+    tensors = writer.write()
+    if tensors is not None:
+        blobs[TENSORS] = tensors.name.encode()
+    payload = cloudpickle.dumps(blobs)
     path = folder / f"{hashlib.sha1(payload).hexdigest()[:16]}.pkl"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -69,10 +90,10 @@ class Shipped:
         try:
             self._blobs: dict[str, bytes] = cloudpickle.loads(self.path.read_bytes())
         except FileNotFoundError as exc:
-            raise WorkloadError(
-                f"{self.path}: the objects this study was started with are not there any more "
-                "(the study folder was moved or cleaned). Start the study again from the "
-                "objects (autotune.tune / the adapters' tune) to ship them anew.") from exc
+            raise _gone(self.path) from exc
+        name = self._blobs.pop(TENSORS, None)
+        self.tensor_file = self.path.parent / name.decode() if name else None
+        self._source = TensorSource(self.tensor_file) if self.tensor_file else None
         self._loaded: dict[str, Any] = {}
 
     def __contains__(self, key: str) -> bool:
@@ -80,35 +101,55 @@ class Shipped:
 
     def __getitem__(self, key: str) -> Any:
         if key not in self._loaded:
-            self._loaded[key] = cloudpickle.loads(self._blobs[key])
+            self._loaded[key] = self.fresh(key)
         return self._loaded[key]
 
     def fresh(self, key: str) -> Any:
-        """A new copy of ``key`` (loaded again from its bytes): a model each trial trains
-        from the same starting weights."""
-        return cloudpickle.loads(self._blobs[key])
+        """A new copy of ``key`` (loaded again from its bytes, its tensors again from the
+        tensor file): a model each trial trains from the same starting weights."""
+        if self.tensor_file is not None and not self.tensor_file.exists():
+            raise _gone(self.tensor_file)
+        return loads_apart(self._blobs[key], self._source)
+
+    @property
+    def tensor_bytes(self) -> int:
+        """The size of the tensors shipped apart (0: none)."""
+        return self.tensor_file.stat().st_size if self.tensor_file else 0
+
+
+def _gone(path: Path) -> WorkloadError:
+    return WorkloadError(
+        f"{path}: the objects this study was started with are not there any more (the study "
+        "folder was moved or cleaned). Start the study again from the objects (autotune.tune / "
+        "the adapters' tune) to ship them anew.")
 
 
 @dataclass
 class ToShip:
     """The user's objects bound for the trials, and the workload factory (``target``, called
     as ``target(objects=<file>, name=<label>)`` in each process) that rebuilds a Workload from
-    them. ``on_cpu``: parts that are torch modules, serialized with their weights on the CPU
-    (moved there for the moment it takes and back): loading them never starts CUDA in the
-    driver."""
+    them. ``on_cpu``: parts that are torch modules (or hold tensors, like a model's recipe):
+    their tensors travel apart, as a safetensors file written one tensor at a time from where
+    they are, so loading them never starts CUDA in the driver; a module holding a tensor that
+    cannot be written so (quantized, a subclass) on a device is moved to the CPU for the moment
+    it takes and back. ``said``: a line the study prints as it ships them (how the model
+    travels, and how large that is)."""
 
     parts: dict[str, Any]
     names: dict[str, str]
     target: str
     label: str
     on_cpu: list[str] = field(default_factory=list)
+    said: str = ""
 
     def spec(self, folder: Path) -> dict[str, Any]:
         """Ship the parts into ``folder`` and return the workload's config node."""
         with contextlib.ExitStack() as stack:
             for key in self.on_cpu:
                 stack.enter_context(_on_cpu(self.parts[key]))
-            path = ship(self.parts, folder, self.names)
+            path = ship(self.parts, folder, self.names, apart=self.on_cpu)
+        if self.said:
+            print(f"autotune: {self.said}", flush=True)
         return {"_target_": self.target, "objects": str(path), "name": self.label}
 
 
@@ -116,9 +157,12 @@ class ToShip:
 def _on_cpu(module: Any) -> Iterator[None]:
     import torch
 
-    first = next(iter(module.parameters()), None) if isinstance(module, torch.nn.Module) else None
-    device = first.device if first is not None else None
-    if device is None or device.type == "cpu":
+    if not isinstance(module, torch.nn.Module):
+        yield
+        return
+    tensors = [*module.parameters(), *module.buffers()]
+    device = next((t.device for t in tensors if t.device.type not in ("cpu", "meta")), None)
+    if device is None or all(streamable(t) for t in tensors):
         yield
         return
     module.to("cpu")

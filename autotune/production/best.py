@@ -27,6 +27,9 @@ class BestConfig:
     workload: str | None
     metrics: dict[str, Any]
     document: dict[str, Any]
+    #: Where it was read from (a best.yaml's path; a Hydra config's name): the other answer's
+    #: file (best.yaml's ``training.other.file``) lies beside it.
+    source: str = ""
 
 
 def load_best(path: str | os.PathLike[str], check_environment: bool = True) -> BestConfig:
@@ -56,4 +59,5 @@ def best_from_document(doc: Any, source: str) -> BestConfig:
     missing = [k.name for k in KNOBS if k.name not in knobs]
     if missing:
         raise ValueError(f"{source}: knobs missing: {', '.join(missing)}")
-    return BestConfig(knobs, doc.get("workload"), doc.get("metrics") or {}, {**doc, "knobs": knobs})
+    return BestConfig(knobs, doc.get("workload"), doc.get("metrics") or {}, {**doc, "knobs": knobs},
+                      source)
