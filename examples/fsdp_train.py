@@ -97,6 +97,16 @@ class LlamaWorkload(Workload):
                 f"seq_len={a['seq_len']}, AdamW)")
 
 
+def _wrapper(model: torch.nn.Module) -> str:
+    """What the model runs as: "FSDP2" (fully_shard), "DDP", or "one process"."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, FSDPModule):
+        return "FSDP2"
+    return "DDP" if isinstance(model, DistributedDataParallel) else "one process"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("best", help="path to a study's best.yaml")
@@ -134,7 +144,8 @@ def main() -> None:
     dist.barrier()
     if dist.get_rank() == 0 and start is not None:
         rate = tokens / (time.perf_counter() - start)
-        print(f"rank 0 of {dist.get_world_size()}: {rt.knobs.get('sharding')}, loss "
+        print(f"rank 0 of {dist.get_world_size()}: {rt.knobs.get('sharding')} "
+              f"({_wrapper(model)}), loss "
               f"{loss.item():.4f}, {rate:.1f} tokens/s (all ranks), cores "
               f"{sorted(os.sched_getaffinity(0))}")
     dist.destroy_process_group()

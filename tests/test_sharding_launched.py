@@ -68,7 +68,7 @@ def test_a_sharded_study_exports_fsdp_arguments_and_its_torchrun_line_trains_the
                          timeout=180, env={**env, "PATH": f"{Path(sys.executable).parent}"
                                            f"{os.pathsep}{os.environ['PATH']}"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "rank 0 of 2: full_shard" in run.stdout
+    assert "rank 0 of 2: full_shard (FSDP2)" in run.stdout  # the model is FSDP2's, not DDP
 
     check = run_cli(["verify", "studies/s", "--rounds", "1", "--nproc-per-node", "2",
                      "--script", f"{ROOT}/examples/fsdp_train.py", "studies/s/best.yaml",
