@@ -27,7 +27,7 @@ def _rehearse(tmp_path: Path, script: Path = SCRIPT,
     return proc, out
 
 
-STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile", "race")
+STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile", "race", "finetune")
 
 
 def _status(summary: str) -> dict[str, str]:
@@ -130,3 +130,21 @@ def test_the_race_step_runs_the_old_and_the_new_path_and_returns_their_studies(
         log = tar.extractfile("logs/race.log").read().decode()  # type: ignore[union-attr]
     assert "| rounds after the search (study.race=false) |" in log, log[-3000:]
     assert "| raced during the search |" in log
+
+
+@pytest.mark.timeout(900)
+def test_the_finetune_step_lists_what_imports_and_returns_its_study(tmp_path: Path) -> None:
+    """The fine-tuning knobs' step (issue 61 item 4): on the CPU none of Liger, flash-attn or
+    bitsandbytes is listed (each said), and the Llama's study with padding-free packing
+    searched runs through; its trials.csv comes back in finetune.tgz."""
+    proc, out = _rehearse(tmp_path, STEPS="finetune", TOTAL_S="800", BUDGET_finetune="700")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert _status(summary)["finetune"] in ("PASS", "DONE"), summary
+    names = _names(out / "finetune.tgz")
+    assert "studies/gpu-finetune/trials.csv" in names, names
+    with tarfile.open(out / "finetune.tgz") as tar:
+        log = tar.extractfile("logs/finetune.log").read().decode()  # type: ignore[union-attr]
+    for knob in ("knobs.liger_kernel", "knobs.attention", "knobs.optimizer"):
+        assert f"not importable on cpu: {knob}" in log, log[-3000:]
+    assert "padding_free" in log

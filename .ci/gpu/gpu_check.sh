@@ -29,6 +29,13 @@
 #            compiled speedup over the tuned eager step, with its interval.
 #   jpeg     a JPEG folder decoded and resized on the device (nvJPEG, transform_split=0).
 #   ncu      the first ncu command of the study's best.yaml nsight section, as printed there.
+#   finetune the language-model fine-tuning knobs only a GPU runs (issue 61 item 4), on the lm
+#            step's Llama (examples/hf_lm.py) with padding-free packing searched: Liger's
+#            kernels (knobs.liger_kernel), flash attention (attention=flash_attention_2) and
+#            bitsandbytes' 8-bit AdamW (knobs.optimizer), each listed where its package imports
+#            on the machine (else said, and left out); the numerics check on (off in the
+#            rehearsal, as for every step). tokens/s per trial in its trials.csv. A loan's own:
+#            STEPS="finetune" TOTAL_S=200 timeout 220 bash .ci/gpu/gpu_check.sh (not measured).
 #   race     the README's study twice on the same seed (python -m benchmarks.race): every
 #            confirmation round after the search, then the finalists raced during it
 #            (study.race=true); 12 trials each, the study step's windows (capped at 5 s), the
@@ -83,6 +90,7 @@ if [ "$DRY" = 1 ]; then
     COMPILE=(knobs.compile=off study.n_trials=2 study.confirm_runs=0)
     RACE=(--set study.n_trials=3 --set study.confirm_top=2 --set study.confirm_budget_s=20
           --set study.numerics_steps=0)
+    FINETUNE=(--trials 2 --set study.confirm_runs=0 --set study.numerics_steps=0 --no-train)
 else
     DEVICE=cuda
     # The README's main command with the window capped at 5 s (an input-bound batch of 256 at
@@ -100,6 +108,8 @@ else
     COMPILE=("knobs.compile=[off,default,reduce-overhead]" study.n_trials=5 study.confirm_top=1
              study.confirm_runs=2 study.confirm_budget_s=0 study.timeout_s=90)
     RACE=(--set study.n_trials=12)
+    FINETUNE=(--trials 8 --set study.confirm_runs=0 --set study.timeout_s=150
+              --set window.measure_seconds=3)
 fi
 # Measured (docs/benchmarks.md): on one H100 (2026-11-26) the copy and install 8 s, study
 # 129-143 s, jpeg 41-48 s, ncu 44 s. On one H200 (2026-11-28): setup 8-9 s, study 122 s, lm
@@ -109,6 +119,7 @@ fi
 # machine by .ci/gpu/gpu_loan.sh.
 : "${BUDGET_study:=135}" "${BUDGET_lm:=100}" "${BUDGET_tests:=100}" "${BUDGET_jpeg:=50}"
 : "${BUDGET_ncu:=47}" "${BUDGET_figures:=3}" "${BUDGET_compile:=220}" "${BUDGET_race:=560}"
+: "${BUDGET_finetune:=180}"
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
@@ -283,6 +294,25 @@ lm_step() {
         --set study.numerics_steps=0 "${win[@]}" "${LM[@]}"
 }
 
+# The fine-tuning knobs listed where their package imports here (a knob whose package is
+# missing is refused by the study, naming it: said here instead, and the step goes on).
+finetune_step() {
+    local knobs=() pkg w
+    for w in "${WINDOW[@]}"; do knobs+=(--set "$w"); done
+    for pkg in "liger_kernel:knobs.liger_kernel=[false,true]" \
+               "flash_attn:knobs.attention=[sdpa,flash_attention_2]" \
+               "bitsandbytes:knobs.optimizer=[adamw_torch,adamw_bnb_8bit]"; do
+        if "$PY" -c "import ${pkg%%:*}" 2>/dev/null && [ "$DEVICE" = cuda ]; then
+            knobs+=(--set "${pkg#*:}")
+        else
+            echo "finetune: ${pkg%%:*} not importable on $DEVICE: ${pkg#*:} not listed"
+        fi
+    done
+    rm -rf studies/gpu-finetune
+    "$PY" examples/hf_lm.py --device "$DEVICE" --name gpu-finetune --pack \
+        --set study.out_dir=studies "${knobs[@]}" "${FINETUNE[@]}"
+}
+
 # The study step's exported knobs as overrides, but compile (searched) and num_workers (its
 # own count or one: a loader that cannot keep up prunes a compiled trial before its compile is
 # spent). cuda_graphs and set_to_none stay pinned: inactive under compile's modes, so the
@@ -359,8 +389,9 @@ for step in $STEPS; do
         ncu) run_step ncu; pack ncu studies/gpu-resnet18/*.ncu-rep studies/gpu-resnet18-ncu1 ;;
         compile) run_step compile; pack compile studies/gpu-compile ;;
         race) run_step race; pack race studies/race/*/best.yaml studies/race/*/trials.csv ;;
+        finetune) run_step finetune; pack finetune studies/gpu-finetune ;;
         figures) run_step figures ;;
-        *) say "$step: SKIP: unknown step (study lm tests jpeg ncu compile race figures)" ;;
+        *) say "$step: SKIP: unknown step (study lm tests jpeg ncu compile race finetune figures)" ;;
     esac
 done
 say "total: ${SECONDS}s"
