@@ -42,6 +42,9 @@ NOT_A_RESTATEMENT = {
     "probe_env(timeout_s)": "the device probe's own limit, not a trial's",
     "verify(nproc_per_node)": "`autotune verify`'s ranks for the production run it measures",
     "--nproc-per-node": "`autotune verify`'s ranks for the production run it measures",
+    "training or ...": "a stored study's record: one stored before study.training held no key "
+                       "and answered 'any' (results/trials.training_setting)",
+    "run_steps or ...": "the words for a stored run length, 'null' where it has none",
 }
 
 
@@ -64,11 +67,44 @@ def _restated(tree: ast.AST) -> list[tuple[int, str]]:
                      *zip(a.kwonlyargs, a.kw_defaults, strict=True)]
             owner = inits.get(id(node), node.name)
             found += [(node.lineno, f"{owner}({arg.arg})") for arg, default in pairs
-                      if arg.arg in KEYS and isinstance(default, ast.Constant)
-                      and default.value is not None]
+                      if arg.arg in KEYS and _literal(default)]
         elif isinstance(node, ast.Call):
             found += _call(node)
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            found += _or_default(node)
     return found
+
+
+def _literal(node: ast.AST | None) -> bool:
+    """A literal default: a constant other than None, signed or not (``-1``)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and node.value is not None
+
+
+def _read_key(node: ast.AST) -> str | None:
+    """The key a read by string names: ``x.get("key")``, ``getattr(x, "key")``, ``x["key"]``."""
+    key: ast.AST | None = None
+    if isinstance(node, ast.Call):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(
+            node.func, "id", "")
+        if name == "get" and node.args:
+            key = node.args[0]
+        elif name == "getattr" and len(node.args) >= 2:
+            key = node.args[1]
+    elif isinstance(node, ast.Subscript):
+        key = node.slice
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value
+    return None
+
+
+def _or_default(node: ast.BoolOp) -> list[tuple[int, str]]:
+    """``x.get("key") or 0.0``: a fallback after a read by string key of a typed section's."""
+    key = _read_key(node.values[0])
+    if key in READ_TYPED and any(_literal(v) for v in node.values[1:]):
+        return [(node.lineno, f'{key} or ...')]
+    return []
 
 
 def _call(node: ast.Call) -> list[tuple[int, str]]:
@@ -81,7 +117,7 @@ def _call(node: ast.Call) -> list[tuple[int, str]]:
     elif name == "add_argument" and args and isinstance(args[0], ast.Constant):
         option = str(args[0].value)
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
-        if option.lstrip("-").replace("-", "_") in KEYS and isinstance(default, ast.Constant):
+        if option.lstrip("-").replace("-", "_") in KEYS and _literal(default):
             return [(node.lineno, option)]
         return []
     else:
@@ -93,7 +129,8 @@ def _call(node: ast.Call) -> list[tuple[int, str]]:
 
 def test_no_module_restates_a_schema_default() -> None:
     """Break it once: ``min_measure_seconds = win.get("min_measure_seconds", 0.0)`` in
-    measure/loop.py, or a ``confirm_top: int = 1`` field back on StudySetup, fails here."""
+    measure/loop.py, ``win.get("min_measure_seconds") or 0.0``, a ``confirm_top: int = 1``
+    field back on StudySetup, or a ``confirm_runs=-1`` parameter, fails here."""
     restated = []
     for path in sorted((ROOT / "autotune").rglob("*.py")):
         if path == ROOT / "autotune" / "core" / "config.py":
@@ -111,13 +148,17 @@ def test_the_scan_sees_a_restated_default() -> None:
 class Setup:
     confirm_top: int = 1
 def plan(confirm_budget_s=300.0): ...
+def confirm(confirm_runs=-1): ...
 x = win.get("min_measure_seconds", 0.0)
 y = getattr(cfg, "measure_steps", 40)
 p.add_argument("--regression-pct", default=10.0)
+z = win.get("measure_seconds") or 0.0
+w = study["confirm_top"] or 3
 '''
-    assert [what for _, what in _restated(ast.parse(code))] == [
-        "Setup.confirm_top", "plan(confirm_budget_s)", 'get("min_measure_seconds", ...)',
-        'getattr("measure_steps", ...)', "--regression-pct"]
+    assert sorted(what for _, what in _restated(ast.parse(code))) == sorted([
+        "Setup.confirm_top", "plan(confirm_budget_s)", "confirm(confirm_runs)",
+        'get("min_measure_seconds", ...)', 'getattr("measure_steps", ...)', "--regression-pct",
+        "measure_seconds or ...", "confirm_top or ..."])
 
 
 def test_a_device_sized_key_is_sized_where_left_unset_and_kept_where_set() -> None:
