@@ -94,18 +94,25 @@ def test_a_twin_records_every_field_its_measured_trial_has(tmp_path: Path) -> No
     """One free knob of two values, four trials: configurations repeat, and each repeat is
     told its twin's outcome rather than measured again. The twin's record reads as the
     measured trial's to the confirmation, the estimate and the export: every measured field
-    is there, with the same values (extras_s, warmup_s and top_kernels were once left out)."""
+    is there, with the same values (extras_s, warmup_s and top_kernels were once left out).
+    And everything the real study wrote, its trials' records and its own (the confirmation's
+    round, the numerics check, the exports' records), is declared in results/record.py."""
     from autotune.results.record import MEASURED_KEYS
-    from tests.conftest import BARE_ARGS, ran_to_the_end, run_cli
+    from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli
 
     pinned = ["knobs.num_workers=0", "knobs.batch_size=32", "knobs.amp=off",
               "knobs.optimizer_impl=default", "knobs.host_allocator=default",
               "knobs.cpu_threads=2"]
     proc = run_cli(["workload=mlp", "device=cpu", "study.name=t", "study.n_trials=4",
-                    "study.agent=false", "study.prune=false", *pinned, *BARE_ARGS], tmp_path)
+                    "study.agent=false", "study.prune=false", *pinned, *TINY_ARGS,
+                    "study.confirm_runs=1", "study.numerics_steps=2"], tmp_path)
     assert ran_to_the_end(proc.returncode, proc.stdout + proc.stderr), proc.stderr[-3000:]
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path}/studies/t/study.db")
     trials = {t.number: t for t in study.get_trials()}
+    undeclared = {n: declared(t.user_attrs) for n, t in trials.items() if declared(t.user_attrs)}
+    assert undeclared == {}, undeclared
+    assert declared(study.user_attrs, StudyAttrs) == [], study.user_attrs.keys()
+    assert {"confirmation", "numerics"} <= set(study.user_attrs), sorted(study.user_attrs)
     twins = [t for t in trials.values() if "duplicate_of" in t.user_attrs]
     assert twins, [t.user_attrs.get("knobs") for t in trials.values()]
     for twin in twins:
