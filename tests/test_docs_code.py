@@ -25,8 +25,7 @@ def _inline() -> ModuleType:
 #: Pages whose owners were editing them when the copies came in (2026-12-01): still shown by
 #: include lines until ``python docs/hooks/inline_code.py`` is run on them; then remove them
 #: here (the test says when a page no longer needs to be listed).
-PENDING = {"docs/guide/finetuning.md", "docs/guide/huggingface.md", "docs/guide/own-loop.md",
-           "docs/guide/own-workload.md"}
+PENDING = {"docs/guide/own-loop.md", "docs/guide/own-workload.md"}
 
 
 def test_every_copy_equals_its_file_and_no_page_shows_an_include_line() -> None:
@@ -41,7 +40,9 @@ def test_every_copy_equals_its_file_and_no_page_shows_an_include_line() -> None:
 def test_the_tutorials_the_suite_runs_are_shown_whole() -> None:
     inline = _inline()
     for page, source in (("getting-started.md", "docs/tutorials/quickstart.py"),
-                         ("guide/lightning.md", "docs/tutorials/lightning_module.py")):
+                         ("guide/lightning.md", "docs/tutorials/lightning_module.py"),
+                         ("guide/huggingface.md", "docs/tutorials/hf_trainer.py"),
+                         ("guide/finetuning.md", "docs/tutorials/finetune_sft.py")):
         assert source in inline.shown((ROOT / "docs" / page).read_text()), page
 
 

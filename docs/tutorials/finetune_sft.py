@@ -47,7 +47,7 @@ texts = Dataset.from_dict({"text": [" ".join(rng.choices(WORDS, k=rng.randint(4,
                                     for _ in range(256)]})
 args = SFTConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4,
                  gradient_accumulation_steps=4,  # a global batch of 16
-                 max_length=64, max_steps=10, report_to="none", save_strategy="no", use_cpu=True)
+                 max_length=64, max_steps=4, report_to="none", save_strategy="no", use_cpu=True)
 trainer = SFTTrainer(model=model, args=args, train_dataset=texts, processing_class=tok,
                      peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
                                             task_type="CAUSAL_LM"))

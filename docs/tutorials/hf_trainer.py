@@ -61,9 +61,14 @@ short = ["window.warmup_steps=2", "window.measure_steps=6", "window.measure_seco
          "window.min_measure_steps=2", "window.min_measure_seconds=1",
          "window.profile=false", "study.confirm_budget_s=20"]
 try:
-    best = hf.tune(trainer, overrides=short, device="cpu", n_trials=2, name="hf-trainer-docs").best
+    tuned = hf.tune(trainer, overrides=short, device="cpu", n_trials=2, name="hf-trainer-docs")
 except autotune.CouldNotMeasure as exc:  # a busy machine: the study says why, and its export
     print(exc)                            # keeps only what its intervals support
-    best = exc.best
-print("tuned:", best.document["speedup_text"], best.knobs)
-hf.apply(trainer, best).train()  # your Trainer with every measured setting applied
+    tuned = exc.tuned
+print("both answers:", tuned.best.document["training"]["words"])
+# The answer that trains the same model as yours (your batch kept): best.yaml where the
+# fastest configuration does, else best-same-training.yaml; None: yours measured fastest.
+same = tuned.same_training()
+if same is not None:
+    hf.apply(trainer, same)  # your Trainer with every measured setting applied
+trainer.train()
