@@ -111,11 +111,6 @@ class Shipped:
             raise _gone(self.tensor_file)
         return loads_apart(self._blobs[key], self._source)
 
-    @property
-    def tensor_bytes(self) -> int:
-        """The size of the tensors shipped apart (0: none)."""
-        return self.tensor_file.stat().st_size if self.tensor_file else 0
-
 
 def _gone(path: Path) -> WorkloadError:
     return WorkloadError(
