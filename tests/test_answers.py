@@ -38,7 +38,7 @@ def test_every_knob_is_classed_with_why() -> None:
         "batch_size", "length_grouping", "broadcast_buffers"}
     assert {n for n, e in by.items() if e == "numerics"} == {
         "amp", "tf32", "compile", "transform_split", "comm_hook", "padding_free",
-        "fsdp_param_dtype", "fsdp_reduce_dtype"}
+        "fsdp_param_dtype", "fsdp_reduce_dtype", "optimizer", "liger_kernel"}
     assert by["num_workers"] == by["channels_last"] == by["activation_checkpointing"] == "speed"
     # fp32 sharding sums the same gradients in another order, as any change of kernel does.
     assert by["sharding"] == by["fsdp_wrap_blocks"] == by["fsdp_cpu_offload"] == "speed"
