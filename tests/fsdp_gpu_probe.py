@@ -1,11 +1,13 @@
-"""Run under ``torchrun --nproc_per_node=1`` on a CUDA machine by tests/test_sharding_gpu.py:
-the sharded path's CUDA code on one GPU (a process group of one rank, NCCL, a CUDA device
-mesh): the trials' own Training with FSDP2 and each CUDA-side sharding knob, a few steps, the
-communication counterfactual and the collectives' profile. Writes what it saw to argv[1]."""
+"""Run under ``torchrun --nproc_per_node=N`` (one rank per GPU, N = 1 or 2) on a CUDA machine
+by tests/test_sharding_gpu.py: the sharded path's CUDA code (NCCL, a CUDA device mesh): the
+trials' own Training with FSDP2 and each CUDA-side sharding knob, a few steps, the
+communication counterfactual and the collectives' profile. Rank 0 writes what it saw to
+argv[1]."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -29,14 +31,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def main(out: str) -> None:
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
     dist.init_process_group("nccl")
-    torch.cuda.set_device(0)
     wl = GPTWorkload(vocab=256, seq_len=64, d_model=64, n_layer=2, n_head=2, n_sequences=64,
                      batch_size=8)
     base = build_space(probe("cuda"), wl, {}).baseline
-    report: dict[str, Any] = {"backend": dist.get_backend()}
+    report: dict[str, Any] = {"backend": dist.get_backend(), "world": dist.get_world_size()}
     for name, knobs in CONFIGS.items():
-        run = Training(wl, {**base, **knobs}, "cuda:0", seed=0)
+        run = Training(wl, {**base, **knobs}, f"cuda:{local}", seed=0)
         batches = iter(run.loader)
         losses = [float(run.step(*run.to_device(*run.split(next(batches)))).item())
                   for _ in range(3)]
@@ -50,8 +53,9 @@ def main(out: str) -> None:
                 "collectives_error")}
         seen["peak_gb"] = torch.cuda.max_memory_reserved() / 2**30
         report[name] = seen
-    with open(out, "w") as f:
-        json.dump(report, f)
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(report, f)
     dist.destroy_process_group()
 
 
