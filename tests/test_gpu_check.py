@@ -134,7 +134,7 @@ def test_the_race_step_runs_the_old_and_the_new_path_and_returns_their_studies(
 
 @pytest.mark.timeout(900)
 def test_the_finetune_step_lists_what_imports_and_returns_its_study(tmp_path: Path) -> None:
-    """The fine-tuning knobs' step (issue 61 item 4): on the CPU none of Liger, flash-attn or
+    """The fine-tuning knobs' step: on the CPU none of Liger, flash-attn or
     bitsandbytes is listed (each said), and the Llama's study with padding-free packing
     searched runs through; its trials.csv comes back in finetune.tgz."""
     proc, out = _rehearse(tmp_path, STEPS="finetune", TOTAL_S="800", BUDGET_finetune="700")

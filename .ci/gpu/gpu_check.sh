@@ -29,7 +29,7 @@
 #            compiled speedup over the tuned eager step, with its interval.
 #   jpeg     a JPEG folder decoded and resized on the device (nvJPEG, transform_split=0).
 #   ncu      the first ncu command of the study's best.yaml nsight section, as printed there.
-#   finetune the language-model fine-tuning knobs only a GPU runs (issue 61 item 4), on the lm
+#   finetune the language-model fine-tuning knobs only a GPU runs, on the lm
 #            step's Llama (examples/hf_lm.py) with padding-free packing searched: Liger's
 #            kernels (knobs.liger_kernel), flash attention (attention=flash_attention_2) and
 #            bitsandbytes' 8-bit AdamW (knobs.optimizer), each listed where its package imports
