@@ -275,14 +275,16 @@ def test_verify_builds_the_users_sfttrainer_on_the_prepared_dataset(llama: str,
                                                                    tmp_path: Path) -> None:
     from autotune.adapters.hf_verify import build_trainer
 
-    trainer = users_sft_trainer(llama, str(tmp_path / "out"), eos_token="</s>")
+    # Packed: a dataset SFTTrainer prepared again would be packed again, into other rows.
+    trainer = users_sft_trainer(llama, str(tmp_path / "out"), eos_token="</s>", packing=True)
     workload, _ = _ship(trainer, tmp_path / "shipped")
     again = build_trainer(workload, str(tmp_path / "verify"), steps=2, device="cpu")
     assert type(again) is type(trainer) and isinstance(again.args, SFTConfig)
-    assert again.args.eos_token == "</s>" and again.args.max_length == 64
+    assert again.args.eos_token == "</s>" and again.args.max_length == 64 and again.args.packing
     assert again.args.gradient_accumulation_steps == 4
     assert again.train_dataset["input_ids"] == trainer.train_dataset["input_ids"]  # not prepared again
     assert type(again.data_collator) is type(trainer.data_collator)
+    assert again.data_collator.padding_free is True  # TRL's own, built from the SFTConfig
     mine, users = again.model.state_dict(), trainer.model.state_dict()
     assert all(torch.equal(mine[k], users[k]) for k in users)
     assert again.train().global_step == 2
