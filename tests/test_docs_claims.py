@@ -123,6 +123,53 @@ def test_an_examples_study_command_is_the_one_its_guide_and_its_measured_run_sta
         assert example[0] in stated, (page, sorted(example[0]), [sorted(c) for c in stated])
 
 
+#: A speedup with its interval, as the pages and the benchmarks write it: "2.03x, 95% CI
+#: 1.31-3.15x", "1.18x (95% CI 1.14-1.21x", "2.62x (1.87-3.67)".
+_FIGURE = re.compile(r"(\d+(?:\.\d+)?)x,? \(?(95% CI )?(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)x?")
+
+
+def figures(text: str, stated_only: bool = False) -> set[tuple[float, float, float]]:
+    """The (speedup, low, high) figures of ``text``, lines joined; ``stated_only``: those the
+    prose states with "95% CI", outside code, generated excerpts and quoted messages."""
+    if stated_only:
+        text = re.sub(r"<!-- (excerpt|code):.*?<!-- /(excerpt|code) -->", "", text, flags=re.S)
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        text = re.sub(r'"[^"]*"', '""', " ".join(text.split()))
+    text = " ".join(text.split())
+    return {(float(p), float(lo), float(hi)) for p, ci, lo, hi in _FIGURE.findall(text)
+            if ci or not stated_only}
+
+
+def test_every_speedup_a_guide_states_is_a_measured_one() -> None:
+    """A speedup and interval a guide states is one of the benchmark pages' (their record has
+    the command, machine and date). diagnosis.md stated 1.18x (1.14-1.21x) with its command
+    and no benchmark record; report.md stated a screenshot's headline that was not the
+    screenshot's."""
+    measured = figures((DOCS / "benchmarks.md").read_text()
+                       + (DOCS / "benchmarks-current.md").read_text())
+    pages = [ROOT / "README.md", DOCS / "index.md", DOCS / "getting-started.md",
+             *sorted((DOCS / "guide").glob("*.md"))]
+    stray = {f"{p.relative_to(ROOT)}: {f}" for p in pages
+             for f in figures(p.read_text(), stated_only=True) - measured}
+    assert not stray, sorted(stray)
+
+
+def files_listed_twice(text: str) -> list[str]:
+    """The first cells a table headed "| file |" holds more than once."""
+    twice = []
+    for table in re.findall(r"^\| file \|.*\n\|[-| ]+\|\n((?:\|.*\n?)*)", text, re.M):
+        cells = [row.split("|")[1].strip() for row in table.splitlines()]
+        twice += sorted({c for c in cells if cells.count(c) > 1})
+    return twice
+
+
+def test_no_table_of_files_lists_one_twice() -> None:
+    """getting-started's table of what a study writes had two best-same-training.yaml rows."""
+    twice = {str(p.relative_to(ROOT)): files_listed_twice(p.read_text())
+             for p in [ROOT / "README.md", ROOT / "studies" / "README.md", *DOCS.rglob("*.md")]}
+    assert not {p: t for p, t in twice.items() if t}
+
+
 def test_the_checks_can_fail() -> None:
     table = ("| knobs | what they speed up | class: what they do to training |\n|---|---|---|\n"
              "| `comm_hook` | x | **training**: y |\n| **`batch_size`** | x | **training**: y |\n")
@@ -133,5 +180,10 @@ def test_the_checks_can_fail() -> None:
     cites = cited_sections("pyproject.toml", '# rules (README "Layout"), x docs/guide/faq.md "Why"')
     assert [(p, t) for _, p, t in cites] == [("README.md", "Layout"), ("docs/guide/faq.md", "Why")]
     assert "Layout" not in headings(ROOT / "README.md")
+    assert figures("ran 1.18x (95% CI\n1.14-1.21x, 6 rounds); \"2.0x, 95% CI 1.0-3.0x\"",
+                   stated_only=True) == {(1.18, 1.14, 1.21)}
+    assert figures("| 2.62x (1.87-3.67) |") == {(2.62, 1.87, 3.67)}
+    assert files_listed_twice("| file | what |\n|---|---|\n| `a` | x |\n| `b` | y |\n"
+                              "| `a` | z |\n") == ["`a`"]
     assert commands("autotune workload._target_=a.B x=1 \\\n    y=2  # 3:00\n", "a.B") == [
         frozenset({"workload._target_=a.B", "x=1", "y=2"})]

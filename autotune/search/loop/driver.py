@@ -141,7 +141,7 @@ class Driver:
         set_trial_attrs(trial, {"knobs": knobs})
         set_trial_attrs(trial, {"source": trial_attrs(trial).get("source", "sampler")})
 
-        log.info("trial %d (%s): %s", trial.number, trial_attrs(trial)["source"], _short(knobs, s.space))
+        log.info("%s", trial_words(trial.number, trial_attrs(trial)["source"], knobs, s.space))
         if self.on_start is not None:
             self.on_start(trial.number, {k: v for k, v in knobs.items() if k not in s.space.fixed})
         twin = twin_of(study, knobs, trial.number)
@@ -264,10 +264,9 @@ class Driver:
             frozen = self.study.tell(trial, state=TrialState.PRUNED)
         else:
             frozen = self.study.tell(trial, state=TrialState.FAIL)
-        log.info("trial %d: %s", trial.number, result_line(result, s.memory_limit_gb))
-        diag = trial_attrs(trial).get("diagnosis")
-        if diag:
-            log.info("  diagnosis: %s", diag.get("summary", diag.get("bottleneck")))
+        for line in outcome_words(trial.number, result, s.memory_limit_gb,
+                                  trial_attrs(trial).get("diagnosis")):
+            log.info("%s", line)
         self._keep_finalists_traces()
         self._after(frozen)
         return frozen
@@ -298,6 +297,21 @@ class Driver:
     def _after(self, frozen: FrozenTrial) -> None:
         if self.on_trial is not None:
             self.on_trial(self.study, frozen)
+
+
+def trial_words(number: int, source: str, knobs: dict[str, Any], space: Space) -> str:
+    """The line a trial starts with: its number, why it was asked, the knobs searched (the
+    documentation's excerpts are checked against it: tests/test_docs_excerpts.py)."""
+    return f"trial {number} ({source}): {_short(knobs, space)}"
+
+
+def outcome_words(number: int, result: WindowResult, limit: float,
+                  diagnosis: dict[str, Any] | None) -> list[str]:
+    """The lines a trial ends with: what its window measured, and what limits it."""
+    lines = [f"trial {number}: {result_line(result, limit)}"]
+    if diagnosis:
+        lines.append(f"  diagnosis: {diagnosis.get('summary', diagnosis.get('bottleneck'))}")
+    return lines
 
 
 def _short(knobs: dict[str, Any], space: Space) -> str:
