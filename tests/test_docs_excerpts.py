@@ -124,12 +124,18 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
     done = 0
     for t in trials:
         a = trial_attrs(t)
-        if "knobs" not in a or a.get("source") == "same_training":
+        if "knobs" not in a:
             continue
         lines[("trial", t.number)] = trial_words(t.number, a["source"], a["knobs"], setup.space)
         result_json = record / "trials" / str(t.number) / "result.json"
+        result = None
         if result_json.exists():
             result = in_study_unit(study, WindowResult.read(result_json))
+        elif a.get("outcome") and a.get("outcome") != "ok":  # ended without a window's result
+            outcome = str(a["outcome"])  # (a cached ceiling pruned it): its stored reason
+            result = WindowResult(outcome=outcome, error=str(a.get("reason", "")).removeprefix(
+                f"{outcome}: "))
+        if result is not None:
             diag = (diagnose(result, a["knobs"], setup.env.device, setup.memory_limit_gb,
                              image_inputs=setup.image_inputs, domains=setup.space.domains)
                     if result.outcome == "ok" else None)
@@ -137,6 +143,8 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
             lines[("result", t.number)] = said[0]
             if len(said) > 1:
                 lines[("diagnosis", t.number)] = said[1]
+        if a.get("source") == "same_training":
+            continue  # measured after the search: no progress line (search/run.py)
         progress = StudyProgress(n_trials, out_dir / "trials", stream=io.StringIO(), live=False)
         done += 1
         progress.done = done
