@@ -132,6 +132,12 @@ def test_an_optim_a_trial_cannot_build_fails_that_trial_naming_it(cpu_env: Env) 
     assert "CUDA" in space.fixed["optimizer"][1]
     with pytest.raises(WorkloadError, match="optim=paged_adamw_8bit"):
         Training(wl, space.baseline, "cpu")
+    # The search's value reaches the trial: a listed form is built, not the user's own.
+    knobs = {**build_space(cpu_env, workload(optim="adamw_torch"), {}).baseline,
+             "optimizer": "adamw_bnb_8bit"}
+    if not llm_domains.bitsandbytes_installed():
+        with pytest.raises(WorkloadError, match="optim=adamw_bnb_8bit"):
+            Training(workload(optim="adamw_torch"), knobs, "cpu")
     with pytest.raises(WorkloadError, match="optim=lomo.*loss.backward"):
         Training(workload(optim="lomo"), build_space(cpu_env, workload(optim="lomo"), {}).baseline,
                  "cpu")

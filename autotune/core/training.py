@@ -233,7 +233,8 @@ class Training:
             model = distributed.wrap(model, self.knobs, self.device,
                                      workload.ddp_arguments(model, self.knobs),
                                      workload.shard_layers or workload.checkpoint_layers)
-        self._attach(model, build_optimizer(workload, model, **optimizer_kwargs(self.knobs)))
+        self._attach(model, build_optimizer(workload, model, **optimizer_kwargs(self.knobs),
+                                            **named_optimizer(self.knobs)))
 
     @classmethod
     def around(cls, workload: Workload, knobs: Mapping[str, Any], device: str | torch.device,
