@@ -51,7 +51,7 @@ def test_help_lists_every_exit_code_the_code_defines(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_command_main_dispatches_and_every_console_script(tmp_path: Path) -> None:
-    """`autotune verify` and `autotune follow` were missing from --help (issue 60). main()
+    """`autotune verify` and `autotune follow` were missing from --help. main()
     dispatches through SUBCOMMANDS only, which --help lists; a command dispatched around the
     table (a ``sys.argv[1:2] == [...]`` test in main.py) fails here, as does a console script
     of pyproject.toml that --help does not name."""
