@@ -10,7 +10,7 @@ SIGKILL after a grace period, and a rank it finds in its own Python code raises 
 and keep its handler), which the rank's window records as its crash. The reason names the first
 failed rank and how it ended, and the others only as what they were: a 2-rank study whose rank
 1 was killed by SIGKILL while rank 0 computed read "crash: rank 0: SignalException: Process N
-got signal: 15", the rank the launcher stopped, not the one that died (issue 60).
+got signal: 15", the rank the launcher stopped, not the one that died.
 """
 
 from __future__ import annotations
