@@ -75,8 +75,9 @@ def test_what_a_configuration_changes_in_training() -> None:
                       "learning rate",
         "length_grouping": f"length_grouping False -> True: "
                            f"{next(k for k in KNOBS if k.name == 'length_grouping').changes_training}"}
-    # Under study.keep_global_batch batch_size is a micro-batch: the global batch is kept.
-    assert list(training_changes(best, base, kept_global_batch=True)) == ["length_grouping"]
+    # In a study that accumulates (a global batch of 128 per rank: 32 x 4), batch_size is a
+    # micro-batch: 128 x 1 is the same global batch (tests/test_global_batch.py says more).
+    assert list(training_changes(best, base, global_batch=128)) == ["length_grouping"]
     # The same training: the training knobs back at the user's, speed and numerics kept.
     same = same_training_knobs(best, base)
     assert same == {**best, "batch_size": 32, "length_grouping": False}
@@ -140,7 +141,8 @@ def _planted(tmp_path: Path, training: str = "any") -> tuple[Any, optuna.Study, 
             params={"batch_size": knobs["batch_size"]},
             distributions={"batch_size": IntDistribution(1, 256)}, value=FIGURES[name],
             user_attrs={"knobs": knobs, "outcome": "ok", "peak_memory_gb": 0.3,
-                        "source": source, "ceiling_noise": {"window": 0.01}},
+                        "source": source, "ceiling_noise": {"window": 0.01},
+                        "optimizer": "SGD"},  # the MLP's, as its trials record it
             system_attrs={"constraints": [-1.0]}))
         numbers[name] = len(study.trials) - 1
     return setup, study, numbers
@@ -199,7 +201,8 @@ def test_both_answers_are_written_and_read_back(tmp_path: Path) -> None:
     figure, interval = best["speedup_text"].split(", ", 1)  # "2.40x", "95% CI ..., 3 rounds"
     assert words.startswith(f"{figure} ({interval}) with batch_size 32 -> 128: 4x fewer "
                             "optimizer steps per epoch at the same learning rate; scale the "
-                            "learning rate (linear rule: x4 with warm-up, Goyal et al. 2017, "
+                            "learning rate x4 (the linear rule for SGD, which this workload's "
+                            "SGD is, with warm-up: Goyal et al. 2017, "
                             "https://arxiv.org/abs/1706.02677)")
     same_text = best["confirmation"]["same_training"]["speedup_text"]
     assert f"or take the same-training configuration (trial {n['same']}" in words
@@ -251,7 +254,7 @@ def test_the_summary_states_both_answers(tmp_path: Path, capsys: pytest.CaptureF
                   setup)
     said = capsys.readouterr().out
     line = next(s for s in said.splitlines() if s.startswith("  training: "))
-    assert "4x fewer optimizer steps per epoch" in line and "linear rule: x4" in line
+    assert "4x fewer optimizer steps per epoch" in line and "x4 (the linear rule for SGD" in line
     assert line.endswith(f"{setup.out_dir}/best-same-training.yaml")
     assert f"best config: {setup.out_dir / 'best.yaml'} (and " \
            f"{setup.out_dir / 'best-same-training.yaml'})" in said
@@ -327,6 +330,8 @@ def test_a_real_study_writes_the_same_training_answer(two_answers: tuple[Path, s
     assert best.knobs["batch_size"] == 32 and other.knobs["batch_size"] == 8
     assert other.knobs["num_workers"] == 2  # the workers, at the user's batch
     assert "batch_size 8 -> 32: 4x fewer optimizer steps per epoch" in out
+    # Its trials recorded the optimizer they built (SGD): the words state SGD's rule alone.
+    assert "scale the learning rate x4 (the linear rule for SGD, which this workload's SGD is" in out
     assert f"{folder.relative_to(folder.parent.parent)}/best-same-training.yaml" in out
     study = optuna.load_study(study_name="two", storage=f"sqlite:///{folder}/study.db")
     sources = [t.user_attrs.get("source") for t in study.trials]

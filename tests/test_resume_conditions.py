@@ -76,6 +76,46 @@ def test_a_study_without_measured_trials_or_a_recorded_context_resumes(tmp_path:
     check_resumable(old._storage, setup, "the db")
 
 
+def test_a_study_stored_before_the_workloads_accumulation_was_read_is_refused(
+        tmp_path: Path) -> None:
+    """A study made before autotune read the workload's own accumulation recorded no global
+    batch: its trials ran unaccumulated (each trial's batch_size its own global batch), so an
+    accumulating run's figures are not ranked against them. The run is refused, naming both
+    and why the study has none, before it writes anything; the conditions it was recorded
+    under still resume it. A study.keep_global_batch study recorded then (its global batch,
+    no keep_global_batch key) resumes under study.keep_global_batch=true as before."""
+    import dataclasses
+
+    from autotune.results.record import set_study_attrs
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    now = _setup(tmp_path, {"grad_accum": 4})
+    assert now.global_batch == 128  # the MLP's batch 32 x 4
+    before = dataclasses.replace(now, global_batch=None)  # what the older autotune recorded
+    study = _study_with_a_trial(before, url)
+    assert "global_batch" not in study.user_attrs
+    with pytest.raises(ChangedConditions) as refused:
+        check_resumable(study._storage, now, "the db")
+    said = str(refused.value)
+    assert "global batch per rank: none there, 128 in this run" in said
+    assert "a study made before autotune read them ran every trial unaccumulated" in said
+    assert "study.name=NEW_NAME" in said
+    assert len(study.trials) == 1
+    check_resumable(study._storage, before, "the db")  # its own conditions resume it
+
+    kept = _setup(tmp_path, keep_global_batch=True)
+    older = optuna.create_study(storage=url, study_name="kept", direction="maximize")
+    record_conditions(older, dataclasses.replace(kept, global_batch=None))
+    set_study_attrs(older, {"global_batch": 32})  # the older record: no keep_global_batch key
+    older.add_trial(optuna.trial.create_trial(value=1.0, params={}, distributions={}))
+    kept.name = "kept"
+    check_resumable(older._storage, kept, "the db")
+    plain = _setup(tmp_path)
+    plain.name = "kept"
+    with pytest.raises(ChangedConditions, match="study.keep_global_batch=true"):
+        check_resumable(older._storage, plain, "the db")
+
+
 def test_a_ranks_study_resumed_as_one_process_is_refused_and_keeps_its_trials(
         tmp_path: Path) -> None:
     """As a user met it: a study run as 2 ranks, then the same study.name as one process:

@@ -15,6 +15,7 @@ from autotune.cli.crash import UsageError, explain, fail
 from autotune.cli.validate import resolve_workers, validate
 from autotune.core.config import LaunchConfig, left_to_size, sized, sized_for
 from autotune.core.env import DeviceError, Env, probe
+from autotune.core.global_batch import accumulation, declared_accumulation, study_global_batch
 from autotune.core.knobs import KnobError
 from autotune.core.space import build_space, keep_global_batch, without_accumulation
 from autotune.core.workload import WorkloadError, build_workload, workload_name
@@ -100,12 +101,15 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
             cpu_sized, workload = True, small
     knob_overrides = {k: v for k, v in dataclasses.asdict(cfg.knobs).items() if v is not None}
     space = build_space(env, workload, knob_overrides)
-    global_batch = None
-    if cfg.study.keep_global_batch:
-        global_batch = int(workload.defaults.get("batch_size", space.baseline["batch_size"]))
-        space = keep_global_batch(space, global_batch)
-    else:
+    # The user's global batch per rank (core/global_batch.py): the baseline's micro-batch x
+    # the workload's own accumulation, where the study accumulates.
+    micro = int(workload.defaults.get("batch_size", space.baseline["batch_size"]))
+    global_batch = study_global_batch(micro, declared_accumulation(workload),
+                                      cfg.study.keep_global_batch)
+    if global_batch is None:
         space = without_accumulation(space)
+    elif cfg.study.keep_global_batch:
+        space = keep_global_batch(space, global_batch, micro)
     limit = cfg.memory.limit_gb or cfg.memory.limit_fraction * env.total_memory_gb
     return StudySetup(
         name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
@@ -234,6 +238,18 @@ def training_words(setting: str) -> str:
             f"model as yours is confirmed beside it ({ANSWER_FILES['same']})")
 
 
+def global_batch_words(s: StudySetup) -> str:
+    """The header's statement of the user's global batch, in a study that accumulates
+    (core/global_batch.py): what a trial's batch_size is, and what the same training is."""
+    g, micro = int(s.global_batch or 0), int(s.space.baseline["batch_size"])
+    over = f", {g * s.env.ranks} over {s.env.ranks} ranks" if s.env.ranks > 1 else ""
+    how = ("study.keep_global_batch" if s.study.keep_global_batch and micro == g else
+           f"your micro-batch {micro} x {accumulation(g, micro)} accumulation steps")
+    return (f"global batch: {g} per rank{over} ({how}): a trial's batch_size is a micro-batch, "
+            f"accumulated to {g} where it divides it (the same training); a larger one is a "
+            "global batch of its own")
+
+
 def fixed_lines(fixed: dict[str, tuple[Any, str]]) -> list[str]:
     """The knobs the study does not search, one line per reason: a one-process CPU study
     listed seven DDP knobs on seven lines with the same reason (2026-11-28)."""
@@ -260,6 +276,8 @@ def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None
     print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
     print(f"  objective: {objective_words(s.study.run_steps)}")
     print(f"  {training_words(s.study.training)}")
+    if s.global_batch:
+        print(f"  {global_batch_words(s)}")
     if s.env.ranks > 1:
         shardings = s.space.domains["sharding"].values
         held = ("DistributedDataParallel" if shardings == ["no_shard"] else "FSDP2, fully_shard"

@@ -159,16 +159,18 @@ class StudyConfig:
         "A regression: the best samples/sec down by more than this many percent (or a changed "
         "device, torch, CUDA or library version)."))
     keep_global_batch: bool = _key(False, help=(
-        "Keep the workload's batch_size as the global batch G: knobs.batch_size becomes the "
-        "micro-batch (G, G/2, ... G/8) and G / batch_size gradient-accumulation steps keep "
-        "every trial's optimizer step at G samples (best.yaml: global_batch, grad_accum). "
-        "false: batch_size is searched freely (it changes training dynamics)."))
+        "Keep every trial at the workload's global batch G (its batch_size x its own gradient "
+        "accumulation): knobs.batch_size becomes the micro-batch (G, G/2, ... G/8 and yours) "
+        "and G / batch_size gradient-accumulation steps keep every trial's optimizer step at G "
+        "samples (best.yaml: global_batch, grad_accum). false: batch_size is searched freely; "
+        "a workload that accumulates still has its micro-batches that divide G accumulate to "
+        "it (the same training), and a larger one is a global batch of its own."))
     training: str = _key("any", help=(
         "Which of the study's two answers best.yaml holds. `any`: the fastest configuration, "
         "whatever it changes in training (a larger batch: fewer optimizer steps per epoch at "
         "the same learning rate). `same`: the fastest that trains the same model as yours "
-        "(knobs of class speed and numerics only, your batch size, or your global batch "
-        "under `keep_global_batch`; each knob's class is in the knob reference). Both are "
+        "(knobs of class speed and numerics only at your global batch: micro-batch x "
+        "accumulation x ranks; each knob's class is in the knob reference). Both are "
         "confirmed with their own interval; the other is written beside best.yaml as "
         "best-same-training.yaml (any) or best-any-training.yaml (same) where it is another "
         "configuration."))

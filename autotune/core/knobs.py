@@ -101,8 +101,9 @@ KNOBS: list[Knob] = [
          domains.batch_size,
          changes_training=("a larger batch takes fewer optimizer steps per epoch at the same "
                            "learning rate (a smaller one more): the training dynamics change "
-                           "unless the learning rate follows (study.keep_global_batch keeps the "
-                           "batch per optimizer step instead)")),
+                           "unless the learning rate follows; a micro-batch that gradient "
+                           "accumulation carries to the same global batch (the workload's own "
+                           "accumulation, or study.keep_global_batch) changes nothing")),
     Knob("transfer_dtype", "float32 = normalize on the host; uint8 = ship raw bytes, "
          "normalize on the device (4x fewer bytes over the bus).", domains.transfer_dtype, off="float32",
          changes_training=None),
@@ -210,7 +211,8 @@ KNOBS: list[Knob] = [
          domains.comm_hook, inactive=shard_domains.is_sharded, off="none",
          changes_training=None,
          changes_numerics="gradients summed across ranks in fp16 or bf16 instead of float32"),
-    Knob("accumulation_no_sync", "Ranks with gradient accumulation (study.keep_global_batch): "
+    Knob("accumulation_no_sync", "Ranks with gradient accumulation (the workload's own, or "
+         "study.keep_global_batch): "
          "skip the gradient communication on each micro-batch but the cycle's last, one "
          "all-reduce (DDP's no_sync) or reduce-scatter per optimizer step instead of one per "
          "micro-batch, as the Hugging Face Trainer and Lightning do; a sharded model also keeps "

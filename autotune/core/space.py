@@ -217,12 +217,15 @@ def _limited(dom: Domain, limit: tuple[list[Any], str] | None) -> Domain:
 MAX_ACCUM_LOG2 = 3
 
 
-def keep_global_batch(space: Space, global_batch: int) -> Space:
+def keep_global_batch(space: Space, global_batch: int, micro_batch: int | None = None) -> Space:
     """The space under ``study.keep_global_batch``: batch_size is the micro-batch, searched over
-    the powers-of-two fractions of the global batch (G, G/2, ... G/8 where they divide it);
-    the gradient accumulation G / batch_size makes every trial train with G samples per
-    optimizer step. A user's narrowing of batch_size must divide G."""
+    the powers-of-two fractions of the global batch (G, G/2, ... G/8 where they divide it) and
+    the user's own micro-batch (``micro_batch``: the workload's batch_size where it accumulates
+    already, e.g. 1 of a global batch of 64); the gradient accumulation G / batch_size makes
+    every trial train with G samples per optimizer step. A user's narrowing of batch_size must
+    divide G."""
     g = int(global_batch)
+    micro = int(micro_batch or g)
     dom = space.domains["batch_size"]
     if "batch_size" in space.overridden:
         bad = [v for v in dom.values if v > g or g % v]
@@ -230,19 +233,22 @@ def keep_global_batch(space: Space, global_batch: int) -> Space:
             raise KnobError(
                 f"knobs.batch_size={dom.values!r} with study.keep_global_batch=true: "
                 f"{', '.join(map(str, bad))} do not divide the global batch {g} (the "
-                "workload's batch_size); the micro-batch must be the global batch divided by "
-                "a whole number of accumulation steps.")
+                "workload's batch_size x its gradient accumulation); the micro-batch must be "
+                "the global batch divided by a whole number of accumulation steps.")
         values = list(dom.values)
     else:
-        values = sorted({g // 2**k for k in range(MAX_ACCUM_LOG2 + 1) if g % 2**k == 0})
+        values = sorted({g // 2**k for k in range(MAX_ACCUM_LOG2 + 1) if g % 2**k == 0}
+                        | ({micro} if g % micro == 0 else set()))
     why = (f"study.keep_global_batch: micro-batches of the global batch {g}, with "
            f"{g} / batch_size gradient-accumulation steps")
     return replace(space, domains={**space.domains, "batch_size": Domain(values, why)},
-                   baseline={**space.baseline, "batch_size": g if g in values else values[-1]})
+                   baseline={**space.baseline,
+                             "batch_size": micro if micro in values else values[-1]})
 
 
 def without_accumulation(space: Space) -> Space:
-    """The space without ``study.keep_global_batch``: every step is an optimizer step, so
+    """The space of a study that does not accumulate (no ``study.keep_global_batch``, no
+    accumulation in the workload): every step is an optimizer step, so
     ``accumulation_no_sync`` has no micro-batch to skip the all-reduce on. A user who pinned
     it on is told how to accumulate."""
     dom = space.domains["accumulation_no_sync"]
@@ -251,8 +257,11 @@ def without_accumulation(space: Space) -> Space:
     if "accumulation_no_sync" in space.overridden and True in dom.values:
         raise KnobError("knobs.accumulation_no_sync=true needs gradient accumulation: set "
                         "study.keep_global_batch=true (micro-batches of the workload's batch, "
-                        "one optimizer step per global batch), or leave the knob unset.")
-    why = "no gradient accumulation (study.keep_global_batch=false): one all-reduce per step"
+                        "one optimizer step per global batch), declare the workload's "
+                        "accumulation (its gradient_accumulation_steps, accumulate_grad_batches "
+                        "or defaults['grad_accum']), or leave the knob unset.")
+    why = ("no gradient accumulation (study.keep_global_batch=false, none in the workload): "
+           "one all-reduce per step")
     return replace(space, domains={**space.domains, "accumulation_no_sync": Domain([False], why)},
                    baseline={**space.baseline, "accumulation_no_sync": False})
 

@@ -45,6 +45,11 @@ class Workload:
 
     name: str = "workload"
     #: Knob values of the user's current setup: trial 0 (the baseline) runs exactly these.
+    #: One key is not a knob: ``"grad_accum"``, the gradient-accumulation steps the user trains
+    #: with (default 1). With it the study keeps the user's global batch (``batch_size`` x
+    #: ``grad_accum`` per rank) as the unit of training: a trial's ``batch_size`` is a
+    #: micro-batch, accumulated to that global batch where it divides it
+    #: (autotune/core/global_batch.py), and best.yaml's ``grad_accum`` says how many.
     defaults: dict[str, Any] = {}
     splits_transform: bool = False
     #: 4-D image inputs, so channels_last can apply.

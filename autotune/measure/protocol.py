@@ -194,6 +194,9 @@ class WindowResult(_Record):
     # The input shapes the measured steps saw (core/batch.ShapeLog.summary): a padding
     # collator's batches each have their own.
     input_shapes: dict[str, Any] = field(default_factory=dict)
+    # The optimizer's class name as the trial built it (type(optimizer).__name__): the
+    # learning-rate rule the answers state follows its family (core/effects.py).
+    optimizer: str = ""
     # A trial of several ranks (measure/ranks.py): each rank's figures (rank, samples_per_sec
     # as that rank saw the run, step median, data wait share), slowest first.
     ranks: list[dict[str, Any]] = field(default_factory=list)

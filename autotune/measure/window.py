@@ -64,6 +64,7 @@ def measure(req: TrialRequest, result: WindowResult, progress: Progress,
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     run = Training(workload, req.knobs, device, seed=req.seed, grad_accum=req.grad_accum)
+    result.optimizer = type(run.optimizer).__name__
     batches = Batches(run)
     clock = Clock(device)
     # Samples per step of the whole run: every rank steps together, each on its own batch.

@@ -7,10 +7,11 @@ unawares changes their convergence. The knob registry classes every knob (core/k
 speed, numerics, training); the confirmation measures both answers with their own interval
 (search/confirmation/confirm.py, choose.decide_same). best.yaml holds the one ``study.training`` asks for
 (``any`` by default) and states the other in its ``training`` section; the other answer is
-written beside it (``ANSWER_FILES``) where it is another configuration. The words follow the
-linear scaling rule users apply to a larger batch (Goyal et al. 2017: learning rate x k for
-batch x k, with warm-up), as Lightning's BatchSizeFinder and DeepSpeed's autotuner say plainly
-that they change the batch.
+written beside it (``ANSWER_FILES``) where it is another configuration. The batch is the
+global batch (micro-batch x accumulation x ranks: core/global_batch.py), and the words state
+the learning-rate scaling rule of the optimizer's family (core/effects.py: linear for SGD,
+Goyal et al. 2017; square root for the Adam family, Malladi et al. 2022), as Lightning's
+BatchSizeFinder and DeepSpeed's autotuner say plainly that they change the batch.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.core.effects import learning_rate_words
+from autotune.core.effects import global_batches, learning_rate_words
 from autotune.core.knobs import BY_NAME
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.trials import (
     ANSWER_FILES,
     baseline_trial,
+    batch_context,
     changes_training,
     chosen_trial,
     over_limit,
+    study_optimizer,
     training_setting,
 )
 
@@ -95,9 +98,10 @@ def _entry(study: optuna.Study, t: FrozenTrial, base: FrozenTrial | None,
         "speedup_text": speedup_words(t, base, conf), "changes": changes,
         "numerics": _numerics(knobs, base_knobs), "learning_rate": None,
         "numerics_check": _checked(study, t)}
-    if "batch_size" in changes:
-        out["learning_rate"] = learning_rate_words(int(base_knobs["batch_size"]),
-                                                   int(knobs["batch_size"]))
+    if "batch_size" in changes:  # the global batch changed: the rule of its optimizer's family
+        old, new = global_batches(int(base_knobs["batch_size"]), int(knobs["batch_size"]),
+                                  *batch_context(study))
+        out["learning_rate"] = learning_rate_words(old, new, study_optimizer(study))
     return out
 
 

@@ -20,6 +20,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.files import atomic_write
+from autotune.core.global_batch import batches
 from autotune.core.knobs import KNOBS, fix_text
 from autotune.core.numbers import rounded
 from autotune.core.tokens import TOKENS, unit_of
@@ -40,6 +41,7 @@ from autotune.results.storage import redact
 from autotune.results.trials import (
     ANSWER_FILES,
     baseline_trial,
+    batch_context,
     changes_training,
     chosen_trial,
     counts,
@@ -98,6 +100,13 @@ def best_document(study: optuna.Study, storage_url: str,
     attrs = study_attrs(study)
     dev = attrs.get("device", {})
     trials = study.get_trials(deepcopy=False)
+    knobs = trial_attrs(best)["knobs"]
+    # knobs.batch_size is the micro-batch: the optimizer steps once per grad_accum of them, on
+    # global_batch samples (every rank's: core/global_batch.py). Always written: a best.yaml
+    # without grad_accum predates them, and the adapters keep the user's own then.
+    sizes: dict[str, int] = {}
+    if "batch_size" in knobs:  # a planted trial may lack it
+        _, sizes["grad_accum"], sizes["global_batch"] = batches(knobs, *batch_context(study))
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "workload": attrs.get("workload"),
@@ -106,11 +115,7 @@ def best_document(study: optuna.Study, storage_url: str,
         # How many input stages the workload declares (transform_split = that: all on the
         # host): the runtime warns where a split on the device is not applied by the user's loader.
         **({"input_stages": attrs["input_stages"]} if "input_stages" in attrs else {}),
-        # study.keep_global_batch: knobs.batch_size is the micro-batch; the optimizer steps
-        # once per global_batch samples, after grad_accum micro-batches.
-        **({"global_batch": attrs["global_batch"],
-            "grad_accum": attrs["global_batch"] // int(trial_attrs(best)["knobs"]["batch_size"])}
-           if attrs.get("global_batch") else {}),
+        **sizes,
         "metrics": metrics(best, conf.get("best_samples_per_sec"), conf.get("best_runs")),
         "baseline": (metrics(base, conf.get("baseline_samples_per_sec"), conf.get("baseline_runs"))
                      if base else None),

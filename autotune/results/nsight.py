@@ -56,7 +56,7 @@ def rerun_args(doc: dict[str, Any], target: str | None, tag: str) -> list[str]:
     args += ["device=cuda", f"study.name={study}-{tag}", "study.n_trials=1", "study.agent=false",
              "study.prune=false", "study.confirm_runs=0", "study.numerics_steps=0",
              "window.profile=false", "window.loader_profile=false"]
-    if doc.get("global_batch"):  # knobs.batch_size is the micro-batch: keep the accumulation
+    if int(doc.get("grad_accum") or 1) > 1:  # knobs.batch_size is a micro-batch: accumulate
         args.append("study.keep_global_batch=true")
     return args
 

@@ -76,6 +76,7 @@ class WindowAttrs(TypedDict, total=False):
     ranks: list[dict[str, Any]]  # measure/ranks.merge: each rank's figures, slowest first
     loader_profile: dict[str, Any]  # measure/loader_profile.stored_profile: where the loader's time goes
     top_kernels: list[dict[str, Any]]  # the profiler's top kernels by GPU time (Nsight's targets)
+    optimizer: str  # the optimizer's class name as the trial built it (core/effects.py's rule)
     signal: str
     exit_code: int
 
@@ -114,7 +115,8 @@ class StudyAttrs(TypedDict, total=False):
     input_stages: int
     memory_limit_gb: float
     run_steps: int | None
-    global_batch: int
+    global_batch: int  # per rank, where the study accumulates (core/global_batch.py)
+    keep_global_batch: bool  # study.keep_global_batch as the run that recorded it had it
     training: str  # study.training: which answer best.yaml holds ("any" or "same")
     superseded: list[int]  # crashed baselines a later run replaced
     confirmation: dict[str, Any]

@@ -136,14 +136,36 @@ def training_setting(study: optuna.Study) -> str:
 
 def changes_training(study: optuna.Study, t: FrozenTrial,
                      base: FrozenTrial | None = None) -> dict[str, str]:
-    """What ``t``'s knobs change in training against the baseline's (core/knobs.py
-    training_changes; a kept global batch makes batch_size a micro-batch): {} when it trains
-    the same model."""
+    """What ``t``'s knobs change in training against the baseline's (core/effects.py
+    training_changes; in a study that accumulates, batch_size is a micro-batch and the global
+    batch is what counts): {} when it trains the same model."""
     base = base if base is not None else baseline_trial(study)
     if base is None:
         return {}
+    global_batch, ranks = batch_context(study)
     return training_changes(trial_attrs(t).get("knobs") or {}, trial_attrs(base).get("knobs") or {},
-                            bool(study_attrs(study).get("global_batch")))
+                            global_batch, ranks)
+
+
+def batch_context(study: optuna.Study) -> tuple[int | None, int]:
+    """The study's global batch per rank where it accumulates (None: it does not) and the
+    ranks each trial ran as: what makes a trial's batch_size a global batch."""
+    attrs = study_attrs(study)
+    ranks = int((attrs.get("device") or {}).get("ranks") or 1)
+    return (int(attrs["global_batch"]) if attrs.get("global_batch") else None), ranks
+
+
+def study_optimizer(study: optuna.Study) -> str | None:
+    """The optimizer's class name as the trials built it (the baseline's first, else any
+    trial's; None in a study stored before trials recorded it): the learning-rate rule the
+    answers state follows its family (core/effects.py)."""
+    base = baseline_trial(study)
+    if base is not None and trial_attrs(base).get("optimizer"):
+        return trial_attrs(base).get("optimizer")
+    for t in study.get_trials(deepcopy=False):
+        if trial_attrs(t).get("optimizer"):
+            return trial_attrs(t).get("optimizer")
+    return None
 
 
 def same_training_trials(study: optuna.Study) -> list[FrozenTrial]:

@@ -19,6 +19,7 @@ import optuna
 
 from autotune.core.config import LaunchConfig, StudyConfig, WindowConfig
 from autotune.core.env import Env
+from autotune.core.global_batch import accumulation
 from autotune.core.space import Space
 from autotune.core.tokens import TOKENS
 from autotune.measure.protocol import WindowResult
@@ -67,7 +68,8 @@ class StudySetup:
     round_spread: RoundSpread | None = None
     #: study.start_from's / compare_to's stored device and confirmation, for round_spread.
     earlier: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    #: study.keep_global_batch: samples per optimizer step in every trial (None: not kept).
+    #: The user's global batch per rank where the study accumulates (the workload's
+    #: accumulation, or study.keep_global_batch: core/global_batch.py); None: it does not.
     global_batch: int | None = None
 
     @property
@@ -95,8 +97,9 @@ class StudySetup:
         return dataclasses.replace(self, study=dataclasses.replace(self.study, **changes))
 
     def grad_accum(self, knobs: dict[str, Any]) -> int:
-        """Micro-batches per optimizer step for these knobs (1 unless the global batch is kept)."""
-        return self.global_batch // int(knobs["batch_size"]) if self.global_batch else 1
+        """Micro-batches per optimizer step for these knobs: global_batch / batch_size where
+        that divides, else 1 (core/global_batch.accumulation)."""
+        return accumulation(self.global_batch, int(knobs["batch_size"]))
 
 
 def launch_spec(launch: LaunchConfig, env: Env) -> dict[str, Any]:

@@ -24,10 +24,13 @@ class MLPWorkload(Workload):
         classes: int = 10,
         batch_size: int = 32,
         lr: float = 0.01,
+        grad_accum: int = 1,
     ):
+        """``batch_size`` and ``grad_accum``: the user's micro-batch and gradient-accumulation
+        steps (the global batch is their product: core/global_batch.py)."""
         self.n_samples, self.in_features, self.hidden = n_samples, in_features, hidden
         self.depth, self.classes, self.lr = depth, classes, lr
-        self.defaults = {"batch_size": batch_size, "num_workers": 0}
+        self.defaults = {"batch_size": batch_size, "num_workers": 0, "grad_accum": grad_accum}
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         g = torch.Generator().manual_seed(0)

@@ -73,6 +73,22 @@ def _launch_words(attrs: StudyAttrs) -> str:
     return f"launch.nproc_per_node={launch.get('nproc_per_node')} launch.nnodes={launch.get('nnodes')}"
 
 
+def _global_batch_words(attrs: StudyAttrs) -> str:
+    """What restores a study's global batch per rank (core/global_batch.py). A study stored
+    without one ran every trial unaccumulated: so did every study made before autotune read
+    the workload's own accumulation, and its trials' figures are not an accumulating run's."""
+    g = attrs.get("global_batch")
+    if not g:
+        return ("study.keep_global_batch=false and a workload that does not accumulate "
+                "gradients (gradient_accumulation_steps, accumulate_grad_batches or "
+                "defaults['grad_accum'] of 1: a study made before autotune read them ran "
+                "every trial unaccumulated)")
+    if attrs.get("keep_global_batch") is False:
+        return (f"the workload's accumulation as it was (its batch_size x its gradient "
+                f"accumulation = {g})")
+    return f"study.keep_global_batch=true with the workload's batch_size x accumulation = {g}"
+
+
 CONDITIONS = (
     Condition("workload", lambda a: a.get("workload"), lambda s: s.workload_label,
               lambda a: "the workload and workload.* sizes it was started with"),
@@ -91,9 +107,8 @@ CONDITIONS = (
               lambda s: s.env.cpu_count,
               lambda a: "as many usable cores (the same workers and launch.nproc_per_node, on "
                         "a machine with as many cores)"),
-    Condition("global batch", lambda a: a.get("global_batch"), lambda s: s.global_batch,
-              lambda a: f"study.keep_global_batch={str(bool(a.get('global_batch'))).lower()}",
-              none_is_value=True),
+    Condition("global batch per rank", lambda a: a.get("global_batch"), lambda s: s.global_batch,
+              lambda a: _global_batch_words(a), none_is_value=True),
     Condition("objective's run length", lambda a: a.get("run_steps"), lambda s: s.study.run_steps,
               lambda a: f"study.run_steps={a.get('run_steps') or 'null'}", none_is_value=True),
     Condition("torch", lambda a: _device(a, "torch_version"), lambda s: s.env.torch_version,
@@ -116,7 +131,8 @@ def record_conditions(study: Any, s: StudySetup) -> None:
     if s.ranks:
         set_study_attrs(study, {"launch": launch_spec(s.launch, s.env)})
     if s.global_batch:
-        set_study_attrs(study, {"global_batch": s.global_batch})
+        set_study_attrs(study, {"global_batch": s.global_batch,
+                                "keep_global_batch": bool(s.study.keep_global_batch)})
 
 
 def changed(attrs: StudyAttrs, setup: StudySetup) -> list[tuple[Condition, Any, Any]]:

@@ -1,4 +1,4 @@
-"""The same-training answer's own trial: the search's best, at the user's own batch size.
+"""The same-training answer's own trial: the search's best, at the user's own global batch.
 
 A study's fastest configuration often owes most of its speed to a knob that changes what is
 trained (a 4x batch: 4x fewer optimizer steps per epoch at the same learning rate; the knob
@@ -6,8 +6,10 @@ registry classes each knob, core/knobs.py). The user who cannot change their tra
 the fastest configuration that trains the same model, measured, not only whichever trial of
 the search happened to keep their batch. So as the search ends, the best trial's knobs with
 every training knob set back to the user's (``same_training_knobs``: its workers, layout,
-AMP, compile... at the baseline's batch size) run as one more trial, unpruned, unless a trial
-already measured them; the confirmation then races it and the fastest same-training trial of
+AMP, compile... at the baseline's batch size; in a study that accumulates, at the user's
+global batch: the best's micro-batch where it divides it, else the largest of the domain
+below it that does, with the accumulation that makes up the rest) run as one more trial,
+unpruned, unless a trial already measured them; the confirmation then races it and the fastest same-training trial of
 the search beside the finalists (results/trials.py same_training_finalists), one window each
 per round while they are in question.
 """
@@ -36,7 +38,7 @@ def target(setup: StudySetup, study: optuna.Study) -> dict | None:
     if best is None or base is None or not changes_training(study, best, base):
         return None
     return same_training_knobs(trial_attrs(best)["knobs"], trial_attrs(base)["knobs"],
-                               bool(setup.global_batch))
+                               setup.global_batch, setup.space.domains["batch_size"].values)
 
 
 def measure_same_training(setup: StudySetup, study: optuna.Study, stop: StopFlag | None = None,

@@ -55,6 +55,7 @@ def window_attrs(r: WindowResult, study_unit: str) -> TrialAttrs:
         "ranks": r.ranks,
         "trace": {k: v for k, v in r.trace.items() if k not in _TRACE_LISTS},
         "top_kernels": list(r.trace.get("top_kernels") or []),
+        "optimizer": r.optimizer,
         "stderr_tail": r.stderr_tail[-2000:] if r.outcome != "ok" else "",
     }
     attrs.update(token_attrs(r))
