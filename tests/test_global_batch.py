@@ -9,6 +9,7 @@ family."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,158 @@ def test_a_workloads_own_accumulation_keeps_every_trials_global_batch(tmp_path: 
     assert best["training"]["this"]["changes"] == {}  # every trial trains the same model
     assert not (folder / "best-same-training.yaml").exists()
 
+
+# -- the frameworks: a Hugging Face Trainer, a Lightning Trainer, each accumulating 4 -------------
+
+#: Micro-batches 4 (the user's: 4 x 4), 8 (8 x 2: the same global batch of 16) and 64 (64 x 1:
+#: a global batch of its own). Everything else pinned: the seeded draws decide the trials.
+FRAMEWORK_KNOBS = {"batch_size": [4, 8, 64], "num_workers": 0, "amp": "off", "cpu_threads": 1,
+                   "optimizer_impl": "default", "host_allocator": "default"}
+
+
+def _hf_trainer(out: Path, accumulation: int = 4) -> Any:
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from examples.hf_tune import tokens
+    from tests.workloads_accum import sleepy_llama
+
+    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=4,
+                             gradient_accumulation_steps=accumulation, report_to="none",
+                             save_strategy="no", use_cpu=True, disable_tqdm=True)
+    return Trainer(model=sleepy_llama(), args=args, data_collator=default_data_collator,
+                   train_dataset=tokens(n=512, seq_len=32, vocab_size=128))
+
+
+def _both_answers(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """best.yaml and best-same-training.yaml, each checked to hold its own global batch."""
+    best = yaml.safe_load((folder / "best.yaml").read_text())
+    same = yaml.safe_load((folder / "best-same-training.yaml").read_text())
+    # The fastest: micro-batch 64, a global batch of its own, said as such.
+    assert best["knobs"]["batch_size"] == 64 and best["grad_accum"] == 1
+    assert best["global_batch"] == 64
+    assert best["training"]["this"]["changes"]["batch_size"] == (
+        "global batch 16 -> 64 (micro-batch 4 -> 64, accumulation 4 -> 1): 4x fewer optimizer "
+        "steps per epoch at the same learning rate")
+    # The fastest that trains the same model: the user's global batch of 16, as 8 x 2.
+    assert same["knobs"]["batch_size"] == 8 and same["grad_accum"] == 2
+    assert same["global_batch"] == 16 and same["training"]["this"]["changes"] == {}
+    return best, same
+
+
+def _requests(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in folder.glob("trials/*/request.json")]
+
+
+def test_an_hf_trainer_that_accumulates_keeps_its_global_batch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """per_device_train_batch_size=4, gradient_accumulation_steps=4 (a global batch of 16),
+    hf.tune: the baseline runs 4 x 4, both answers state their global batch (best-same-training
+    16 as 8 x 2), the summary says what the fastest changes with the square-root rule of AdamW,
+    the exported TrainingArguments carry the accumulation, apply sets it and train() runs."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning")  # tests/workloads_accum.py imports both
+    from autotune.adapters import hf
+
+    trainer = _hf_trainer(tmp_path / "out")
+    tuned = hf.tune(trainer, SEARCH_ONLY, device="cpu", n_trials=4, name="hfacc",
+                    out_dir=tmp_path / "studies", knobs={**FRAMEWORK_KNOBS, "attention": "sdpa",
+                                                         "activation_checkpointing": False})
+    folder = tmp_path / "studies" / "hfacc"
+    requests = _requests(folder)
+    base = next(r for r in requests if r["knobs"]["batch_size"] == 4)
+    assert base["grad_accum"] == 4  # the user's own accumulation, measured
+    assert {(r["knobs"]["batch_size"], r["grad_accum"]) for r in requests} == {
+        (4, 4), (8, 2), (64, 1)}, "the seeded draws no longer reach micro-batch 64"
+    best, same = _both_answers(folder)
+    said = capsys.readouterr().out
+    line = next(s for s in said.splitlines() if s.startswith("  training: "))
+    assert "global batch 16 -> 64 (micro-batch 4 -> 64, accumulation 4 -> 1)" in line
+    assert "x2 (the square-root rule for Adam-family optimizers, which this workload's AdamW" in line
+    assert line.endswith("best-same-training.yaml")
+    # The exports: TrainingArguments with the accumulation of each answer.
+    assert tuned.training_args.per_device_train_batch_size == 64
+    assert tuned.training_args.gradient_accumulation_steps == 1
+    fields = yaml.safe_load((folder / "training_args-same-training.yaml").read_text())
+    assert fields["per_device_train_batch_size"] == 8
+    assert fields["gradient_accumulation_steps"] == 2
+    # apply the same-training answer to the user's Trainer: 8 x 2, and it trains.
+    user = _hf_trainer(tmp_path / "again")
+    hf.apply(user, folder / "best-same-training.yaml")
+    assert user.args.per_device_train_batch_size == 8 and user.args.gradient_accumulation_steps == 2
+    user.args.max_steps = 2
+    assert user.train().global_step == 2
+
+
+def test_a_best_yaml_without_grad_accum_keeps_the_trainers_accumulation(tmp_path: Path) -> None:
+    """A best.yaml written before grad_accum was carried, applied to a Trainer that accumulates:
+    the Trainer's gradient_accumulation_steps stays, with one warning naming it; a Lightning
+    Trainer's accumulate_grad_batches likewise (trainer_kwargs leave it out)."""
+    pytest.importorskip("transformers")
+    L = pytest.importorskip("lightning")
+    from autotune.adapters import hf
+    from autotune.adapters import lightning as at_lightning
+    from autotune.adapters.hf_workload import training_arguments_kwargs
+    from autotune.production.runtime import KnobOverridden
+    from tests.workloads_accum import SleepyClassifier, SmallData
+
+    knobs = {k.name: k.off for k in KNOBS} | {"batch_size": 8, "num_workers": 0,
+                                               "host_allocator": "default", "cpu_threads": None}
+    legacy = {"knobs": knobs, "device": {"type": "cpu"}}
+    assert "gradient_accumulation_steps" not in training_arguments_kwargs(legacy)
+    assert training_arguments_kwargs({**legacy, "grad_accum": 2})["gradient_accumulation_steps"] == 2
+    trainer = _hf_trainer(tmp_path / "out")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf.apply(trainer, legacy)
+    said = [str(w.message) for w in caught if issubclass(w.category, KnobOverridden)]
+    assert len(said) == 1 and "gradient_accumulation_steps=4 is kept" in said[0]
+    assert trainer.args.gradient_accumulation_steps == 4
+    assert trainer.args.per_device_train_batch_size == 8
+    # Lightning: the Trainer's own accumulation stays, said once when training starts.
+    assert "accumulate_grad_batches" not in at_lightning.trainer_kwargs(legacy)
+    assert at_lightning.trainer_kwargs({**legacy, "grad_accum": 2})["accumulate_grad_batches"] == 2
+    module = at_lightning.prepare_module(SleepyClassifier(sleep_ms=0), legacy)
+    fit = L.Trainer(**at_lightning.trainer_kwargs(legacy), accumulate_grad_batches=4, max_steps=1,
+                    accelerator="cpu", logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit.fit(module, at_lightning.prepare_datamodule(SmallData(), legacy))
+    said = [str(w.message) for w in caught if issubclass(w.category, KnobOverridden)]
+    assert len(said) == 1 and "accumulate_grad_batches=4 is kept" in said[0]
+    assert fit.accumulate_grad_batches == 4
+
+
+def test_a_lightning_trainer_that_accumulates_keeps_its_global_batch(tmp_path: Path) -> None:
+    """accumulate_grad_batches=4 on a DataModule of batch 4, at_lightning.tune: the baseline
+    runs 4 x 4, both answers state their global batch, trainer_kwargs carry the accumulation."""
+    L = pytest.importorskip("lightning")
+    pytest.importorskip("transformers")
+    from autotune.adapters import lightning as at_lightning
+    from tests.workloads_accum import SleepyClassifier, SmallData
+
+    tuned = at_lightning.tune(SleepyClassifier(), datamodule=SmallData(batch_size=4),
+                              trainer_kwargs={"accumulate_grad_batches": 4},
+                              overrides=SEARCH_ONLY, device="cpu", n_trials=4, name="litacc",
+                              out_dir=tmp_path / "studies", knobs=FRAMEWORK_KNOBS)
+    folder = tmp_path / "studies" / "litacc"
+    requests = _requests(folder)
+    base = next(r for r in requests if r["knobs"]["batch_size"] == 4)
+    assert base["grad_accum"] == 4
+    assert {(r["knobs"]["batch_size"], r["grad_accum"]) for r in requests} == {
+        (4, 4), (8, 2), (64, 1)}, "the seeded draws no longer reach micro-batch 64"
+    best, same = _both_answers(folder)
+    assert "x2 (the square-root rule" in best["training"]["words"]
+    assert tuned.trainer_kwargs["accumulate_grad_batches"] == 1
+    same_kwargs = at_lightning.trainer_kwargs(folder / "best-same-training.yaml")
+    assert same_kwargs["accumulate_grad_batches"] == 2
+    lightning_yaml = yaml.safe_load((folder / "lightning-same-training.yaml").read_text())
+    assert lightning_yaml["trainer"]["accumulate_grad_batches"] == 2
+    assert lightning_yaml["dataloader"]["batch_size"] == 8
+    trainer = L.Trainer(**same_kwargs, max_steps=2, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    path = folder / "best-same-training.yaml"
+    trainer.fit(at_lightning.prepare_module(SleepyClassifier(sleep_ms=0), path),
+                at_lightning.prepare_datamodule(SmallData(batch_size=4), path))
+    assert trainer.global_step == 2 and trainer.accumulate_grad_batches == 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,8 +41,25 @@ def best_document(best: Any) -> dict[str, Any]:
 
 def accumulation(best: Mapping[str, Any]) -> int:
     """Gradient-accumulation steps the exported configuration trains with: best.yaml's
-    ``grad_accum`` (study.keep_global_batch: global batch = micro-batch x steps), else 1."""
+    ``grad_accum`` (global batch = micro-batch x steps x ranks: core/global_batch.py), else 1."""
     return int(best.get("grad_accum") or 1)
+
+
+def keeps_own_accumulation(best: Mapping[str, Any], own: Any, field: str) -> bool:
+    """Whether the user's own accumulation (``own``, their framework's ``field``) is to be
+    kept: best.yaml carries none (written before autotune carried it, when every trial ran
+    unaccumulated), and theirs is more than 1. Warns once, naming the field: applying the
+    file's 1 would change their global batch, and its figure was measured without theirs."""
+    if "grad_accum" in best or int(own or 1) <= 1:
+        return False
+    from autotune.production.runtime import KnobOverridden
+
+    warnings.warn(
+        f"autotune: this best.yaml carries no grad_accum (written before autotune read the "
+        f"accumulation): your {field}={int(own)} is kept, so your global batch stays as it is; "
+        "its figures were measured without accumulation. Run the study again to measure it "
+        "with yours.", KnobOverridden, stacklevel=3)
+    return True
 
 
 def environment(knobs: Mapping[str, Any]) -> dict[str, str]:

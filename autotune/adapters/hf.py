@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.adapters import best_document, in_process
+from autotune.adapters import best_document, in_process, keeps_own_accumulation
 from autotune.adapters.ddp import accelerator_ddp_kwargs, launched
 from autotune.adapters.fsdp import HF_CPU_SHARDING, set_plugin_precision, sharded_study
 from autotune.adapters.hf_recipe import model_travel, split_peft
@@ -184,6 +184,9 @@ def tuned_arguments(args: Any, best: Any, collator: Any = None) -> Any:
     where the study's packing differs from what TRL does with the user's and TRL's own
     collator packs (``collator``: the Trainer's; hf_trl.py)."""
     tuned = training_arguments_kwargs(best)
+    # A best.yaml written before grad_accum was carried: the Trainer's own accumulation stays.
+    keeps_own_accumulation(best_document(best), args.gradient_accumulation_steps,
+                           "gradient_accumulation_steps")
     accel = args.accelerator_config
     accel = accel.to_dict() if hasattr(accel, "to_dict") else dict(accel or {})
     tuned["accelerator_config"] = {**accel, **tuned["accelerator_config"]}

@@ -296,12 +296,19 @@ def _collator(path: str | None, args: Mapping[str, Any] | None) -> Callable[[lis
 
 
 def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
-    """The baseline's knobs from the user's TrainingArguments fields."""
+    """The baseline's knobs from the user's TrainingArguments fields, and its gradient
+    accumulation (``grad_accum``: the global batch per rank is per_device_train_batch_size x
+    gradient_accumulation_steps, core/global_batch.py). Under ranks the Trainer's accelerate
+    skips the all-reduce on an accumulation cycle's micro-batches but its last (its
+    ``sync_each_batch=False`` default): the baseline's ``accumulation_no_sync``."""
     workers = int(a["dataloader_num_workers"] or 0)
     accel = a["accelerator_config"] or {}
     compile_on = bool(a["torch_compile"] or a["torch_compile_mode"])
+    accum = int(a.get("gradient_accumulation_steps") or 1)
     out: dict[str, Any] = {
         "batch_size": int(a["per_device_train_batch_size"]),
+        "grad_accum": accum,
+        "accumulation_no_sync": accum > 1,
         "num_workers": workers,
         "pin_memory": bool(a["dataloader_pin_memory"]),
         "amp": "bf16" if a["bf16"] else "fp16" if a["fp16"] else "off",
@@ -330,7 +337,9 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
     compile_on = k["compile"] != "off"
     out: dict[str, Any] = {
         "per_device_train_batch_size": int(k["batch_size"]),
-        "gradient_accumulation_steps": accumulation(doc),
+        # The study's accumulation (best.yaml's grad_accum); a best.yaml written before it
+        # was carried has none: the Trainer's own is kept then (hf.tuned_arguments).
+        **({"gradient_accumulation_steps": accumulation(doc)} if "grad_accum" in doc else {}),
         "bf16": k["amp"] == "bf16",
         "fp16": k["amp"] == "fp16",
         # Explicit either way: with torch_compile and tf32 unset the Trainer turns TF32 on.

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
-from autotune.adapters import best_document
+from autotune.adapters import best_document, keeps_own_accumulation
 from autotune.adapters.fsdp import shard_configured, sharded_study
 from autotune.adapters.lightning_workload import (
     LightningObjectsWorkload,
@@ -244,6 +244,7 @@ def _check_at_train_start(module: Any, doc: dict[str, Any]) -> None:
         if off:
             _warn(f"the Trainer runs {', '.join(off)}: pass L.Trainer(**autotune.adapters."
                   "lightning.trainer_kwargs(best), ...) (or tune(...).trainer_kwargs)")
+        keeps_own_accumulation(doc, trainer.accumulate_grad_batches, "accumulate_grad_batches")
         loader = _train_loader(trainer)
         if loader is not None:
             got = {k: getattr(loader, k, None) for k in ("batch_size", "num_workers")}

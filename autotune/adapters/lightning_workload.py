@@ -107,6 +107,8 @@ class LightningWorkload(Workload):
         "non_blocking": ([True], "Lightning copies batches to CUDA with non_blocking=True"),
         "length_grouping": ([False], "the Lightning adapter keeps the DataModule's own sampler "
                                      "(its prepared loader does not regroup batches by length)"),
+        "accumulation_no_sync": ([True], "Lightning's DDP strategy skips the all-reduce on an "
+                                         "accumulation cycle's micro-batches but its last"),
     }
     #: The verify side for this workload: the user's Trainer.fit (autotune/production/verify.py).
     verifier = "autotune.adapters.lightning_verify"
@@ -115,20 +117,23 @@ class LightningWorkload(Workload):
                  datamodule: str | None = None, datamodule_args: Mapping[str, Any] | None = None,
                  dataloader: str | None = None, dataloader_args: Mapping[str, Any] | None = None,
                  precision: str | int = "32-true", image_inputs: bool = False,
-                 static_shapes: bool | None = None):
+                 static_shapes: bool | None = None, accumulate_grad_batches: int = 1):
         """``static_shapes``: None measures it (8 batches drawn through the loader's collate
-        function); True/False states it."""
+        function); True/False states it. ``accumulate_grad_batches``: the Trainer's, as the
+        user trains (the global batch per rank is the loader's batch_size x it)."""
         self.pl = _lightning()
         self.module_path, self.module_args = module, dict(module_args or {})
         self.datamodule_spec = (datamodule, datamodule_args)
         self.loader = self._train_loader(datamodule, datamodule_args, dataloader, dataloader_args)
         self.source = datamodule or dataloader or f"{module}.train_dataloader()"
-        self._configure({"precision": precision}, image_inputs, static_shapes)
+        self._configure({"precision": precision, "accumulate_grad_batches": accumulate_grad_batches},
+                        image_inputs, static_shapes)
 
     def _configure(self, trainer_kwargs: Mapping[str, Any], image_inputs: bool,
                    static_shapes: bool | None) -> None:
         """What both ways in (import paths, live objects) set up alike, from the loader and the
-        user's Trainer arguments (``precision`` is the baseline's amp)."""
+        user's Trainer arguments (``precision`` is the baseline's amp, ``accumulate_grad_batches``
+        its gradient accumulation: core/global_batch.py)."""
         self.trainer_kwargs = dict(trainer_kwargs)
         precision = self.trainer_kwargs.get("precision", "32-true")
         if str(precision) not in PRECISION_AMP:
@@ -140,8 +145,15 @@ class LightningWorkload(Workload):
         self.image_inputs = image_inputs
         collate = self.loader.collate_fn
         self.pads_to_multiple = hasattr(collate, "pad_to_multiple_of")
+        accum = self.trainer_kwargs.get("accumulate_grad_batches", 1)
+        if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
+            raise WorkloadError(
+                f"accumulate_grad_batches={accum!r}: autotune takes a whole number >= 1 of "
+                "batches per optimizer step (a schedule of accumulation, as a dict, varies the "
+                "global batch during training and is not measured).")
         self.defaults = {**_loader_defaults(self.loader), "amp": PRECISION_AMP[str(precision)],
-                         "pad_to_multiple_of": getattr(collate, "pad_to_multiple_of", None)}
+                         "pad_to_multiple_of": getattr(collate, "pad_to_multiple_of", None),
+                         "grad_accum": accum, "accumulation_no_sync": accum > 1}
         self.input_shapes = measure_shapes(self.loader.dataset, collate,
                                            self.defaults["batch_size"])
         self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
@@ -321,7 +333,8 @@ def optimizers_in(out: Any) -> list[torch.optim.Optimizer]:
 # --- export --------------------------------------------------------------------------------
 def trainer_kwargs(best: Any) -> dict[str, Any]:
     """``lightning.Trainer(**trainer_kwargs(best), ...)``: precision, cuDNN autotuning and the
-    gradient accumulation (1 unless the study kept the global batch); for a study launched as
+    gradient accumulation (best.yaml's grad_accum: with the loader's batch_size, the global
+    batch the study measured; a best.yaml without one leaves the Trainer's own); for a study launched as
     N ranks, ``devices=N`` and ``strategy=DDPStrategy(...)`` with the measured DDP arguments
     and comm hook (adapters/ddp.py), or, sharded, ``ModelParallelStrategy`` (FSDP2, the
     module sharded in ``configure_model`` by ``prepare_module``: adapters/fsdp.py)."""
@@ -339,7 +352,9 @@ def _plain_trainer_kwargs(doc: dict[str, Any]) -> dict[str, Any]:
     knobs = doc["knobs"]
     return {"precision": AMP_PRECISION[knobs["amp"]],
             "benchmark": bool(knobs["cudnn_benchmark"]),
-            "accumulate_grad_batches": accumulation(doc)}
+            # A best.yaml written before grad_accum was carried: the Trainer's own is kept
+            # (prepare_module warns where it accumulates).
+            **({"accumulate_grad_batches": accumulation(doc)} if "grad_accum" in doc else {})}
 
 
 def dataloader_kwargs(best: Any) -> dict[str, Any]:
