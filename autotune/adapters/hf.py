@@ -8,8 +8,10 @@ read the result as ``TrainingArguments``.
     tuned.training_args                                         # the tuned TrainingArguments
     tuned.apply(trainer).train()                                # every measured setting applied
 
-``tune`` ships the Trainer's model, train dataset, collator and arguments to the trial
-processes (autotune/core/shipping.py; an object that cannot travel is named), runs the study
+``tune`` ships the Trainer's model (as its recipe where it was loaded with ``from_pretrained``:
+autotune/adapters/hf_recipe.py), train dataset, collator and arguments to the trial processes
+(autotune/core/shipping.py; an object that cannot travel is named; a TRL SFTTrainer as such:
+autotune/adapters/hf_trl.py), runs the study
 (autotune.tune: the same study as the command line) and returns ``HFTuned``. ``apply(trainer,
 best)`` sets every knob the study measured: the TrainingArguments fields (batch size, mixed
 precision, TF32, torch.compile, the DataLoader fields, the fused optimizer, non_blocking), and
