@@ -342,3 +342,19 @@ def test_a_lightning_trainer_that_accumulates_keeps_its_global_batch(tmp_path: P
     trainer.fit(at_lightning.prepare_module(SleepyClassifier(sleep_ms=0), path),
                 at_lightning.prepare_datamodule(SmallData(batch_size=4), path))
     assert trainer.global_step == 2 and trainer.accumulate_grad_batches == 2
+
+
+def test_ranks_count_in_the_global_batch(tmp_path: Path) -> None:
+    """Two ranks (gloo), each 8 x 2: the global batch is 32, every rank's samples per optimizer
+    step; the header says so, each trial's micro-batch that divides 16 accumulates to it per
+    rank, and best.yaml's global_batch counts both ranks."""
+    proc = run_cli(["workload=mlp", "+workload.batch_size=8", "+workload.grad_accum=2",
+                    "device=cpu", "launch.nproc_per_node=2", "knobs.batch_size=[8,16]",
+                    "study.n_trials=2", "study.name=ranks", *SEARCH_ONLY], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "global batch: 16 per rank, 32 over 2 ranks (your micro-batch 8 x 2" in proc.stdout
+    folder = tmp_path / "studies" / "ranks"
+    requests = _requests(folder)
+    assert {r["knobs"]["batch_size"] * r["grad_accum"] for r in requests} == {16}
+    best = yaml.safe_load((folder / "best.yaml").read_text())
+    assert best["global_batch"] == 32 == best["knobs"]["batch_size"] * best["grad_accum"] * 2
