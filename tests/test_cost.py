@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import yaml
 
 from autotune.core.env import Env
+from autotune.results.trust import load_statement, window_loads
 from tests.conftest import TINY_ARGS, ran_to_the_end, run_cli, study_setup
+
+#: How far the measured wall time may be from the one stated after the first window (issue
+#: 59: "the stated wall time holds within 15%").
+WALL_TOLERANCE = 0.15
 
 
 def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_beside_it(
         tmp_path: Path, cpu_env: Env) -> None:
     """The header states the plan and its caps, the first window sets an estimate, and the
-    summary and best.yaml put the measured wall time beside it: within 25% on this CPU (a
-    study that prunes or copies twins ends sooner than its estimate, so neither is on here).
+    summary and best.yaml put the measured wall time beside it: within 15% on this CPU (a
+    study that prunes or copies twins ends sooner than its estimate, so neither is on here),
+    unless one of its windows ran beside other work.
     The confirmation's rounds are counted at the spread the night before's confirmation
     measured on this device (study.start_from)."""
     night = optuna.create_study(study_name="w0", storage=f"sqlite:///{tmp_path}/w0.db")
@@ -58,14 +65,20 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     assert "revised_s" in wall["phases"]["confirmation"], wall
     assert "from the finalists" in wall["words"]
     ratio = wall["measured_s"] / wall["expected_s"]
-    if abs(ratio - 1) > 0.25:
-        rows = (tmp_path / "studies" / "w" / "trials.csv").read_text()
-        # A window read beside another load, or a study that could not measure: the estimate
-        # takes the load the first window saw as staying (1.01 of it beside a steady
-        # stress-ng), and a load that comes or goes is not foreseen.
-        if ",True," in rows or proc.returncode != 0:
-            pytest.skip(f"the machine was busy during the study (measured/expected {ratio:.2f})")
-    assert abs(ratio - 1) <= 0.25, wall
+    print(f"measured/expected {ratio:.3f}: {wall['words']}")
+    if abs(ratio - 1) > WALL_TOLERANCE:
+        # A window read beside another load: the estimate takes the load the first window saw
+        # as staying (1.01 of it beside a steady stress-ng), and a load that comes or goes is
+        # not foreseen. Excused only where a window of the study (a trial's or a round's) was
+        # marked contended: the skip used to read trials.csv for ",True,", which its
+        # `feasible` column holds on every measured row, so the check never ran.
+        study = optuna.load_study(study_name="w",
+                                  storage=f"sqlite:///{tmp_path}/studies/w/study.db")
+        busy = [c for c in window_loads(study) if c.get("contended")]
+        if busy:
+            pytest.skip(f"{len(busy)} window(s) ran beside other work (measured/expected "
+                        f"{ratio:.2f}): {load_statement(window_loads(study))}")
+    assert abs(ratio - 1) <= WALL_TOLERANCE, wall
 
 
 def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_window(
@@ -96,8 +109,12 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     assert quiet.phases()["search"] == pytest.approx(2.0 + 6 * one)
     assert f"re-measurements ~{again:.0f} s" in busy.words()
     assert "re-measurements" not in passed.words()
-    # The windows after the search are sized from one window, not three and two waits.
-    assert busy.confirm_s == pytest.approx(quiet.confirm_s)
+    # The windows after the search are sized from one window, not three and two waits; a load
+    # that stays leaves the search's windows contended, so they are no round of the
+    # confirmation's (rounds.search_round), where a quiet first window's are.
+    assert busy.round_s == pytest.approx(quiet.round_s)
+    assert (busy.search_round, quiet.search_round, passed.search_round) == (0, 1, 1)
+    assert busy.confirm_s == pytest.approx(quiet.confirm_s + quiet.round_s)
     assert busy.numerics_s == pytest.approx(quiet.numerics_s) and busy.numerics_s > 0
     assert "measured 3 times" in busy.words() and "5 more x 4.0 s" in busy.words()
     assert busy.as_dict()["first_trial_remeasured"] == 2
@@ -120,3 +137,71 @@ def test_the_race_rounds_are_the_confirmations_time_in_the_measured_phases(cpu_e
     # No confirmation ran (study.confirm_runs=0): nothing to move the rounds to.
     clock.marks = [("search", now - 300.0)]
     assert abs(clock.phase_seconds(race_s=80.0)["search"] - 300.0) < 5
+
+
+def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_inside(
+        tmp_path: Path, cpu_env: Env) -> None:
+    """Issue 59: the tie's extra rounds (up to half the budget again) were not in the estimate,
+    and the two studies with a tie ran 35% and 39% past it. The estimate now counts what the
+    selection does: at the rounds' spread, the rounds two finalists at the hardest gap take
+    (confirm.selection_rounds), the first of them the search's own windows, the choice among
+    finalists within the zone inside the budget (its bound is the budget, not 1.5 times it).
+    On planted rounds of tied finalists at that spread, the confirmation runs no more."""
+    import dataclasses
+    import json
+    import math
+    import random
+
+    from autotune.measure.protocol import WindowResult
+    from autotune.search.confirmation.confirm import confirm, selection_rounds
+    from autotune.search.confirmation.selection import Selection
+    from autotune.search.console.estimate import estimate
+    from autotune.search.round_spread import RoundSpread
+
+    spread = 0.05
+    setup = dataclasses.replace(
+        study_setup(cpu_env, confirm_top=3, numerics_steps=0, confirm_budget_s=2000.0),
+        round_spread=RoundSpread(spread, "planted"))
+    first = {"extras_s": 1.0, "ceiling_noise": {"window": 0.01},
+             "contention": {"contended": False}}
+    est = estimate(setup, 8, 3, 2.0, 5.0, first)
+    rounds = selection_rounds(spread, Selection(0.05, 0.95, 3, 0.01), 3)
+    per_round = 4 * (5.0 - 1.0)  # 3 finalists and the baseline, each a window less its extras
+    assert est.confirm_rounds == rounds and est.search_round == 1
+    assert est.confirm_s == pytest.approx((rounds - 1) * per_round)
+    assert est.confirm_max_s == 2000.0
+    assert f"{rounds} rounds (the first from the search's windows)" in est.words(), est.words()
+    # A budget shorter than those rounds is the confirmation's whole cost: nothing on top.
+    cut = estimate(setup.with_study(confirm_budget_s=50.0), 8, 3, 2.0, 5.0, first)
+    assert cut.confirm_s == cut.confirm_max_s == 50.0
+    # Finalists within a percent of each other, their rounds spread as the estimate takes it:
+    # the stated rounds are about the longest of such studies (the hardest gap), not their
+    # median: over planted studies the rounds run stay under it but for an unlucky few.
+    from optuna.distributions import IntDistribution
+    base = setup.space.baseline
+    knobs = [base, *({**base, "batch_size": b} for b in (64, 96, 128))]
+    point = {json.dumps(k, sort_keys=True): 100.0 if i == 0 else 200.0 * (1 + 0.003 * i)
+             for i, k in enumerate(knobs)}
+    ran = []
+    for seed in range(8):
+        study = optuna.create_study(direction="maximize")
+        for i, k in enumerate(knobs):
+            study.add_trial(optuna.trial.create_trial(
+                params={"batch_size": k["batch_size"]},
+                distributions={"batch_size": IntDistribution(1, 256)},
+                value=100.0 if i == 0 else 200.0 + i,
+                user_attrs={"knobs": k, "outcome": "ok", "peak_memory_gb": 1.0, "wall_s": 5.0,
+                            "extras_s": 1.0, "ceiling_noise": {"window": 0.01},
+                            "source": "baseline" if i == 0 else "search"},
+                system_attrs={"constraints": [-1.0]}))
+        rng = random.Random(seed)
+
+        def run(req: Any, trial_dir: Path, rng: random.Random = rng, **_: Any) -> WindowResult:
+            figure = point[json.dumps(req.knobs, sort_keys=True)]
+            return WindowResult(outcome="ok", steps=10, wall_s=4.0, samples_per_sec=figure
+                                * math.exp(rng.gauss(0, spread / math.sqrt(2))))
+        record = confirm(dataclasses.replace(setup, out_dir=tmp_path), study, 3, 3, run=run)
+        assert record is not None and record["stopped"] == "decided", record
+        ran.append(record["rounds"])
+    ran.sort()
+    assert ran[len(ran) // 2] <= rounds and ran[-1] <= 1.5 * rounds, (ran, rounds)

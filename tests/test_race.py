@@ -18,6 +18,7 @@ from autotune.results.intervals import Interval
 from autotune.search.confirmation.choose import Candidate
 from autotune.search.confirmation.confirm import confirm, eliminate
 from autotune.search.confirmation.rounds import Rounds, raced
+from autotune.search.confirmation.selection import Selection
 from autotune.search.loop.race import race_round
 from tests.conftest import TINY_ARGS, run_cli
 
@@ -101,8 +102,9 @@ def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
         assert not race_round(setup, study, pruned, run=run)
         slow = _tell(study, "b96", {**knobs["b96"], "cpu_threads": 2}, 170.0)
         assert not race_round(setup, study, slow, run=run)
-        # Rounds go on after each finalist's trial: batch 64, behind batch 128 at the trusted
-        # floor (3 rounds of quiet windows), is dropped before the search ends.
+        # Rounds go on after each finalist's trial: batch 64, behind batch 128 once the pair
+        # has its first stage (3 quiet rounds, as its windows are quiet), is dropped before the
+        # search ends.
         for _ in range(2):
             assert race_round(setup, study, study.trials[number["b128"]], run=run)
         rounds, dropped = raced(study)
@@ -120,11 +122,11 @@ def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
 
     seen.clear()
     record = confirm(setup, study, 3, 3, run=run)
-    assert record is not None and record["stopped"] == "precision", record
+    assert record is not None and record["stopped"] == "decided", record
     assert record["race"] == {"rounds": raced_rounds, "spent_s": float(sum(rounds.seconds)),
                               "dropped": [number["b64"]]}
     # The confirmation measured only what was missing: never the dropped finalist, and fewer
-    # rounds than it needs from nothing (3, the trusted floor of quiet windows).
+    # rounds than it needs from nothing (3, the first stage of quiet windows).
     assert "b64" not in {name for _, name in seen}
     assert record["rounds"] - raced_rounds < 3
     assert number["b64"] in record["dropped"]
@@ -234,12 +236,20 @@ def test_rounds_round_trip_and_a_late_contender_is_not_dropped_before_its_floor(
     assert back.paired(1, 0) == 2 and back.paired(2, 0) == 1
     assert back.only({0, 2}).order == [[0], [0], [2, 0]]
 
-    lead = Candidate(1, Interval(2.0, 1.9, 2.1, 6), 3, 1.0, ())
-    behind = Candidate(2, Interval(1.5, 1.4, 1.6, 6), 3, 1.0, ())
-    late = Candidate(3, Interval(1.2, 0.0, float("inf"), 1), 3, 1.0, ())
-    assert [c.number for c in eliminate([lead, behind, late], (), 6)] == [1, 3]
-    # Below the floor nobody is dropped, however far behind.
-    assert len(eliminate([lead, behind, late], (), 7)) == 3
+    # Six rounds of two contenders 25% apart, and one that joined for the last round only.
+    six = tuple(200.0 * (1 + 0.01 * (i % 2)) for i in range(6))
+    lead = Candidate(1, Interval(2.0, 1.9, 2.1, 6), 3, 1.0, six)
+    behind = Candidate(2, Interval(1.5, 1.4, 1.6, 6), 3, 1.0, tuple(0.75 * v for v in six))
+    late = Candidate(3, Interval(1.2, 0.0, float("inf"), 1), 3, 1.0, (None,) * 5 + (240.0,))
+    quiet = Selection(0.05, 0.95, 3, 0.01)  # windows 1% noisy: a first stage of 3 rounds
+    assert [c.number for c in eliminate([lead, behind, late], (), quiet)] == [1, 3]
+    # Before the first stage's quiet rounds nobody is dropped, however far behind: unknown
+    # window noise asks for 6, and rounds beside other work do not count.
+    early = [Candidate(c.number, c.interval, 3, 1.0, c.runs[:5]) for c in (lead, behind)]
+    assert len(eliminate(early, (), Selection(0.05, 0.95, 3))) == 2
+    busy = [Candidate(c.number, c.interval, 3, 1.0, c.runs, (True, True, True, True, False, False))
+            for c in (lead, behind)]
+    assert len(eliminate(busy, (), quiet)) == 2
 
 
 @pytest.mark.slow

@@ -79,7 +79,10 @@ def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(
         cpu_env: Env) -> None:
     """The README's CPU study was estimated at its 6 trusted rounds (~70 s) and ran its whole
     300 s budget: at a CPU's spread the estimate is the budget, and says so; at a quiet
-    spread it is the rounds that spread needs."""
+    spread it is the rounds the selection takes at that spread (confirm.selection_rounds),
+    the first of them the search's own windows."""
+    from autotune.search.confirmation.confirm import selection_rounds
+    from autotune.search.confirmation.selection import Selection
     from autotune.search.console.estimate import estimate
     from autotune.search.setup import StudySetup
 
@@ -91,24 +94,24 @@ def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(
     first = {"extras_s": 1.0, "ceiling_noise": {"window": 0.2}}
     noisy = estimate(setup(0.11), 12, 3, 0.0, 8.5, first)  # 4 windows of 7.5 s: 30 s a round
     assert noisy.confirm_s == pytest.approx(300.0)
-    assert noisy.confirm_rounds == expected_rounds(0.11, 0.05, 6) > 10
+    assert noisy.confirm_rounds == selection_rounds(0.11, Selection(0.05, 0.95, 3, 0.2), 3) > 10
     assert "confirmation ~300 s (the budget: " in noisy.words(), noisy.words()
     assert "at rounds spread +-11% (a test)" in noisy.words()
     assert noisy.as_dict()["round_spread"] == {"spread": 0.11, "source": "a test"}
-    quiet = estimate(setup(0.01), 12, 3, 0.0, 8.5, first)
-    assert quiet.confirm_rounds == 6 and quiet.confirm_s == pytest.approx(180.0)
-    assert "confirmation ~180 s (6 rounds of ~30 s at rounds spread +-1%" in quiet.words()
+    quiet = estimate(setup(0.01), 12, 3, 0.0, 8.5, {**first, "ceiling_noise": {"window": 0.005}})
+    assert quiet.confirm_rounds == 3 and quiet.confirm_s == pytest.approx(60.0)
+    assert ("confirmation ~60 s (3 rounds (the first from the search's windows) of ~30 s at "
+            "rounds spread +-1%") in quiet.words(), quiet.words()
 
 
 def test_the_rounds_cost_says_what_the_spread_expects() -> None:
-    """Said as the confirmation starts: the least rounds, then the rounds the spread expects,
-    and the budget where it ends them first."""
-    cut = round_words(30, 3, 6, 300, 17, "rounds spread +-11% (x)")
-    assert "~180s for the 6 rounds it needs at least" in cut
-    assert "the ~17 rounds of a +-precision interval would take ~510s: the budget (300s)" in cut
-    fits = round_words(10, 3, 6, 300, 17, "rounds spread +-11% (x)")
-    assert fits.endswith("; ~17 rounds, ~170s, at rounds spread +-11% (x)")
-    assert round_words(10, 3, 6, 300, 6, "s").endswith("rounds it needs at least")
+    """Said as the confirmation starts: the least rounds, then the rounds the selection may
+    take at the spread, and the budget where it ends them first."""
+    cut = round_words(30, 3, 300, 17, "rounds spread +-11% (x)")
+    assert "would take ~17 rounds at rounds spread +-11% (x), ~510s: the budget (300s)" in cut
+    fits = round_words(10, 3, 300, 17, "rounds spread +-11% (x)")
+    assert "at most ~17 rounds, ~170s, at rounds spread +-11% (x)" in fits, fits
+    assert round_words(10, 3, 300).endswith("rounds it needs at least")
 
 
 def test_a_reference_run_is_counted_at_the_baselines_numerics_at_the_finalists_batch(

@@ -204,3 +204,38 @@ def test_other_processes_are_counted_against_the_machines_cores_not_a_ranks() ->
                                                 "2 windows"), said
     lone = load_statement([{**BUSY, "cpus": 1, "other_cpu_cores": 0.6}])
     assert lone is not None and lone.startswith("other processes used 0.6 of 1 core during"), lone
+
+
+def test_a_budget_that_ends_the_choice_undecided_on_wide_intervals_is_too_noisy() -> None:
+    """Without study.confirm_precision the width judged is the indifference zone's: rounds that
+    ended on the budget before the selection decided, with the speedup known only to worse than
+    three zones, are too noisy to rank configurations; the same rounds decided are not."""
+    study = _study(QUIET, "budget", noise=0.15)
+    conf = dict(study.user_attrs["confirmation"])
+    conf.update({"precision": None, "decided": False, "precise": None,
+                 "selection": {"indifference": 0.05, "correct_selection": 0.95, "systems": 1}})
+    study.set_user_attr("confirmation", conf)
+    said = could_not_measure(study) or ""
+    assert said.startswith("this machine's measurements were too noisy to rank configurations")
+    assert "without deciding among the finalists" in said, said
+    study.set_user_attr("confirmation", {**conf, "decided": True})
+    assert could_not_measure(study) is None
+
+
+def test_a_noisy_baseline_is_read_on_the_rounds_that_count() -> None:
+    """The winner beat the runner-up in every quiet round; the one round the runner-up read
+    fastest ran beside other work. Left out (intervals.counted_rounds, as every comparison
+    reads rounds), the configurations are ranked and only the baseline's spread is wide;
+    counted, the runner-up would be within reach and the study too noisy to rank them."""
+    from autotune.results.trust import baseline_noise
+
+    conf = {"finalists": [7, 5], "baseline_trial": 0, "rounds": 4, "leader": 7,
+            "established": True, "precision": 0.05, "stopped": "budget",
+            "runs": {"7": [10281.0, 10423.0, 10322.0, 10300.0],
+                     "5": [9455.0, 9524.0, 9209.0, 12000.0],
+                     "0": [564.0, 464.0, 667.0, 600.0]},
+            "contended": {"7": [False] * 4, "5": [False, False, False, True], "0": [False] * 4}}
+    words = baseline_noise(conf)
+    assert words and "the finalists are ranked" in words
+    counted = {**conf, "contended": {n: [False] * 4 for n in ("7", "5", "0")}}
+    assert baseline_noise(counted) is None

@@ -66,6 +66,17 @@ def _check_study(cfg: Config) -> None:
     if s.time_budget_s is not None and s.time_budget_s <= 0:
         raise UsageError(f"study.time_budget_s={s.time_budget_s} must be a positive "
                          "number of seconds (the whole study's wall time), or null for none.")
+    if not 0 < s.indifference < 1:
+        raise UsageError(f"study.indifference={s.indifference} must be a fraction between 0 and "
+                         "1: the difference in speed not worth a choice (0.05: 5%).")
+    if not 0.5 <= s.correct_selection < 1:
+        raise UsageError(f"study.correct_selection={s.correct_selection} must be a probability "
+                         "of at least 0.5 and below 1: how sure the confirmation must be that "
+                         "it kept the fastest finalist (0.95: 95%).")
+    if s.confirm_precision is not None and s.confirm_precision <= 0:
+        raise UsageError(f"study.confirm_precision={s.confirm_precision} must be a positive "
+                         "fraction (0.05: +-5%), or null to stop the rounds once the choice is "
+                         "decided.")
     counts = {"n_trials": (s.n_trials, 0), "confirm_runs": (s.confirm_runs, 0),
               "confirm_top": (s.confirm_top, 1), "numerics_steps": (s.numerics_steps, 0),
               "remeasure_contended": (s.remeasure_contended, 0),

@@ -108,16 +108,17 @@ class StudyConfig:
         "Stop trials early that cannot beat the best (Optuna pruner + measured ceilings)."))
     confirm_runs: int = _key(3, help=(
         "After the search, the finalists and the baseline are measured again in rounds (each "
-        "once per round, in a random order; search/confirmation/confirm.py): at least this many rounds (an "
-        "interval needs 3), then more until `confirm_precision` (a stop on precision is trusted "
-        "from 3 rounds for quiet windows, 6 for noisy ones) or `confirm_budget_s`. 0 rounds = "
-        "report the search figures."))
+        "once per round, in a random order; search/confirmation/confirm.py; the finalists' own "
+        "search windows are the first round where comparable): at least this many rounds (an "
+        "interval needs 3), then until one finalist is left or those left lie within "
+        "`indifference` of each other (a fully sequential selection, Kim and Nelson 2001), or "
+        "`confirm_budget_s`. 0 rounds = report the search figures."))
     race: bool = _key(False, help=(
         "Race the finalists during the search (search/loop/race.py): after a trial that lands "
         "among them within 15% of the fastest, one round of those close finalists still in "
         "the race and the baseline, and a finalist shown slower than another dropped; the "
-        "confirmation starts from those rounds (they count in `confirm_runs`, the trusted "
-        "floor and `confirm_budget_s`, of which the race spends at most half). One worker on "
+        "confirmation starts from those rounds (they count in `confirm_runs`, the selection's "
+        "first stage and `confirm_budget_s`, of which the race spends at most half). One worker on "
         "the study's own storage only. Off by default: on a noisy 2-core CPU it did not "
         "shorten the README's study and left a winner found late fewer rounds "
         "(docs/benchmarks.md); where the confirmation ends on precision it is not measured "
@@ -133,14 +134,26 @@ class StudyConfig:
         "Finalists: the fastest distinct configurations measured after the search, and any "
         "other whose search window read within 15% of the fastest (up to twice as many); the "
         "one the intervals support is exported."))
-    confirm_precision: float = _key(0.05, help=(
-        "Stop the rounds once every finalist still in question knows its speedup over the "
-        "baseline to +-this fraction (0.05: +-5%, its 95% interval's half-width)."))
+    indifference: float = _key(0.05, help=(
+        "The difference in speed not worth a choice (0.05: 5%). The confirmation drops a "
+        "finalist once another is shown ahead of it (within `correct_selection`) and stops "
+        "when one is left or those left lie within this of each other; the choice among those "
+        "goes to fewer changed knobs, then lower memory, and costs at most this. Larger: "
+        "fewer rounds."))
+    correct_selection: float = _key(0.95, help=(
+        "The probability that the confirmation keeps the fastest finalist where it is faster "
+        "than the others by `indifference` or more (Kim and Nelson's procedure KN). Lower: "
+        "fewer rounds."))
+    confirm_precision: float | None = _key(None, help=(
+        "null: the rounds stop once the choice is decided, and the exported speedup's 95% "
+        "interval is the one measured then (its width said). A fraction (0.05: +-5%): the "
+        "answers and the baseline are then measured on until their intervals over the "
+        "baseline are that narrow, within `confirm_budget_s`."))
     confirm_budget_s: float = _key(300.0, help=(
-        "...or once the rounds' windows have taken this many seconds (a round that would end "
-        "past it is not started). A tie the tie-break would decide against the leader then "
-        "gets rounds of the two and the baseline for up to half as much again "
-        "(confirm.TIE_BUDGET_SHARE)."))
+        "...and the rounds' windows take at most this many seconds (a round that would end "
+        "past it is not started; the choice among finalists within `indifference` of each "
+        "other is made inside it). At the budget, finalists the rounds did not decide "
+        "between are said, and the fastest measured is exported."))
     run_steps: int | None = _key(None, help=(
         "The length of the user's run in training steps, if known: the objective becomes the "
         "whole run's samples/s, compile time included (compile + run_steps x batch / "

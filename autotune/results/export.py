@@ -215,8 +215,9 @@ def shapes_words(shapes: dict[str, Any] | None) -> dict[str, Any] | None:
 
 #: The confirmation's keys best.yaml carries (the per-window loads stay in the study).
 CONFIRMATION_KEYS = ("method", "finalists", "baseline_trial", "rounds", "runs", "intervals",
-                     "dropped", "stopped", "precision", "budget_s", "spent_s", "window_noise",
-                     "leader", "established", "tie", "tie_settling", "load", "same_training",
+                     "dropped", "stopped", "selection", "decided", "precision", "budget_s",
+                     "spent_s", "window_noise", "leader", "established", "half_width", "tie",
+                     "tie_settling", "undecided", "search_round", "load", "same_training",
                      "race")
 
 

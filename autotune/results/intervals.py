@@ -9,6 +9,14 @@ few as 3 rounds, where a percentile bootstrap's interval is known to be too narr
 never be wider than the rounds' own range); t on log ratios is exact for log-normal timing
 noise and honest at small n. One definition for confirmation (search/confirmation/confirm.py) and for
 production parity (``autotune verify``).
+
+Which rounds count in a comparison is decided here too, once (``counted_rounds``): a round
+whose window on either side ran beside other work is the machine's, not the configurations',
+and every comparison (a finalist over the baseline, one finalist over another) reads the same
+rule. Before it lived here, each finalist's interval left such rounds out while the paired
+comparison of two finalists took every round: in a 12-trial README study one disturbed round
+(trial 5 at 1.15x, "counted") pulled trial 5's paired ratio over trial 4 into a tie, and trial
+4 was exported, its interval wholly below trial 5's (issue 59).
 """
 
 from __future__ import annotations
@@ -29,6 +37,18 @@ MIN_ROUNDS = 3
 
 def t975(df: int) -> float:
     return _T975[df - 1] if 1 <= df <= len(_T975) else 1.960
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile at ``p`` for ``df`` degrees of freedom, by the Cornish-Fisher
+    expansion about the normal's (Abramowitz and Stegun 26.7.5): within 1% of the exact
+    quantile from 2 degrees of freedom on (t975's table, tests/test_confirm.py)."""
+    z = statistics.NormalDist().inv_cdf(p)
+    g = ((z ** 3 + z) / 4, (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+         (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+         (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    f = max(1, df)
+    return z + sum(gi / f ** (i + 1) for i, gi in enumerate(g))
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,35 @@ class Interval:
                 "ci_low": round(self.low, 3) if self.known else None,
                 "ci_high": round(self.high, 3) if self.known else None,
                 "rounds": self.rounds}
+
+
+def counted_rounds(a: Sequence[float | None], b: Sequence[float | None],
+                   busy_a: Sequence[bool] = (), busy_b: Sequence[bool] = (),
+                   least: int = MIN_ROUNDS) -> tuple[list[int], bool]:
+    """The rounds that count in a comparison of ``a`` with ``b`` (each a figure per round, None
+    where not measured; ``busy_*``: whether that window ran beside other work), and whether
+    they are all quiet. A round counts where both were measured; one with a contended window
+    on either side is left out while at least ``least`` quiet ones remain. With fewer, every
+    measured round counts and the second value is False: an interval then says what the
+    machine gave beside its load (results/trust.py names it), and a decision between
+    configurations waits for more rounds (search/confirmation/selection.py), which is how a
+    disturbed round is measured again."""
+    def busy(flags: Sequence[bool], i: int) -> bool:
+        return bool(flags[i]) if i < len(flags) else False
+
+    both = [i for i, (x, y) in enumerate(zip(a, b, strict=False))
+            if x and y and x > 0 and y > 0]
+    quiet = [i for i in both if not (busy(busy_a, i) or busy(busy_b, i))]
+    if len(quiet) >= least:
+        return quiet, True
+    return both, len(quiet) == len(both)
+
+
+def compared(a: Sequence[float | None], b: Sequence[float | None],
+             busy_a: Sequence[bool] = (), busy_b: Sequence[bool] = ()) -> Interval:
+    """``a``'s speedup over ``b`` over the rounds that count (``counted_rounds``)."""
+    idx, _ = counted_rounds(a, b, busy_a, busy_b)
+    return paired_speedup([a[i] for i in idx], [b[i] for i in idx])
 
 
 def paired_speedup(candidate: Sequence[float | None],

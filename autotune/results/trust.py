@@ -2,10 +2,10 @@
 
 A study on a machine that stays busy still produces figures: they describe the machine's
 moods, not the configurations. Even a precise ratio does when the load fell on one side of it
-(one_sided). Confirmation runs until its intervals are precise or its
-budget is spent (search/confirmation/confirm.py); when it ends on the budget while most windows were
-contended, or with the winner's speedup still known only to more than three times the precision
-asked, the study says so, names the load it saw ("other processes used 1.7 of 2 cores during
+(one_sided). Confirmation runs until its choice is decided or its
+budget is spent (search/confirmation/confirm.py); when it ends on the budget undecided while most
+windows were contended, or with the winner's speedup still known only to more than three times
+the precision asked (the indifference zone where none was), the study says so, names the load it saw ("other processes used 1.7 of 2 cores during
 9 of 12 windows") or the noise, exports only
 what its intervals support (search/confirmation/confirm.py keeps the user's configuration when the winner's
 interval includes 1.0) and exits with search/run.py's COULD_NOT_MEASURE, so that a scheduler
@@ -24,7 +24,7 @@ from autotune.diagnose.thresholds import (
     IMPRECISE_FACTOR,
     NOISY_WINDOWS_CV,
 )
-from autotune.results.intervals import MIN_ROUNDS, paired_speedup
+from autotune.results.intervals import MIN_ROUNDS, compared
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.results.trials import measured
 
@@ -134,13 +134,15 @@ def one_sided(conf: dict[str, Any], loads: list[dict[str, Any]]) -> str | None:
 
 
 def _unsettled(conf: dict[str, Any], loads: list[dict[str, Any]]) -> str | None:
-    """Ended on the budget short of the precision: too busy or too noisy (see above)."""
+    """Ended on the budget undecided or short of the precision: too busy or too noisy (see
+    above)."""
     if (conf.get("stopped") not in ("budget", "rounds") or conf.get("precise")
+            or (conf.get("decided") and not conf.get("precision"))
             or int(conf.get("rounds") or 0) < MIN_ROUNDS):
-        return None  # precise; or too few rounds asked for (study.confirm_runs) to judge
+        return None  # decided or precise; or too few rounds asked for (study.confirm_runs)
     busy = sum(1 for c in loads if c.get("contended"))
     crowded = bool(loads) and busy / len(loads) >= CONTENDED_WINDOWS_SHARE
-    precision = float(conf.get("precision") or 0.05)
+    precision = reference_width(conf)
     known = _known_to(conf)
     imprecise = known is None or known > IMPRECISE_FACTOR * precision
     if not (crowded or imprecise) or (not crowded and baseline_noise(conf)):
@@ -170,9 +172,19 @@ def _unsettled(conf: dict[str, Any], loads: list[dict[str, Any]]) -> str | None:
             "this machine's measurements were too noisy to rank configurations")
     return (f"{head}: {'; '.join(p for p in parts if p)}. Confirmation spent its budget "
             f"({conf.get('spent_s')} of study.confirm_budget_s={conf.get('budget_s')}s, "
-            f"{conf.get('rounds')} rounds) without reaching +-{100 * precision:.0f}%; {verdict}. "
+            f"{conf.get('rounds')} rounds) without "
+            + (f"reaching +-{100 * precision:.0f}%" if conf.get("precision") else
+               "deciding among the finalists")
+            + f"; {verdict}. "
             "Run the study again on a quieter machine (or raise study.confirm_budget_s) to rank "
             "the configurations.")
+
+
+def reference_width(conf: dict[str, Any]) -> float:
+    """The interval width a confirmation is judged against: the precision asked, else the
+    indifference zone (a speedup known to worse than a few zones ranks nothing)."""
+    zone = (conf.get("selection") or {}).get("indifference")
+    return float(conf.get("precision") or zone or 0.05)
 
 
 def baseline_noise(conf: dict[str, Any]) -> str | None:
@@ -188,16 +200,18 @@ def baseline_noise(conf: dict[str, Any]) -> str | None:
     still measured (its paired interval over each above 1.0) or matches it to the precision."""
     leader, base = str(conf.get("leader")), str(conf.get("baseline_trial"))
     runs = {str(k): [float(x) for x in v if x] for k, v in (conf.get("runs") or {}).items()}
-    precision = float(conf.get("precision") or 0.05)
+    precision = reference_width(conf)
     lead_cv, base_cv = _cv(runs.get(leader)), _cv(runs.get(base))
     if (not conf.get("established") or leader == base or lead_cv is None or base_cv is None
             or lead_cv > precision or base_cv <= IMPRECISE_FACTOR * lead_cv):
         return None
     raw = {str(k): v for k, v in (conf.get("runs") or {}).items()}
+    busy = {str(k): v for k, v in (conf.get("contended") or {}).items()}
     for other in runs:
         if other in (leader, base):
             continue
-        iv = paired_speedup(raw[leader], raw[other])
+        # The rounds that count, as every comparison reads them (intervals.counted_rounds).
+        iv = compared(raw[leader], raw[other], busy.get(leader) or (), busy.get(other) or ())
         if not iv.known or not (iv.low > 1.0 or iv.half_width <= precision):
             return None
     return (f"the speedup's interval is wide because the baseline's own windows varied "

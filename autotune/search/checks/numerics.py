@@ -52,6 +52,7 @@ from autotune.search.confirmation.choose import (
     decide,
     decide_same,
     racing,
+    selection_of,
     still_racing,
 )
 from autotune.search.setup import StopFlag, StudySetup
@@ -265,9 +266,9 @@ def _repick_confirmation(study: optuna.Study, results: dict[str, Any]) -> None:
     if "best_trial" not in conf or not (refused(conf["best_trial"]) or refused(same.get("best_trial"))):
         return
     out = {int(n) for n, e in results.items() if e.get("passed") is False}
-    precision = float(conf.get("precision") or 0.05)
+    terms = selection_of(conf)  # the terms the confirmation decided with
     numbers = same.get("finalists") or []
-    left = racing(candidates_of(conf, out), numbers)
+    left = racing(candidates_of(conf, out), numbers, terms)
     if refused(conf["best_trial"]):
-        conf = decide(conf, still_racing(left), precision)
-    set_study_attrs(study, {"confirmation": decide_same(conf, left, numbers, precision)})
+        conf = decide(conf, still_racing(left, terms), terms)
+    set_study_attrs(study, {"confirmation": decide_same(conf, left, numbers, terms)})

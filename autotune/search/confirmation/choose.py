@@ -1,22 +1,20 @@
 """Which finalist the confirmation's rounds support (pure: figures in, decision out).
 
 Each finalist's speedup over the baseline comes from the rounds as paired ratios with a 95%
-interval (results/intervals.py). Finalists sit in the same rounds, so two of them are compared
-by their own paired ratio, which cancels the machine's drift that their intervals over the
-baseline each carry (two overlapping intervals can still differ, paired). A finalist the
-rounds show slower than the leader is dropped from further rounds (racing, as irace does:
-rounds go to the configurations still in question). The finalists the rounds cannot show
-slower than the leader, and whose estimate lies within the precision asked of the leader's,
-tie with it: said in words, and broken toward a configuration whose speedup the data support,
-then the one that changes fewer knobs from the user's own, then lower peak memory, never
-toward the luckiest window. A finalist estimated further behind than the precision is not
-tied even when its rounds cannot exclude a tie: preferring it for its fewer knobs would cost
-more than the user said mattered (an idle run's tie of four went from 1.80x to 1.68x that
-way). Where the tie-break would export another finalist than the leader while their paired
-rounds show it neither slower nor within the precision of the leader, the two get more rounds
-first (``unsettled``; search/confirmation/confirm.py). A speedup is exported only when its whole interval
-lies above 1.0 (``decide``, which fills the confirmation's record; the numerics check calls it
-again when it refuses the winner).
+interval (results/intervals.py), over the rounds that count (results/intervals.counted_rounds:
+one rule, read by every comparison here). Finalists sit in the same rounds, so two of them are
+compared by their own paired ratio, which cancels the machine's drift that their intervals
+over the baseline each carry. Which of them the rounds still have to tell apart, which are
+dropped and which lie within the user's indifference zone of each other is the selection's
+(search/confirmation/selection.py: Kim and Nelson's fully sequential procedure). Among the
+finalists left, those within the zone of the leader and of each other are one choice as far as
+the user is concerned: it goes to a configuration whose speedup the data support, then to the
+one that changes fewer knobs from the user's own, then to lower peak memory, never to the
+luckiest window, and costs at most the zone (``pick``). Finalists the rounds left undecided
+(the budget ended them first) are not tied: the faster measured is exported and the gap said
+(``undecided_words``). A speedup is exported only when its whole interval lies above 1.0
+(``decide``, which fills the confirmation's record; the numerics check calls it again when it
+refuses the winner).
 """
 
 from __future__ import annotations
@@ -26,134 +24,135 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup
+from autotune.results.intervals import Interval, compared, counted_rounds
+from autotune.search.confirmation import selection
+from autotune.search.confirmation.selection import Selection
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One finalist as the choice sees it: its interval over the baseline, its own figure in
-    each round (None: not measured or failed that round), and what a tie is broken on."""
+    each round (None: not measured or failed that round) and whether that window ran beside
+    other work, and what a tie is broken on."""
 
     number: int
     interval: Interval
     changed: int  # knobs that differ from the baseline's
     peak_memory_gb: float
     runs: tuple[float | None, ...] = ()
+    busy: tuple[bool, ...] = ()
 
 
 def versus(a: Candidate, b: Candidate) -> Interval:
-    """``a``'s speedup over ``b`` from the rounds that measured both: the two sat in the same
-    rounds, so their own paired ratio cancels the machine's drift that their intervals over
-    the baseline each carry (two overlapping intervals can still differ, paired)."""
-    return paired_speedup(list(a.runs), list(b.runs))
-
-
-def _behind(lead: Candidate, c: Candidate) -> bool:
-    """``c`` is shown slower than ``lead``: paired (rounds with both), else by intervals over
-    the baseline lying apart."""
-    if c is lead:
-        return False
-    pair = versus(lead, c)
-    if pair.known:
-        return pair.above(1.0)
-    return lead.interval.known and c.interval.known and c.interval.high < lead.interval.low
+    """``a``'s speedup over ``b`` from the rounds that measured both and count
+    (intervals.counted_rounds: a contended round is left out, as from each one's interval over
+    the baseline): the two sat in the same rounds, so their own paired ratio cancels the
+    machine's drift that their intervals over the baseline each carry."""
+    return compared(a.runs, b.runs, a.busy, b.busy)
 
 
 def interval_of(runs: Sequence[float | None], base: Sequence[float | None],
                 contended: Sequence[bool] = ()) -> Interval:
-    """The speedup over the rounds where both were measured. Rounds with a contended window
-    on either side are left out while at least MIN_ROUNDS quiet ones remain (contention hits
-    one side of a pair, not both: the ratio is then the machine's, not the configuration's)."""
-    pairs = [(c, b, bool(contended[i]) if i < len(contended) else False)
-             for i, (c, b) in enumerate(zip(runs, base, strict=False)) if c and b]
-    quiet = [(c, b) for c, b, busy in pairs if not busy]
-    use = quiet if len(quiet) >= MIN_ROUNDS else [(c, b) for c, b, _ in pairs]
-    return paired_speedup([c for c, _ in use], [b for _, b in use])
+    """The speedup over the rounds that count (intervals.counted_rounds); ``contended``: a
+    round with a contended window on either side."""
+    return compared(runs, base, contended)
+
+
+def counted(c: Candidate, base_runs: Sequence[float | None],
+            base_busy: Sequence[bool] = ()) -> int:
+    """How many rounds count in ``c``'s interval over the baseline."""
+    return len(counted_rounds(c.runs, base_runs, c.busy, base_busy)[0])
 
 
 def changed_knobs(knobs: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
     return sorted(k for k, v in knobs.items() if baseline.get(k) != v)
 
 
-def still_racing(cands: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates not shown slower than the leader: the others are settled below it."""
-    if not cands:
-        return []
-    lead = max(cands, key=lambda c: c.interval.point)
-    return [c for c in cands if not _behind(lead, c)]
+def _rule(sel: Selection | float | None, cands: Sequence[Candidate]) -> Selection:
+    """The selection's terms; a bare float is an older record's precision, taken as its zone."""
+    if isinstance(sel, Selection):
+        return sel
+    zone = 0.05 if sel is None else float(sel)
+    return Selection(zone, 0.95, max(2, len(cands)))
 
 
-def racing(cands: Sequence[Candidate], same: Collection[int]) -> list[Candidate]:
-    """The candidates still in question for either answer: those not shown slower than the
-    leader, and among the ``same``-training ones those not shown slower than their own
-    leader, whose interval the same-training answer needs though the overall leader is
-    faster."""
-    kept = {c.number for c in still_racing(cands)}
-    kept |= {c.number for c in still_racing([c for c in cands if c.number in same])}
-    return [c for c in cands if c.number in kept]
+def still_racing(cands: Sequence[Candidate], sel: Selection | float | None = None
+                 ) -> list[Candidate]:
+    """The candidates the selection has not dropped (selection.survivors)."""
+    return selection.survivors(cands, _rule(sel, cands))
+
+
+def racing(cands: Sequence[Candidate], same: Collection[int],
+           sel: Selection | float | None = None) -> list[Candidate]:
+    """The candidates still in question for either answer (selection.racing)."""
+    return selection.racing(cands, same, _rule(sel, cands))
 
 
 def precise(cands: Sequence[Candidate], precision: float) -> bool:
-    """Every candidate still in question is known to +-precision."""
+    """Every candidate given is known to +-precision."""
     return all(c.interval.half_width <= precision for c in cands)
 
 
-def _within(lead: Candidate, c: Candidate, precision: float) -> bool:
-    """``c``'s estimate is within ``precision`` of the leader's: paired where the rounds
-    allow, else the ratio of their estimates over the baseline."""
-    pair = versus(lead, c)
-    ratio = pair.point if pair.known else lead.interval.point / max(c.interval.point, 1e-12)
-    return ratio <= 1.0 + precision
-
-
-def pick(cands: Sequence[Candidate], precision: float = 0.05
+def pick(cands: Sequence[Candidate], sel: Selection | float | None = None
          ) -> tuple[Candidate, list[Candidate]]:
-    """The winner and the candidates it tied with. The leader is the highest point estimate;
-    the tie is every candidate the rounds cannot show slower than the leader (their paired
-    ratio's 95% interval includes 1.0) whose estimate is within ``precision`` (the study's
-    confirm_precision) of the leader's; within it, one whose speedup the data support
-    (interval above 1.0) before one they do not, then fewer changed knobs, then lower peak
-    memory, then the higher point."""
+    """The winner and the candidates it is chosen among. The leader is the highest point
+    estimate; with it, every candidate the selection puts within the zone of it and of each
+    one already taken (selection.verdict "within": the choice among them costs at most the
+    zone); among those, one whose speedup the data support (interval above 1.0) before one
+    they do not, then fewer changed knobs, then lower peak memory, then the higher point."""
+    rule = _rule(sel, cands)
     lead = max(cands, key=lambda c: c.interval.point)
     if not lead.interval.known:
         return lead, []
-    tied = [c for c in cands if c is lead
-            or (not _behind(lead, c) and _within(lead, c, precision))]
+    tied = [lead]
+    for c in sorted(cands, key=lambda c: -c.interval.point):
+        if c is not lead and all(selection.verdict(c, t, rule) == "within" for t in tied):
+            tied.append(c)
     winner = min(tied, key=lambda c: (not c.interval.above(1.0), c.changed, c.peak_memory_gb,
                                       -c.interval.point))
     return winner, [c for c in tied if c is not winner]
 
 
-def unsettled(cands: Sequence[Candidate], precision: float) -> list[Candidate]:
-    """The leader and the finalist the tie-break would export in its place, while their paired
-    rounds show the second neither slower than the leader nor within ``precision`` of it:
-    more rounds of the two can say which ([] when there is nothing to settle). Why: an idle
-    run tied batch 64 with batch 128 (equal knob counts, 2.6% apart after 16 rounds) and
-    exported batch 64 for its lower memory; side by side over 24 rounds it was 6% slower,
-    more than the precision the user asked for."""
-    if len(cands) < 2:
-        return []
-    winner, _ = pick(cands, precision)
-    lead = max(cands, key=lambda c: c.interval.point)
-    if winner is lead or not lead.interval.known:
-        return []
-    pair = versus(lead, winner)
-    if pair.known and pair.high <= 1.0 + precision:
-        return []  # shown within the precision of the leader: a tie in fact
-    return [lead, winner]
-
-
-def tie_words(winner: Candidate, others: Sequence[Candidate]) -> str | None:
-    """The tie in words, for the summary and the report."""
+def tie_words(winner: Candidate, others: Sequence[Candidate],
+              zone: float | None = None) -> str | None:
+    """The choice among finalists within the zone, in words, for the summary and the report:
+    each one's paired ratio to the winner, never "cannot be told apart" (their intervals over
+    the baseline may well be disjoint, on a quiet machine: they are within the zone all the
+    same)."""
     if not others:
         return None
-    names = ", ".join(f"trial {c.number} ({c.interval.text()}, {c.changed} knob(s) changed)"
-                      for c in others)
+    names = ", ".join(f"trial {c.number} ({c.interval.text()}, {c.changed} knob(s) changed; "
+                      f"{_paired_words(c, winner)})" for c in others)
+    within = f"{100 * zone:.0f}%" if zone is not None else "the zone"
     return (f"trial {winner.number} ({winner.interval.text()}, {winner.changed} knob(s) "
-            f"changed) ties with {names}: their paired rounds cannot tell them apart and their "
-            "estimates lie within the precision asked, so the data cannot rank them; the tie "
-            "goes to a speedup the data support, then to the configuration that changes fewer "
-            "knobs from yours, then to lower peak memory")
+            f"changed) is chosen among finalists within {within} of each other (study."
+            f"indifference): {names}. A difference under the zone is not worth a choice, so "
+            "it goes to a speedup the data support, then to the configuration that changes "
+            "fewer knobs from yours, then to lower peak memory; it costs at most the zone")
+
+
+def _paired_words(c: Candidate, ref: Candidate) -> str:
+    iv = versus(c, ref)
+    if not iv.known:
+        return f"{iv.point:.2f}x trial {ref.number}, paired"
+    return f"{iv.point:.2f}x trial {ref.number} paired, {iv.low:.2f}-{iv.high:.2f}"
+
+
+def undecided_words(winner: Candidate, cands: Sequence[Candidate], tied: Sequence[Candidate],
+                    base: int | None = None) -> str | None:
+    """Finalists the rounds ended before deciding (the budget or the round cap): not a tie;
+    the faster measured is exported, and how far the others may be from it is said (the
+    baseline, trial ``base``, as your configuration: its 1.00x is no measurement)."""
+    left = [c for c in cands if c is not winner and c not in tied]
+    if not left:
+        return None
+    names = "; ".join((f"your configuration, trial {c.number}" if c.number == base else
+                       f"trial {c.number} {c.interval.text()}")
+                      + f" ({_paired_words(c, winner)})" for c in left)
+    return (f"the rounds ended before they decided between trial {winner.number} "
+            f"({winner.interval.text()}) and {names}: the fastest measured is exported, and "
+            "the paired interval says how far the other may be from it (a larger "
+            "study.confirm_budget_s or study.indifference decides)")
 
 
 def window_noise(runs: Mapping[Any, Sequence[float | None]]) -> float:
@@ -168,16 +167,35 @@ def cv(values: Sequence[float]) -> float:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else 0.0
 
 
-def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -> dict[str, Any]:
+def selection_of(record: Mapping[str, Any]) -> Selection:
+    """The selection's terms a record was decided with (older records: their precision as the
+    zone, their finalists as the systems)."""
+    return _terms(record, None, candidates_of(dict(record)))
+
+
+def _terms(record: Mapping[str, Any], sel: Selection | float | None,
+           cands: Sequence[Candidate]) -> Selection:
+    """``sel`` where given as terms, else the record's (a float beside a record that has its
+    terms: an older caller's precision, which the record's own terms replace)."""
+    if isinstance(sel, Selection):
+        return sel
+    if record.get("selection"):
+        return Selection.from_dict(dict(record["selection"]))
+    return _rule(sel if sel is not None else record.get("precision"), cands)
+
+
+def decide(record: dict[str, Any], settled: list[Candidate],
+           sel: Selection | float | None = None) -> dict[str, Any]:
     """Fill in the choice among ``settled`` (the candidates still in question): the winner,
-    its figures and interval. Also how the numerics check re-picks when it refuses the
-    winner (search/checks/numerics.py)."""
-    for key in ("best_trial", "leader", "established", "precise", "tie", "best_runs",
-                "best_samples_per_sec", "speedup", "speedup_ci", "speedup_text"):
+    its figures and interval (``sel``: the selection's terms, else the record's). Also how
+    the numerics check re-picks when it refuses the winner (search/checks/numerics.py)."""
+    for key in ANSWER_KEYS:
         record.pop(key, None)
     if not settled:
         return record
-    winner, tied = pick(settled, precision)
+    rule = _terms(record, sel, settled)
+    settled = selection.survivors(settled, rule)
+    winner, tied = pick(settled, rule)
     base = int(record["baseline_trial"])
     runs = record["runs"]
     b_runs = [v for v in runs[str(base)] if v]
@@ -193,12 +211,15 @@ def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -
     fits = record.get("baseline_fits") is not False
     chosen = winner.number if established is not False or not fits else base
     c_runs = w_runs if chosen == winner.number else b_runs
+    precision = record.get("precision")
     record.update({
         "best_trial": chosen,
         "leader": winner.number,
         "established": established,
-        "precise": precise(settled, precision),
-        "tie": tie_words(winner, tied),
+        "decided": selection.resolved(settled, rule),
+        "precise": precise([winner], float(precision)) if precision else None,
+        "tie": tie_words(winner, tied, rule.zone),
+        "undecided": undecided_words(winner, settled, tied, base),
         "best_runs": [round(v, 3) for v in c_runs],
         "baseline_runs": [round(v, 3) for v in b_runs],
         "best_samples_per_sec": round(statistics.median(c_runs), 3) if c_runs else None,
@@ -206,18 +227,19 @@ def decide(record: dict[str, Any], settled: list[Candidate], precision: float) -
         "speedup": round(iv.point, 3) if chosen == winner.number else 1.0,
         "speedup_ci": [round(iv.low, 3), round(iv.high, 3)] if iv.known else None,
         "speedup_text": iv.text(),
+        "half_width": round(iv.half_width, 4) if iv.known else None,
     })
     return record
 
 
 #: What one answer is, in the confirmation's record: the choice ``decide`` fills in.
-ANSWER_KEYS = ("best_trial", "leader", "established", "precise", "tie", "best_runs",
-               "baseline_runs", "best_samples_per_sec", "baseline_samples_per_sec", "speedup",
-               "speedup_ci", "speedup_text")
+ANSWER_KEYS = ("best_trial", "leader", "established", "decided", "precise", "tie", "undecided",
+               "best_runs", "baseline_runs", "best_samples_per_sec", "baseline_samples_per_sec",
+               "speedup", "speedup_ci", "speedup_text", "half_width")
 
 
 def decide_same(record: dict[str, Any], settled: Sequence[Candidate], same: Collection[int],
-                precision: float) -> dict[str, Any]:
+                sel: Selection | float | None = None) -> dict[str, Any]:
     """Fill in the same-training answer (``record["same_training"]``): the choice among the
     ``settled`` candidates that train the same model as the baseline (``same``), with its own
     interval. Where the overall choice already trains the same model (or is the baseline), it
@@ -228,8 +250,9 @@ def decide_same(record: dict[str, Any], settled: Sequence[Candidate], same: Coll
         answer = {k: record[k] for k in ANSWER_KEYS if k in record}
         record["same_training"] = {"finalists": sorted(numbers), "same_as_best": True, **answer}
         return record
-    sub = decide({"baseline_trial": base, "runs": record.get("runs") or {}},
-                 [c for c in settled if c.number in numbers], precision)
+    subset = [c for c in settled if c.number in numbers]
+    sub = decide({"baseline_trial": base, "runs": record.get("runs") or {},
+                  "precision": record.get("precision")}, subset, _terms(record, sel, subset))
     answer = {k: sub[k] for k in ANSWER_KEYS if k in sub}
     record["same_training"] = {"finalists": sorted(numbers), "same_as_best": False, **answer}
     return record
@@ -246,5 +269,7 @@ def candidates_of(record: dict[str, Any], exclude: Collection[int] = ()) -> list
                       int(d["rounds"]))
         out.append(Candidate(int(n), iv, int(d.get("changed") or 0),
                              float(d.get("peak_memory_gb") or 0.0),
-                             tuple((record.get("runs") or {}).get(str(n)) or ())))
+                             tuple((record.get("runs") or {}).get(str(n)) or ()),
+                             tuple(bool(b) for b in
+                                   (record.get("contended") or {}).get(str(n)) or ())))
     return out

@@ -1,24 +1,35 @@
-"""Re-measuring the finalists: randomized interleaved rounds until the speedups are sure.
+"""Re-measuring the finalists: randomized interleaved rounds until the choice is decided.
 
 The best of N noisy trials is biased upward (it won partly by luck), and a baseline measured
 once at the start is exposed to whatever the machine was doing then. So after the search the
 ``top`` fastest distinct configurations and the baseline are measured again in rounds: each
 round runs every one of them once, in a random order (Abedi and Brecht, ICPE 2017: randomized
 multiple interleaved trials; a fixed order lets a periodic load or a warming machine favour
-one position). Each finalist's speedup is the geometric mean of its per-round ratios over the
-baseline, with a 95% interval (results/intervals.py). Rounds go on, at least ``runs`` of them,
-until every finalist still in question is known to ``setup.study.confirm_precision`` or
-``setup.study.confirm_budget_s`` is spent; a finalist whose interval falls wholly below the leader's
-stops being measured. The choice among those left is search/confirmation/choose.py's; where its tie-break
-would export another finalist than the leader before their paired rounds settle which is
-faster (choose.unsettled), the two and the baseline get more rounds, up to TIE_BUDGET_SHARE
-of the budget again.
+one position). The finalists' own search windows are the first round where comparable
+(rounds.search_round), and the rounds of the search's race, where it raced, the next ones.
+
+The rounds answer which finalist to export, not how fast each one is to +-5%: a fully
+sequential indifference-zone selection (search/confirmation/selection.py; Kim and Nelson, ACM
+TOMACS 2001) drops a finalist as soon as another is shown ahead of it by more than its
+triangle allows, and the rounds stop when one finalist remains or those left lie within
+``study.indifference`` of each other, for both answers (the same-training finalists race in
+their own group too), after at least ``runs`` rounds; ``study.confirm_budget_s`` caps them,
+the tie-break's included. The exported speedup's interval over the baseline is the one
+measured at that point (results/intervals.py), its width said; only where the user asks for
+``study.confirm_precision`` do the rounds of the answers and the baseline go on until their
+intervals are that narrow. Every comparison leaves out rounds with a contended window by one
+rule (results/intervals.counted_rounds); a decision waits for quiet rounds, so a disturbed one
+is in effect measured again.
+
+Before (issue 59) every finalist still racing had to reach +-5% over the baseline, and a tie
+the tie-break would decide against the leader got up to half the budget again: tied finalists
+(1.34x, 1.36x, 1.33x) of a 4-layer GPT study were measured for 6:59 after a 1:08 search, and
+the two studies with ties ran 35% and 39% past their stated wall time.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Collection
@@ -29,7 +40,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.measure.protocol import WindowResult
 from autotune.measure.runner import run_window
-from autotune.results.intervals import MIN_ROUNDS, Interval, t975
+from autotune.results.intervals import MIN_ROUNDS, Interval
 from autotune.results.record import set_study_attrs, trial_attrs
 from autotune.results.trials import (
     baseline_trial,
@@ -40,6 +51,7 @@ from autotune.results.trials import (
     same_training_finalists,
 )
 from autotune.results.trials import window_noise as search_noise
+from autotune.search.confirmation import selection
 from autotune.search.confirmation.choose import (
     Candidate,
     changed_knobs,
@@ -49,8 +61,6 @@ from autotune.search.confirmation.choose import (
     interval_of,
     pick,
     precise,
-    racing,
-    unsettled,
     window_noise,
 )
 from autotune.search.confirmation.rounds import (
@@ -60,7 +70,9 @@ from autotune.search.confirmation.rounds import (
     load_summary,
     raced,
     run_round,
+    search_round,
 )
+from autotune.search.confirmation.selection import PRECISE_ROUNDS, Selection, trusted_rounds
 from autotune.search.confirmation.words import (
     MAX_ROUNDS,
     busy_words,
@@ -68,35 +80,27 @@ from autotune.search.confirmation.words import (
     race_words,
     round_words,
 )
-from autotune.search.round_spread import expected_rounds
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
 
-#: Before this many rounds a narrow interval does not end the confirmation (the budget still
-#: may): four rounds of the README's CPU study once agreed to +-3% by chance (2.19x, 95% CI
-#: 2.12-2.25x, with windows 6-11% noisy) and the configuration re-measured alone read 2.07x.
-#: A t interval over 3 degrees of freedom trusts four lucky rounds; six are the floor, for
-#: dropping a finalist (racing) as for stopping. The floor comes down where the windows
-#: themselves are quiet (trusted_rounds): on one H100 (2026-11-26) the README's study's
-#: finalists' windows varied by 0.4-0.7% and their rounds by 1%, where a 2-core VM's varied by
-#: 6-11%.
-PRECISE_ROUNDS = 6
-#: A tie that the tie-break would decide against the leader, unsettled when the rounds end,
-#: gets rounds of the two and the baseline alone for up to this share of
-#: study.confirm_budget_s again: an idle run's batch-64 export tied with batch 128 after 16
-#: rounds (2.6% apart, to lower memory) and read 6% slower over 24 side by side.
-TIE_BUDGET_SHARE = 0.5
+__all__ = ["PRECISE_ROUNDS", "confirm", "eliminate", "terms", "trusted_rounds"]
 
 
-def eliminate(cands: list[Candidate], same: Collection[int], floor: int) -> list[Candidate]:
-    """The candidates still in question: racing (choose.racing) among those with at least
-    ``floor`` rounds, where it is trusted; one with fewer is kept until it has them (a
-    contender that joined late, or one whose windows failed)."""
-    ready = [c for c in cands if c.interval.rounds >= floor]
-    kept = {c.number for c in racing(ready, same)} | {c.number for c in cands
-                                                       if c.interval.rounds < floor}
-    return [c for c in cands if c.number in kept]
+def eliminate(cands: list[Candidate], same: Collection[int], sel: Selection) -> list[Candidate]:
+    """The candidates still in question for either answer (selection.racing): a pair decides
+    nothing before its first stage's quiet rounds, so a contender that joined late, or one
+    whose windows failed or ran beside other work, is kept until it has them."""
+    return selection.racing(cands, same, sel)
+
+
+def terms(setup: StudySetup, trials: Collection[FrozenTrial], systems: int) -> Selection:
+    """The selection's terms for these configurations: the user's zone and probability of
+    correct selection, and the windows' own noise (0 where any window's is unknown)."""
+    spreads = [search_noise(t) for t in trials]
+    noise = max(spreads) if spreads and min(spreads) > 0 else 0.0
+    return Selection(setup.study.indifference, setup.study.correct_selection, max(2, systems),
+                     noise)
 
 
 def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
@@ -120,54 +124,51 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     trials = {t.number: t for t in [*finals, base]}
     rounds, dropped = raced(study)  # the rounds the search's race ran, if it raced
     rounds = rounds.only(trials)
-    race_rounds = len(rounds.order)
+    race_rounds, race_s = len(rounds.order), sum(rounds.seconds)
     for n in trials:
         rounds.join(n)
+    rounds, from_search = search_round(setup, trials, rounds)
     active = [t.number for t in finals if t.number not in dropped] or [t.number for t in finals]
     rng = random.Random(f"{study.study_name}-{setup.seed}")
-    noise = max_noise(trials.values(), rounds)
-    floor = trusted_rounds(noise, setup.study.confirm_precision)
+    sel = terms(setup, trials.values(), len({t.number for t in finals}))
     round_s = expected_round_s(trials.values())
-    _announce(setup, base.number, active, same, runs, floor, noise, round_s)
+    _announce(setup, base.number, active, same, runs, sel, round_s, from_search)
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
-    race_s = sum(rounds.seconds)
     why = None
     settled = candidates(trials, rounds, active, base)
-    if rounds.order:  # the search raced: its rounds count, and may already be enough
+    if race_rounds:  # the search raced: its rounds count, and may already be enough
         log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
-    if rounds.order and all(rounds.paired(n, base.number) for n in active if n != base.number):
-        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.study.confirm_precision)
-        settled = eliminate(settled, same, floor)
-        active = [c.number for c in settled]
-        why = _stop_reason(setup, rounds, settled, runs, race_s, floor, base.number)
+    if rounds.order:  # a finalist with no round yet (its search window not comparable) stays
+        kept = eliminate(settled, same, sel)
+        active = [n for n in active if n in {c.number for c in kept}
+                  or n not in {c.number for c in settled}]
+        settled = kept
+        if all(rounds.paired(n, base.number) for n in active if n != base.number):
+            why = _stop_reason(setup, rounds, settled, same, sel, runs, base.number, round_s)
     while not why:
-        order = [n for n in trials if n in active or n == base.number]
+        measuring = _measuring(setup, settled, same, sel) or set(active)
+        order = [n for n in trials if n in measuring or n == base.number]
         rng.shuffle(order)
         run_round(setup, trials, order, rounds, stop, run)
-        cands = candidates(trials, rounds, active, base)
-        # Racing drops a finalist on the same evidence a precision stop needs: after 3
-        # rounds it once dropped two batch-64 finalists (1.79x, 1.88x) beside a batch-128
-        # winner at 2.03x, where the run before had confirmed batch 64 at 2.00-2.09x over 10
-        # rounds: dropped that early, a finalist never reaches the tie rule.
-        floor = trusted_rounds(max_noise(trials.values(), rounds), setup.study.confirm_precision)
-        settled = eliminate(cands, same, floor)
+        settled = eliminate(candidates(trials, rounds, active, base), same, sel)
+        gone = sorted(set(active) - {c.number for c in settled})
         active = [c.number for c in settled]
-        why = _stop_reason(setup, rounds, settled, runs, sum(rounds.seconds), floor, base.number)
-        log.info("  %s", progress_words(len(rounds.order), settled, floor,
-                                        setup.study.confirm_precision, sum(rounds.seconds),
+        why = _stop_reason(setup, rounds, settled, same, sel, runs, base.number, round_s)
+        against = (selection.decided(settled, same, sel)
+                   and not decided(settled, same, sel, _baseline(rounds, base.number)))
+        log.info("  %s", progress_words(len(rounds.order), settled, sel, sum(rounds.seconds),
                                         setup.study.confirm_budget_s, base.number, said,
-                                        busy_words(order, rounds.contended, base.number)))
-    settled, tie = _settle_tie(setup, trials, rounds, base, settled, rng, stop, run, floor, same)
+                                        busy_words(order, rounds.contended, base.number), gone,
+                                        against))
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = candidates(trials, rounds, [t.number for t in finals], base)
-    record = _record([t.number for t in finals], rounds, every, settled, base, why,
-                     sum(rounds.seconds), setup)
-    decide_same(record, settled, same, setup.study.confirm_precision)
-    record["trusted_rounds"] = floor
+    record = _record([t.number for t in finals], rounds, every, settled, base, why, setup, sel)
+    decide_same(record, settled, same, sel)
+    record["decided"] = decided(settled, same, sel, _baseline(rounds, base.number))
     record["expected_round_s"] = round(round_s, 1)
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
-    if tie:
-        record["tie_settling"] = tie
+    if from_search:
+        record["search_round"] = from_search
     if race_rounds:
         record["race"] = {"rounds": race_rounds, "spent_s": round(race_s, 1),
                           "dropped": sorted(dropped)}
@@ -176,24 +177,79 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     return record
 
 
+def decided(cands: list[Candidate], same: Collection[int], sel: Selection,
+            base: Candidate | None) -> bool:
+    """Both answers resolved (selection.decided), and each answer's winner decided against
+    the baseline too (ahead of it, within the zone of it, or behind): a study of one finalist
+    is a choice between it and your own configuration."""
+    if not selection.decided(cands, same, sel):
+        return False
+    return base is None or all(c.number == base.number or selection.verdict(c, base, sel)
+                               for c in answers(cands, same, sel))
+
+
+def _baseline(rounds: Rounds, base: int) -> Candidate | None:
+    """The baseline as the selection compares it: its figures and contended windows."""
+    if not any(rounds.runs.get(base) or ()):
+        return None
+    k = len(rounds.order)
+    return Candidate(base, Interval(1.0, 1.0, 1.0, k), 0, 0.0, tuple(rounds.runs[base]),
+                     tuple(rounds.contended[base]))
+
+
+def _measuring(setup: StudySetup, settled: list[Candidate], same: Collection[int],
+               sel: Selection) -> set[int]:
+    """Who the next round measures besides the baseline once both answers are decided and the
+    user asked for study.confirm_precision: the two answers alone, until their intervals are
+    that narrow (empty: every candidate still in question)."""
+    if setup.study.confirm_precision is None or not settled or not decided(
+            settled, same, sel, None):
+        return set()
+    return {c.number for c in answers(settled, same, sel)}
+
+
+def answers(settled: list[Candidate], same: Collection[int], sel: Selection) -> list[Candidate]:
+    """The winner of each answer among ``settled`` (the same-training one where it differs)."""
+    out = [pick(selection.survivors(settled, sel), sel)[0]] if settled else []
+    own = [c for c in settled if c.number in same]
+    if own:
+        other = pick(selection.survivors(own, sel), sel)[0]
+        out += [other] if other is not out[0] else []
+    return out
+
+
 def _announce(setup: StudySetup, base: int, active: list[int], same: Collection[int], runs: int,
-              floor: int, noise: float, round_s: float) -> None:
-    """Say what the rounds compare, when they may stop, and what they are expected to cost."""
+              sel: Selection, round_s: float, from_search: list[int]) -> None:
+    """Say what the rounds compare, when they stop, and what they are expected to cost."""
     others = [n for n in active if n != base]
+    prec = setup.study.confirm_precision
     log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
-             "least %d, then until +-%.0f%% (trusted from round %d: windows %s noisy) or %.0fs",
+             "least %d, then until one is left or those left lie within %.0f%% of each other "
+             "(study.indifference; correct selection %.0f%%, windows %s noisy)%s, or %.0fs",
              ", ".join(map(str, others)), base,
              ", itself a finalist" if len(others) < len(active) else "", runs,
-             100 * setup.study.confirm_precision, floor,
-             f"{100 * noise:.1f}%" if noise else "not known how", setup.study.confirm_budget_s)
+             100 * sel.zone, 100 * sel.confidence,
+             f"{100 * sel.noise:.1f}%" if sel.noise else "not known how",
+             f", then the answers to +-{100 * prec:.0f}% (study.confirm_precision)"
+             if prec is not None else "", setup.study.confirm_budget_s)
+    if from_search:
+        log.info("  round 1 is the search's own windows of trials %s (quiet, and as long as a "
+                 "round's)", ", ".join(map(str, from_search)))
     if set(same) - {base}:
         log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
                  "for the same-training answer", ", ".join(map(str, sorted(set(same) - {base}))))
     spread = setup.round_spread
-    expected = (expected_rounds(spread.spread, setup.study.confirm_precision, max(runs, floor))
-                if spread else 0)
-    log.info("  %s", round_words(round_s, runs, floor, setup.study.confirm_budget_s, expected,
-                                 spread.words() if spread else ""))
+    expected = (selection_rounds(spread.spread, sel, max(runs, sel.first)) if spread else 0)
+    log.info("  %s", round_words(round_s, runs, setup.study.confirm_budget_s, expected,
+                                 spread.words() if spread else "", bool(from_search)))
+
+
+def selection_rounds(spread: float, sel: Selection, least: int) -> int:
+    """The rounds the selection is expected to take at rounds of this spread, at the gap
+    between two finalists that takes longest (selection.hardest), at least ``least``, at most
+    MAX_ROUNDS. One finalist clearly ahead ends them sooner; that is not known before the
+    rounds, so the estimate says the longest, which the budget caps."""
+    return min(MAX_ROUNDS, max(least, selection.hardest(spread ** 2, sel, least)))
 
 
 def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:
@@ -201,51 +257,10 @@ def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:
     return all(t.number == base.number for t in finals)
 
 
-def _settle_tie(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Rounds,
-                base: FrozenTrial, settled: list[Candidate], rng: random.Random,
-                stop: StopFlag | None, run: Callable[..., WindowResult], floor: int = PRECISE_ROUNDS,
-                same: Collection[int] = ()) -> tuple[list[Candidate], dict[str, Any] | None]:
-    """Rounds of the leader, the finalist the tie-break would export in its place, and the
-    baseline, while their rounds have not settled which is faster (choose.unsettled), up to
-    TIE_BUDGET_SHARE of the budget again. The other finalists sit these rounds out (None in
-    their runs keeps every list aligned by round). Returns the candidates still in question
-    and what the extra rounds did (None: no tie needed them)."""
-    start, spent = len(rounds.order), 0.0
-    budget = TIE_BUDGET_SHARE * setup.study.confirm_budget_s
-    pair = unsettled(settled, setup.study.confirm_precision)
-    if not pair:
-        return settled, None
-    first = [c.number for c in pair]
-    while pair:
-        last = rounds.seconds[-1] if rounds.seconds else 0.0
-        if (spent + last > budget or len(rounds.order) >= MAX_ROUNDS or past_end(setup, rounds)
-                or (stop and stop.reason)):
-            break
-        active = [c.number for c in settled]
-        order = [c.number for c in pair] + [base.number]
-        rng.shuffle(order)
-        run_round(setup, trials, order, rounds, stop, run)  # the others sit it out (None)
-        spent += rounds.seconds[-1]
-        cands = candidates(trials, rounds, active, base)
-        settled = eliminate(cands, same, floor)
-        pair = unsettled(settled, setup.study.confirm_precision)
-    outcome = "unsettled when the budget was spent: the tie-break stands"
-    if not pair and settled:
-        winner, _ = pick(settled, setup.study.confirm_precision)
-        lead = max(settled, key=lambda c: c.interval.point)
-        outcome = (f"trial {winner.number}, the leader, is exported"
-                   if winner is lead else
-                   "the rounds show them within the precision: the tie-break stands")
-    extra = len(rounds.order) - start
-    words = (f"the tie-break would have exported trial {first[1]} over the leader, trial "
-             f"{first[0]}, before their rounds told them apart: {extra} more round(s) of the "
-             f"two and the baseline ({spent:.0f}s): {outcome}")
-    return settled, {"trials": first, "rounds": extra, "spent_s": round(spent, 1),
-                     "outcome": outcome, "words": words}
-
-
 def candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int],
-                base: FrozenTrial) -> list[Candidate]:
+               base: FrozenTrial) -> list[Candidate]:
+    """The ``active`` trials as the choice sees them: each one's interval over the baseline
+    over the rounds that count, its own figures and contended windows by round."""
     base_knobs = trial_attrs(base)["knobs"]
     out = []
     for n in active:
@@ -260,7 +275,8 @@ def candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int]
             continue  # every window of it failed: not a candidate
         attrs = trial_attrs(trials[n])
         out.append(Candidate(n, iv, len(changed_knobs(attrs["knobs"], base_knobs)),
-                             float(attrs.get("peak_memory_gb") or 0.0), tuple(rounds.runs[n])))
+                             float(attrs.get("peak_memory_gb") or 0.0), tuple(rounds.runs[n]),
+                             tuple(rounds.contended[n])))
     return out
 
 
@@ -276,55 +292,49 @@ def max_noise(trials: Collection[FrozenTrial], rounds: Rounds) -> float:
     return max(spreads + between)
 
 
-def trusted_rounds(noise: float, precision: float) -> int:
-    """The fewest rounds whose interval may end the confirmation on precision, or drop a
-    finalist: where the windows' own noise (measured apart from the rounds' agreement) makes an
-    interval of +-precision expected at n rounds, n rounds' agreement is not luck. Noisy or
-    unknown windows need PRECISE_ROUNDS; a quiet GPU's 1% windows need 3."""
-    if noise <= 0:
-        return PRECISE_ROUNDS
-    sd = math.sqrt(2) * noise  # the log ratio of two windows, each this noisy
-    for n in range(MIN_ROUNDS, PRECISE_ROUNDS):
-        if t975(n - 1) * sd / math.sqrt(n) <= precision:
-            return n
-    return PRECISE_ROUNDS
-
-
-def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], runs: int,
-                 spent_s: float, floor: int = PRECISE_ROUNDS, base: int | None = None
-                 ) -> str | None:
-    """Why the rounds stop (None: another round). The least rounds and the trusted floor are
-    counted per candidate, in the rounds where it and the baseline were both measured: a
-    contender the search's race took in late has fewer than the rounds run."""
+def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], same: Collection[int],
+                 sel: Selection, runs: int, base: int, round_s: float) -> str | None:
+    """Why the rounds stop (None: another round). The least rounds are counted per candidate,
+    in the rounds where it and the baseline were both measured: a contender the search's race
+    took in late has fewer than the rounds run."""
     if not cands:
         return "failed"
-    done = min((rounds.paired(c.number, base) if base is not None and c.number != base
-                else len(rounds.order)) for c in cands)
+    done = min((rounds.paired(c.number, base) if c.number != base else len(rounds.order))
+               for c in cands)
     if done < runs:
         return None
-    if done >= max(floor, MIN_ROUNDS) and precise(cands, setup.study.confirm_precision):
-        return "precision"
+    prec = setup.study.confirm_precision
+    if decided(cands, same, sel, _baseline(rounds, base)):
+        if prec is None:
+            return "decided"
+        floor = trusted_rounds(sel.noise, prec)
+        if done >= max(floor, MIN_ROUNDS) and precise(answers(cands, same, sel), prec):
+            return "precision"
     if len(rounds.order) >= MAX_ROUNDS:
         return "rounds"
-    # Stop before a round that would end past the budget (rounds take about as long as the last).
-    if spent_s + rounds.seconds[-1] > setup.study.confirm_budget_s or past_end(setup, rounds):
+    # Stop before a round that would end past the budget (rounds take about as long as the
+    # last; the search's round took none of it: then as long as expected).
+    last = rounds.seconds[-1] or round_s
+    if sum(rounds.seconds) + last > setup.study.confirm_budget_s or past_end(setup, last):
         return "budget"
     return None
 
 
-def past_end(setup: StudySetup, rounds: Rounds) -> bool:
-    """Whether a round like the last would end past the time the study's budget gives the
-    rounds (study.time_budget_s: what the numerics check after them needs is left to it)."""
-    last = rounds.seconds[-1] if rounds.seconds else 0.0
+def past_end(setup: StudySetup, last: float) -> bool:
+    """Whether a round of ``last`` seconds would end past the time the study's budget gives
+    the rounds (study.time_budget_s: what the numerics check after them needs is left to it)."""
     return setup.confirm_end is not None and time.monotonic() + last > setup.confirm_end
 
 
 def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
-            settled: list[Candidate], base: FrozenTrial, why: str, spent_s: float,
-            setup: StudySetup) -> dict[str, Any]:
+            settled: list[Candidate], base: FrozenTrial, why: str, setup: StudySetup,
+            sel: Selection) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "method": "randomized interleaved rounds; speedup = geometric mean of the rounds' "
-                  "ratios over the baseline; 95% Student-t interval on the log ratios",
+        "method": "randomized interleaved rounds; the finalist chosen by a fully sequential "
+                  "indifference-zone selection (Kim and Nelson 2001) on the paired log ratios; "
+                  "speedup = geometric mean of the rounds' ratios over the baseline; 95% "
+                  "Student-t interval on the log ratios; rounds with a contended window left "
+                  "out of every comparison",
         "finalists": finals,
         "baseline_trial": base.number,
         # Over the memory limit (a DDP run whose ranks cannot hold the model): it is measured
@@ -339,15 +349,16 @@ def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
                                       "peak_memory_gb": c.peak_memory_gb} for c in cands},
         "dropped": sorted({c.number for c in cands} - {c.number for c in settled}),
         "stopped": why,
+        "selection": sel.as_dict(),
         "precision": setup.study.confirm_precision,
         "budget_s": setup.study.confirm_budget_s,
-        "spent_s": round(spent_s, 1),
+        "spent_s": round(sum(rounds.seconds), 1),
         "window_noise": round(window_noise(rounds.runs), 3),
         "load": load_summary(rounds.loads),
         "loads": [compact_load(c) for c in rounds.loads],
         "failures": rounds.failures,
     }
-    return decide(record, settled, setup.study.confirm_precision)
+    return decide(record, settled, sel)
 
 
 def _log(record: dict[str, Any], study: optuna.Study) -> None:
@@ -364,10 +375,9 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
              # finalist whose search figure was 11% higher (a gpt study, 2026-11-28).
              f" (the search's best was trial {search_best.number}: no trial read faster by "
              "more than its windows' noise)")
-    if record.get("tie_settling"):
-        log.info("  %s", record["tie_settling"]["words"])
-    if record.get("tie"):
-        log.info("  %s", record["tie"])
+    for key in ("tie", "undecided"):
+        if record.get(key):
+            log.info("  %s", record[key])
     if record.get("baseline_fits") is False:
         log.warning("  your configuration (trial %s) is over the memory limit: the fastest "
                     "finalist that fits, trial %d, is exported (%s of its speed)",

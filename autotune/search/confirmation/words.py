@@ -1,6 +1,6 @@
 """What the confirmation says while it runs: what its rounds will cost before they start, and
-after each round where the intervals stand and how many more rounds they need at the spread
-measured so far.
+after each round where the intervals stand, who was dropped, and how many more rounds the
+selection may need at the spread measured so far.
 
 The confirmation is the part of a study least known in advance (search/console/estimate.py): a gpt study
 on this project's 2-core VM (2026-11-28) planned its 6 rounds at ~93 s and ran 11 in 126 s,
@@ -13,38 +13,42 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 
 from autotune.results.intervals import MIN_ROUNDS, t975
+from autotune.search.confirmation import selection
 from autotune.search.confirmation.choose import Candidate
+from autotune.search.confirmation.selection import Selection
 from autotune.search.round_spread import MAX_ROUNDS
 
 
-def round_words(round_s: float, runs: int, floor: int, budget_s: float, expected: int = 0,
-                spread_words: str = "") -> str:
+def round_words(round_s: float, runs: int, budget_s: float, expected: int = 0,
+                spread_words: str = "", from_search: bool = False) -> str:
     """What the rounds will cost, said before they start. study.confirm_runs (``runs``) run
-    whatever the budget, so a budget they overrun is said here rather than found at the end;
-    a precision stop also waits for the windows' trusted rounds (``floor``), which the budget
-    can cut. The README's CPU study said "~50s for the 3 rounds it needs" beside "trusted from
-    round 6" when only the first were counted, and ran 10 rounds in 153 s (2026-11-27). The rounds
-    a precise interval is ``expected`` to need (at ``spread_words``: round_spread.py) are said
-    beside the least, with the budget where it ends them first."""
+    whatever the budget, so a budget they overrun is said here rather than found at the end.
+    The selection (selection.py) runs until one finalist is left or those left are within the
+    zone of each other: ``expected`` rounds where they are within it (at ``spread_words``:
+    round_spread.py), fewer where one is clearly ahead, never past the budget, which holds the
+    tie-break's rounds too. ``from_search``: the first round is the search's own windows, and
+    costs nothing more."""
     words = (f"a round ~{round_s:.0f}s (their search windows, less what a round skips: "
              "ceilings, profiles, the all-reduce probe)")
-    if runs * round_s > budget_s:
-        return (f"{words}: the {runs} rounds an interval needs take ~{runs * round_s:.0f}s, "
-                f"over study.confirm_budget_s={budget_s:g}; they run all the same (fewer "
-                "finalists, study.confirm_top, or a shorter window.measure_seconds would fit)")
-    least = max(runs, floor)
-    if least * round_s > budget_s:
-        return (f"{words}: the {least} rounds a precise interval needs take "
-                f"~{least * round_s:.0f}s, over study.confirm_budget_s={budget_s:g}; the "
-                f"rounds stop at the budget, after {runs} at least, and the interval says how "
-                "precise it got")
-    words = f"{words}, so ~{least * round_s:.0f}s for the {least} rounds it needs at least"
-    if expected <= least:
-        return words
-    if expected * round_s > budget_s:
-        return (f"{words}; at {spread_words}, the ~{expected} rounds of a +-precision interval "
-                f"would take ~{expected * round_s:.0f}s: the budget ({budget_s:g}s) ends them")
-    return f"{words}; ~{expected} rounds, ~{expected * round_s:.0f}s, at {spread_words}"
+    paid = 1 if from_search else 0
+    if (runs - paid) * round_s > budget_s:
+        return (f"{words}: the {runs} rounds an interval needs take "
+                f"~{(runs - paid) * round_s:.0f}s, over study.confirm_budget_s={budget_s:g}; "
+                "they run all the same (fewer finalists, study.confirm_top, or a shorter "
+                "window.measure_seconds would fit)")
+    least = max(runs, expected) if expected else runs
+    cost = max(0, least - paid) * round_s
+    search = " (the first from the search's windows)" if from_search else ""
+    if not expected:
+        return f"{words}, so ~{cost:.0f}s for the {runs} rounds it needs at least{search}"
+    if cost > budget_s:
+        return (f"{words}: finalists within the zone of each other would take ~{expected} "
+                f"rounds{search} at {spread_words}, ~{cost:.0f}s: the budget ({budget_s:g}s) "
+                "ends them, the tie-break inside it; one finalist clearly ahead ends them "
+                "sooner")
+    return (f"{words}: at most ~{expected} rounds{search}, ~{cost:.0f}s, at {spread_words} "
+            "(finalists within the zone of each other take that many; one clearly ahead "
+            "ends them sooner)")
 
 
 def rounds_for(c: Candidate, precision: float) -> int | None:
@@ -65,9 +69,10 @@ def rounds_for(c: Candidate, precision: float) -> int | None:
 
 def busy_words(order: Sequence[int], contended: Mapping[int, Sequence[bool]], base: int) -> str:
     """Which windows of the last round ran beside other work, and what became of them: such a
-    pair is left out of its interval while MIN_ROUNDS quiet ones remain (choose.interval_of).
-    Said, since a round left out changes no interval: a 2-rank study's round 5 printed round
-    4's intervals again, with no word why (2026-11-28)."""
+    round is left out of every comparison (intervals.counted_rounds), of an interval over the
+    baseline while MIN_ROUNDS quiet ones remain. Said, since a round left out changes no
+    interval: a 2-rank study's round 5 printed round 4's intervals again, with no word why
+    (2026-11-28)."""
     busy = [n for n in order if contended.get(n) and contended[n][-1]]
     if not busy:
         return ""
@@ -82,21 +87,24 @@ def busy_words(order: Sequence[int], contended: Mapping[int, Sequence[bool]], ba
     else:
         pairs, who, whose = busy, f"the windows of trials {', '.join(map(str, busy))}", "their"
     if all(quiet(n) >= MIN_ROUNDS for n in pairs):
-        return f"{who} ran beside other work: left out of {whose} interval" + (
-            "s" if whose == "their" else "")
-    return (f"{who} ran beside other work: counted, as fewer than {MIN_ROUNDS} quiet rounds "
+        return (f"{who} ran beside other work: left out of {whose} interval"
+                + ("s" if whose == "their" else "") + " and of every comparison")
+    return (f"{who} ran beside other work: left out of every comparison, which waits for "
+            f"quiet rounds; counted in the interval, as fewer than {MIN_ROUNDS} quiet rounds "
             "remain")
 
 
-def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision: float,
-                   spent_s: float, budget_s: float, base: int | None = None,
-                   said: set[str] | None = None, busy: str = "") -> str:
-    """After round ``done``: each finalist still in question, and when the rounds would end at
-    the spread measured so far (a projection, said as one: the next rounds may be noisier).
-    The baseline (trial ``base``), when it is a finalist, is 1.00x by definition: named so.
-    Why the budget or the round cap ends the rounds is said once (``said`` keeps what was):
-    the README's CPU study repeated the same 120 characters on 9 of its 11 rounds
-    (2026-11-28)."""
+def progress_words(done: int, cands: Sequence[Candidate], sel: Selection, spent_s: float,
+                   budget_s: float, base: int | None = None, said: set[str] | None = None,
+                   busy: str = "", gone: Sequence[int] = (), against: bool = False) -> str:
+    """After round ``done``: each finalist still in question, who this round dropped, and when
+    the rounds end: decided, or at most how many more rounds the pairs still open need at
+    their spread so far (selection.rounds_left: a bound, said as one; a finalist clearly
+    behind is dropped sooner). The baseline (trial ``base``), when it is a finalist, is 1.00x
+    by definition: named so. ``against``: the finalists are decided, the winner not yet against
+    the baseline (confirm.decided). Why the budget or the round cap ends the rounds is said once
+    (``said`` keeps what was): the README's CPU study repeated the same 120 characters on 9
+    of its 11 rounds (2026-11-28)."""
     said = set() if said is None else said
     if not cands:
         return f"round {done}: no finalist measured"
@@ -105,35 +113,37 @@ def progress_words(done: int, cands: Sequence[Candidate], floor: int, precision:
                      + (f" ({c.interval.low:.2f}-{c.interval.high:.2f})" if c.interval.known
                         else "") for c in cands)
     head = f"round {done} ({spent_s:.0f}s{'; ' + busy if busy else ''}): {each}"
-    needs = [rounds_for(c, precision) for c in cands]
-    if any(n is None for n in needs):
-        return f"{head}; intervals from round {MIN_ROUNDS}"
-    widest = max(c.interval.half_width for c in cands)
-    end = max([floor, done, *[n for n in needs if n is not None]])
-    state = f"widest +-{100 * widest:.1f}% of the +-{100 * precision:.0f}% asked"
-    if end <= done:
-        return f"{head}; {state}"
+    if gone:
+        head += (f"; dropped trial(s) {', '.join(map(str, gone))}: another is ahead by more "
+                 "than the selection allows")
+    if against:
+        return (f"{head}; the choice among the finalists is decided; the rounds go on until "
+                "it is told apart from your configuration (ahead, within the zone, or behind)")
+    if selection.resolved(cands, sel):
+        return head + ("; decided" if len(cands) == 1 else
+                       f"; decided: those left lie within {100 * sel.zone:.0f}% of each other")
+    left = selection.rounds_left(cands, sel)
+    if left is None:
+        return f"{head}; the choice starts once each pair has {sel.first} quiet rounds"
     per_round = spent_s / max(done, 1)
-    more_s = (end - done) * per_round
-    left_s = max(0.0, budget_s - spent_s)
-    if left_s <= 0:
-        return (f"{head}; {state}: the budget ({budget_s:g}s) is spent, and the interval "
-                "says how precise it got")
-    if more_s > left_s:
+    more_s = left * per_round
+    budget_left = max(0.0, budget_s - spent_s)
+    state = f"at most ~{left} more round(s), ~{more_s:.0f}s, at the spread so far"
+    if budget_left <= 0:
+        return f"{head}; the budget ({budget_s:g}s) is spent: the fastest measured is exported"
+    if more_s > budget_left:
         if "budget" in said:
-            return f"{head}; {state}: the budget ends them ({left_s:.0f}s left)"
+            return f"{head}; the budget ends them ({budget_left:.0f}s left)"
         said.add("budget")
-        return (f"{head}; {state}: at this spread more rounds than the budget allows "
-                f"({left_s:.0f}s left): they stop at it, and the interval says how precise "
-                "it got")
-    if end > MAX_ROUNDS:  # a gpt study's round 22 said "than the budget allows", 142 s left
+        return (f"{head}; {state}, more than the budget allows ({budget_left:.0f}s left): "
+                "they stop at it, and the fastest measured is exported with its interval")
+    if done + left > MAX_ROUNDS:
         if "cap" in said:
-            return f"{head}; {state}: the {MAX_ROUNDS}-round cap ends them"
+            return f"{head}; the {MAX_ROUNDS}-round cap ends them"
         said.add("cap")
-        return (f"{head}; {state}: at this spread more than the {MAX_ROUNDS} rounds a "
-                "confirmation runs: they stop there, and the interval says how precise it got")
-    why = "at this spread" if end > floor else "the windows' noise trusts no fewer"
-    return f"{head}; {state}: ~{end - done} more round(s), ~{more_s:.0f}s ({why})"
+        return (f"{head}; {state}, past the {MAX_ROUNDS} rounds a confirmation runs: they stop "
+                "there, and the fastest measured is exported with its interval")
+    return f"{head}; {state}"
 
 
 def race_words(rounds_run: int, race_s: float, cands: Sequence[Candidate],

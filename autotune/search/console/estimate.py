@@ -10,13 +10,15 @@ A first window read beside another load is measured again (search/contended.py);
 trials are then counted at one window of it, not at all of them (``_one_window``).
 
 The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline
-(no more windows a round than there are trials), more while the windows are too noisy for
-those rounds to be trusted (confirm.trusted_rounds), then as many as an interval of
-+-precision needs at the spread the rounds are expected to have (search/round_spread.py: an
-earlier confirmation's on this device, else the device kind's), never more than its budget
-allows. It is the part least known in advance (the README's CPU study's took 191-377 s of a
-300 s budget, a tie's extra rounds included, where counting the trusted rounds alone said
-~70 s), so its bound is said beside it. The numerics check runs each finalist and the
+(no more windows a round than there are trials), the first of them the search's own windows
+(rounds.search_round: no time of its own), then as many as its selection needs where the
+finalists lie within the zone of each other (confirm.selection_rounds: their triangle's close
+at the spread the rounds are expected to have, search/round_spread.py: an earlier
+confirmation's on this device, else the device kind's), and with study.confirm_precision as
+many as an interval that narrow needs, never more than its budget allows: the tie-break's
+rounds are inside it (before issue 59 a tie got up to half the budget again, and the two
+studies that had one ran 35% and 39% past their stated wall time). One finalist clearly ahead
+ends the rounds sooner, which is not known before them: the estimate is the rounds' bound. The numerics check runs each finalist and the
 reference twice, each a start-up and its steps (the first window's steps: the finalists' are
 re-estimated as the search ends). A compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
@@ -45,8 +47,15 @@ from autotune.results.trials import (
 )
 from autotune.search.checks.numerics import reference_knobs
 from autotune.search.checks.scaling import SCALING_ROUNDS
-from autotune.search.confirmation.confirm import TIE_BUDGET_SHARE, only_baseline, trusted_rounds
-from autotune.search.confirmation.rounds import Rounds, expected_round_s, figure_window_s, raced
+from autotune.search.confirmation.confirm import only_baseline, selection_rounds, trusted_rounds
+from autotune.search.confirmation.rounds import (
+    Rounds,
+    comparable,
+    expected_round_s,
+    figure_window_s,
+    raced,
+)
+from autotune.search.confirmation.selection import Selection
 from autotune.search.console.progress import clock_text
 from autotune.search.contended import BusyMachine
 from autotune.search.round_spread import RoundSpread, expected_rounds
@@ -87,7 +96,7 @@ class Estimate:
     trial_s: float  # the first trial, as the driver waited for it
     trials: int
     confirm_s: float
-    confirm_max_s: float  # the budget's bound (plus a tie's extra rounds, up to half again)
+    confirm_max_s: float  # the budget's bound, the tie-break's rounds inside it
     numerics_s: float
     compile_unknown: bool
     scaling_s: float = 0.0  # launch.scaling's rounds: all ranks and one rank, each a window
@@ -103,6 +112,7 @@ class Estimate:
     confirm_rounds: int = 0
     round_s: float = 0.0
     spread: RoundSpread | None = None
+    search_round: int = 0  # 1: the finalists' search windows are expected to be round 1
 
     @property
     def trial_each_s(self) -> float:
@@ -143,14 +153,17 @@ class Estimate:
 
     def _rounds_words(self) -> str:
         n, each = self.confirm_rounds, self.round_s
-        bound = f"; at most {self.confirm_max_s:.0f} s, a tie's extra rounds included"
+        bound = (f"; at most {self.confirm_max_s:.0f} s, the choice among finalists within "
+                 "the zone included")
         if not n or not each:
             return f"at most {self.confirm_max_s:.0f} s"
         at = f" at {self.spread.words()}" if self.spread else ""
-        if n * each > self.confirm_s + 1:
-            return (f"the budget: {n} rounds of ~{each:.0f} s{at} would take "
-                    f"~{n * each:.0f} s{bound}")
-        return f"{n} rounds of ~{each:.0f} s{at}{bound}"
+        run = max(0, n - self.search_round)
+        first = " (the first from the search's windows)" if self.search_round else ""
+        if run * each > self.confirm_s + 1:
+            return (f"the budget: {n} rounds{first} of ~{each:.0f} s{at} would take "
+                    f"~{run * each:.0f} s{bound}")
+        return f"{n} rounds{first} of ~{each:.0f} s{at}{bound}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
@@ -173,14 +186,17 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     # The finalists and the baseline are distinct configurations among the trials.
     windows = max(1, min(setup.study.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
-    rounds = _rounds(setup, confirm_runs, noise)
+    rounds = _rounds(setup, confirm_runs, noise, windows - 1)
+    # The finalists' search windows stand as round 1 where quiet (rounds.search_round): the
+    # first window's own is the one known now.
+    paid = 1 if confirm_runs and not (first.get("contention") or {}).get("contended") else 0
     remeasured, each_s = _one_window(first, trial_s)
     remeasure_s = _remeasure_s(first, n_trials, remeasured, each_s)
     # A confirmation window runs no ceilings, profiles or all-reduce probe (protocol.figure_only).
     window_s = max(each_s - float(first.get("extras_s") or 0.0), 0.0)
     per_round = windows * window_s
-    confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
-    confirm_max_s = max(confirm_s, (1 + TIE_BUDGET_SHARE) * setup.study.confirm_budget_s)
+    confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round, searched=paid)
+    confirm_max_s = max(confirm_s, setup.study.confirm_budget_s)
     numerics_s = (ANSWERS_CHECKED * (1 + REFERENCE_RUNS)
                   * numerics_run_s(first, window_s, setup.study.numerics_steps))
     compiled = str((first.get("knobs") or {}).get("compile") or "off") != "off"
@@ -190,7 +206,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled, scaling_s, remeasured,
                     each_s if remeasured else None, remeasure_s, rounds, per_round,
-                    setup.round_spread if confirm_runs else None)
+                    setup.round_spread if confirm_runs else None, paid)
 
 
 def _one_window(first: dict[str, Any], trial_s: float) -> tuple[int, float]:
@@ -219,15 +235,25 @@ def _remeasure_s(first: dict[str, Any], n_trials: int, remeasured: int, each_s: 
     return trials * remeasured * (each_s + CONTENDED_WAIT_S)
 
 
-def _rounds(setup: StudySetup, confirm_runs: int, noise: float) -> int:
-    """The rounds expected: at least confirm_runs and the windows' trusted floor, then as many
-    as an interval of +-precision needs at the rounds' expected spread (round_spread.py)."""
+def _rounds(setup: StudySetup, confirm_runs: int, noise: float, systems: int) -> int:
+    """The rounds expected: at least confirm_runs and the selection's first stage, then as
+    many as the selection needs where the finalists lie within the zone of each other
+    (confirm.selection_rounds, at the rounds' expected spread: round_spread.py), and, where
+    study.confirm_precision is asked, as many as an interval that narrow needs."""
     if not confirm_runs:
         return 0
-    least = max(confirm_runs, trusted_rounds(noise, setup.study.confirm_precision))
+    sel = Selection(setup.study.indifference, setup.study.correct_selection, max(2, systems),
+                    noise)
+    least = max(confirm_runs, sel.first)
     if setup.round_spread is None:
         return least
-    return expected_rounds(setup.round_spread.spread, setup.study.confirm_precision, least)
+    spread = setup.round_spread.spread
+    rounds = selection_rounds(spread, sel, least)
+    precision = setup.study.confirm_precision
+    if precision is not None:
+        least = max(least, trusted_rounds(noise, precision))
+        rounds = max(rounds, expected_rounds(spread, precision, least))
+    return rounds
 
 
 def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> int:
@@ -243,12 +269,14 @@ def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> 
 
 
 def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
-               raced_rounds: int = 0, raced_s: float = 0.0) -> float:
+               raced_rounds: int = 0, raced_s: float = 0.0, searched: int = 0) -> float:
     """At least confirm_runs rounds; past them, rounds stop before one would end past the
     budget. Where the search raced (search/loop/race.py), its ``raced_rounds`` count in the least
-    rounds and the ``raced_s`` they took in the budget."""
-    least = max(confirm_runs - raced_rounds, 0) * per_round
-    return max(least, min(rounds * per_round, setup.study.confirm_budget_s) - raced_s)
+    rounds and the ``raced_s`` they took in the budget; ``searched`` (1): the first round is the
+    search's own windows, which takes no time of the confirmation's."""
+    least = max(confirm_runs - raced_rounds - searched, 0) * per_round
+    wanted = max(rounds - searched, 0) * per_round
+    return max(least, min(wanted, setup.study.confirm_budget_s) - raced_s)
 
 
 def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
@@ -269,11 +297,13 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         out["confirmation"] = 0.0
     elif confirm_runs:
         noises = [window_noise(t) for t in trials]
-        noise = max(noises) if min(noises) > 0 else 0.0  # confirm.max_noise before any round
+        noise = max(noises) if min(noises) > 0 else 0.0  # confirm.terms before any round
         race, _ = raced(study)  # the search's race: its rounds and seconds count (race.py)
-        out["confirmation"] = _confirm_s(setup, confirm_runs, _rounds(setup, confirm_runs, noise),
+        searched = 1 if sum(comparable(setup, t) for t in trials) >= 2 else 0
+        out["confirmation"] = _confirm_s(setup, confirm_runs,
+                                         _rounds(setup, confirm_runs, noise, len(finals)),
                                          expected_round_s(trials), _raced_least(race, finals, base),
-                                         sum(race.seconds))
+                                         sum(race.seconds), searched)
     if setup.study.numerics_steps:
         out["numerics check"] = _numerics_s(setup, leaders, base)
     if setup.launch.scaling:

@@ -102,9 +102,13 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
         key = unit_key(unit)
         out.append(
             f"{unit} above are medians over {conf['rounds']} randomized interleaved rounds "
+            + ("(the first the search's own windows) " if conf.get("search_round") else "")
             + (f"({conf['race']['rounds']} of them during the search, racing its finalists) "
                if conf.get("race") else "")
-            + f"(stopped: {_STOPPED.get(str(conf.get('stopped')), conf.get('stopped'))}; window noise "
+            + f"(stopped: {_STOPPED.get(str(conf.get('stopped')), conf.get('stopped'))}"
+            + (f"; the exported interval +-{100 * float(conf['half_width']):.1f}%, as measured "
+               "then" if conf.get("half_width") is not None else "")
+            + "; window noise "
             f"{100 * float(conf.get('window_noise') or 0):.1f}% CV; search figures "
             f"{_fmt(best.get('search_' + key))} and "
             f"{_fmt(base.get('search_' + key))})")
@@ -123,14 +127,18 @@ def confirmation_lines(doc: dict[str, Any]) -> list[str]:
         out.append(conf["tie_settling"]["words"])
     if conf.get("tie"):
         out.append(conf["tie"])
+    if conf.get("undecided"):
+        out.append(conf["undecided"])
     load = (doc.get("contention") or {}).get("windows")
     if load and not load.startswith("no window"):
         out.append(f"load: {load}")
     return out
 
 
-_STOPPED = {"precision": "every finalist known to the precision asked",
-            "budget": "budget spent before the precision asked",
+_STOPPED = {"decided": "the choice decided: one finalist left, or those left within "
+                       "study.indifference of each other",
+            "precision": "the answers known to the precision asked",
+            "budget": "budget spent before the choice was decided",
             "rounds": "round limit", "failed": "every window failed"}
 
 

@@ -1,17 +1,18 @@
 """Racing the finalists during the search, so that the confirmation only tops up.
 
 A confirmation that starts after the last trial measures every finalist from its first round,
-and on a noisy machine it needs six rounds before it may drop one (confirm.PRECISE_ROUNDS).
+and it may drop one only once the pair has its first stage of quiet rounds (selection.py).
 Racing methods (F-race, irace: Birattari et al., GECCO 2002; López-Ibáñez et al., 2016)
 compare candidates in blocks as they come and drop one as soon as the data say it cannot win.
 Here, after a trial whose window puts it among the finalists (results/trials.finalists) and
 within FINALIST_BAND of the fastest of them (one that could be the best), one round of the
 confirmation's kind runs at once: those close finalists still in the race and the baseline,
-each once, in a random order (rounds.run_round). A contender whose interval lies below
-another's once both have the trusted rounds is dropped (confirm.eliminate, successive
-elimination). The rounds and the drops are kept in the study (``race``), so a killed study
+each once, in a random order (rounds.run_round). A contender is dropped by the confirmation's
+own rule (confirm.eliminate: the indifference-zone selection, on the rounds that count, the
+contenders' search windows the first where comparable), so the race and the confirmation
+never disagree on what a round shows. The rounds and the drops are kept in the study (``race``), so a killed study
 resumes with them and the confirmation starts from them: their windows count in its least
-rounds, its trusted floor and its budget (study.confirm_budget_s covers the race's rounds and
+rounds, its first stage and its budget (study.confirm_budget_s covers the race's rounds and
 its own), and a finalist the search found late gets its rounds there.
 
 The race's share is not all there at the start: by the end of trial k of the n this run
@@ -39,13 +40,8 @@ from autotune.measure.protocol import WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs
 from autotune.results.trials import baseline_trial, changes_training, finalists, over_limit
-from autotune.search.confirmation.confirm import (
-    candidates,
-    eliminate,
-    max_noise,
-    trusted_rounds,
-)
-from autotune.search.confirmation.rounds import expected_round_s, raced, run_round
+from autotune.search.confirmation.confirm import candidates, eliminate, terms
+from autotune.search.confirmation.rounds import expected_round_s, raced, run_round, search_round
 from autotune.search.loop.budget import search_stop
 from autotune.search.setup import StopFlag, StudySetup
 
@@ -92,17 +88,18 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     order = list(trials)
     random.Random(f"{study.study_name}-{setup.seed}-race-{len(rounds.order)}").shuffle(order)
     run_round(setup, trials, order, rounds, stop, run)
-    cands = candidates(trials, rounds, [t.number for t in contenders], base)
-    floor = trusted_rounds(max_noise(trials.values(), rounds), setup.study.confirm_precision)
+    with_search, _ = search_round(setup, trials, rounds)  # compared as the confirmation will
+    cands = candidates(trials, with_search, [t.number for t in contenders], base)
+    sel = terms(setup, trials.values(), len(contenders))
     same = {n for n, t in trials.items() if not changes_training(study, t, base)}
-    kept = {c.number for c in eliminate(cands, same, floor)}
+    kept = {c.number for c in eliminate(cands, same, sel)}
     out = sorted({c.number for c in cands} - kept)
     dropped |= set(out)
     set_study_attrs(study, {"race": {**rounds.as_dict(), "dropped": sorted(dropped)}})
     log.info("  race round %d (%.0fs): %s%s", len(rounds.order), rounds.seconds[-1],
              "; ".join(f"trial {c.number} {c.interval.text()}" for c in cands),
-             f"; dropped trial(s) {', '.join(map(str, out))}: shown slower than another "
-             f"over {floor}+ rounds" if out else "")
+             f"; dropped trial(s) {', '.join(map(str, out))}: another is ahead by more than "
+             f"the selection allows (study.indifference={sel.zone:g})" if out else "")
     return True
 
 

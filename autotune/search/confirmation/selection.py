@@ -1,0 +1,271 @@
+"""Which finalists the rounds still have to tell apart: a fully sequential indifference-zone
+selection (pure: rounds in, verdicts out).
+
+The confirmation's question is not how fast each finalist is to +-5%, but which one to export,
+where a difference smaller than the user's indifference zone (``study.indifference``, 5%) is
+not worth a choice. Kim and Nelson's procedure KN (ACM TOMACS 11(3), 2001) answers it over
+paired, common-random-number observations: here each round's windows, taken side by side, so
+that the machine's drift over minutes hits both and cancels in their ratio. For two finalists
+``i`` and ``l`` with ``r`` rounds that count (results/intervals.counted_rounds: a round with a
+contended window is left out of every comparison), on the log ratio of their figures
+(``d``, mean ``mean``, sample variance ``S²``), with ``δ = ln(1 + zone)`` and ``k`` systems:
+
+    η = ½ [(2α / (k-1))^(-2/f) - 1],   h² = 2 η f            (KN, c = 1)
+    W(r) = max(0, h² S² / (2 δ r) - δ / 2)
+
+and ``i`` is dropped as soon as ``mean(log l/i) > W(r)``: by KN's triangle, if ``i`` were better
+than ``l`` by the zone or more, that happens with probability at most α/(k-1), so the best is
+kept with probability at least 1 - α (``study.correct_selection``). The triangle closes (W = 0)
+at ``r = h² S² / δ²`` rounds. Two departures, both said where they act:
+
+- The variance is updated every round, as in KN++ (Kim and Nelson, Operations Research 54(3),
+  2006), and h² is KN's constant at the degrees of freedom of the variance in hand (f = r - 1):
+  KN's own at the first stage, tending to KN++'s, -2 ln(2α/(k-1)), as the rounds grow. Under
+  S² lies a floor from the windows' own noise (each search window's two halves: ``noise``):
+  a few rounds that agree by luck (four once agreed to +-3% on 6-11% noisy windows) do not
+  close the triangle at once. Where that noise is unknown the first stage is PRECISE_ROUNDS.
+- Two finalists are **within the zone** of each other once their paired interval, at
+  1 - α/(k-1) each way (Bonferroni over the pairs, as KN's own error is split), lies inside
+  +-zone: choosing either costs at most the zone. KN alone would drop one of them by the toss
+  of their means when its triangle closes, since a pair within the zone is where its triangle
+  stays open longest; the interval is read after every round from the first stage on, so
+  that two finalists within a percent of each other reach it first (for finalists 2% apart
+  KN's elimination comes first, and the faster is kept). Reading an interval after every round
+  is a sequential look its 1 - α/(k-1) does not price in: the error of calling a pair within
+  the zone that is not is somewhat above α/(k-1) (a confidence sequence would hold it exactly);
+  where the best is ahead of the rest by the zone or more, that is the one error added to KN's. The rounds stop when one finalist remains or those left are
+  within the zone of each other (``resolved``); the tie-break among them (choose.pick: fewer
+  knobs changed, lower memory) then costs at most the zone, by construction.
+
+The indifference-zone-free successor (Fan, Hong and Nelson, Operations Research 64(6), 2016)
+needs no zone, but a user does have one: what difference is worth a changed configuration.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar
+
+from autotune.results.intervals import MIN_ROUNDS, counted_rounds, t975, t_quantile
+
+
+class Compared(Protocol):
+    """What the selection reads of a finalist (choose.Candidate has it): its number, its
+    figure in each round (None: not measured) and whether that window was contended."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def runs(self) -> tuple[float | None, ...]: ...
+    @property
+    def busy(self) -> tuple[bool, ...]: ...
+
+
+C = TypeVar("C", bound=Compared)
+
+#: The first stage where the windows' own noise is unknown: no floor then holds S² up, and four
+#: rounds of the README's CPU study once agreed to +-3% by chance (2.19x, 2.12-2.25x, on 6-11%
+#: noisy windows) where the configuration re-measured alone read 2.07x.
+PRECISE_ROUNDS = 6
+#: However many systems, the rounds a pair's triangle may need are counted up to this (the
+#: confirmation itself stops at round_spread.MAX_ROUNDS and at its budget).
+_HORIZON = 1000
+
+Verdict = Literal["first", "second", "within"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The selection's terms: the ``zone`` (0.05: a difference under 5% is not worth a choice),
+    the probability of correct selection, the ``systems`` compared (KN's k), and the windows'
+    own ``noise`` (0: unknown)."""
+
+    zone: float
+    confidence: float
+    systems: int
+    noise: float = 0.0
+
+    @property
+    def delta(self) -> float:
+        return math.log1p(self.zone)
+
+    @property
+    def first(self) -> int:
+        """The rounds that count a pair needs before any verdict (KN's first stage)."""
+        return MIN_ROUNDS if self.noise > 0 else PRECISE_ROUNDS
+
+    def h2(self, rounds: int) -> float:
+        """KN's h² at the degrees of freedom of ``rounds`` rounds' variance."""
+        f = max(1, rounds - 1)
+        alpha = 1.0 - self.confidence
+        base = 2 * alpha / max(1, self.systems - 1)
+        eta = 0.5 * (base ** (-2.0 / f) - 1.0)
+        return 2.0 * eta * f
+
+    def within_half(self, rounds: int, s2: float) -> float:
+        """The half-width of a pair's interval of log ratios at 1 - α/(k-1) one side."""
+        p = 1.0 - (1.0 - self.confidence) / max(1, self.systems - 1)
+        return t_quantile(p, rounds - 1) * math.sqrt(s2 / rounds)
+
+    def variance(self, s2: float) -> float:
+        """The pair's variance, held up by the windows' own noise (two windows, each that
+        noisy, in one log ratio)."""
+        return max(s2, 2.0 * self.noise ** 2)
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"indifference": self.zone, "correct_selection": self.confidence,
+                "systems": self.systems, "window_noise": round(self.noise, 4)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, float | int]) -> Selection:
+        return cls(float(d["indifference"]), float(d["correct_selection"]), int(d["systems"]),
+                   float(d.get("window_noise") or 0.0))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two finalists over the rounds that count: the mean and variance of log(first/second),
+    KN's h² and the half-width of the pair's interval (``within_half``)."""
+
+    rounds: int
+    mean: float
+    variance: float
+    h2: float
+    half: float
+
+    def margin(self, delta: float) -> float:
+        """h² S² / (2 δ r) - δ/2: KN's W(r) before the max with 0 (negative past the close)."""
+        return self.h2 * self.variance / (2 * delta * self.rounds) - delta / 2
+
+    def ratio(self) -> float:
+        return math.exp(self.mean)
+
+
+def pair(a: Compared, b: Compared, sel: Selection) -> Pair | None:
+    """``a`` over ``b`` on the quiet rounds that measured both; None before the first stage's
+    rounds are there (a contended round does not count: counted_rounds)."""
+    idx, quiet = counted_rounds(a.runs, b.runs, a.busy, b.busy, least=sel.first)
+    if not quiet or len(idx) < sel.first:
+        return None
+    logs = [math.log(float(a.runs[i] or 0.0) / float(b.runs[i] or 1.0)) for i in idx]
+    s2 = sel.variance(statistics.variance(logs) if len(logs) > 1 else 0.0)
+    return Pair(len(logs), statistics.fmean(logs), s2, sel.h2(len(logs)),
+                sel.within_half(len(logs), s2))
+
+
+def verdict(a: Compared, b: Compared, sel: Selection) -> Verdict | None:
+    """"within": the two lie within the zone of each other (their interval inside it);
+    "second": ``b`` is dropped (``a`` ahead by more than KN's W); "first": ``a`` is; None:
+    more rounds."""
+    p = pair(a, b, sel)
+    if p is None:
+        return None
+    if abs(p.mean) + p.half < sel.delta:
+        return "within"
+    m = p.margin(sel.delta)
+    if p.mean > max(0.0, m):
+        return "second"
+    if p.mean < -max(0.0, m):
+        return "first"
+    return None
+
+
+def closing(variance: float, sel: Selection, least: int = MIN_ROUNDS) -> int:
+    """The fewest rounds, at least ``least``, at which a pair of this variance has its triangle
+    closed: h²(r) S² / δ² <= r. Every pair is decided by then (the bound said per round)."""
+    s2 = sel.variance(variance)
+    for r in range(max(least, sel.first), _HORIZON):
+        if sel.h2(r) * s2 / sel.delta ** 2 <= r:
+            return r
+    return _HORIZON
+
+
+def hardest(variance: float, sel: Selection, least: int = MIN_ROUNDS) -> int:
+    """The rounds a pair of this variance needs at the gap that takes longest to decide, its
+    mean where it is expected: a gap near 0 ends within the zone, a wide one by KN's drop, and
+    between them both take longest (the estimate's rounds: the gap is not known before the
+    rounds, and one finalist clearly ahead ends them sooner)."""
+    s2 = sel.variance(variance)
+    worst = max(least, sel.first)
+    for step in range(0, 31):
+        gap = sel.delta * step / 20  # 0 to 1.5 zones
+        for r in range(max(least, sel.first), _HORIZON):
+            m = sel.h2(r) * s2 / (2 * sel.delta * r) - sel.delta / 2
+            if gap + sel.within_half(r, s2) < sel.delta or gap > max(0.0, m):
+                worst = max(worst, r)
+                break
+        else:
+            return _HORIZON
+    return worst
+
+
+def eliminated(cands: Sequence[Compared], sel: Selection) -> set[int]:
+    """The candidates KN drops this round: each one that some other still in the group leads
+    by more than W (all pairs against the group as it stood, as KN's I_old)."""
+    out = set()
+    for a in cands:
+        for b in cands:
+            if a is not b and verdict(a, b, sel) == "first":
+                out.add(a.number)
+                break
+    return out
+
+
+def survivors(cands: Sequence[C], sel: Selection) -> list[C]:
+    """The candidates not dropped."""
+    gone = eliminated(cands, sel)
+    return [c for c in cands if c.number not in gone]
+
+
+def racing(cands: Sequence[C], same: Collection[int], sel: Selection) -> list[C]:
+    """The candidates still in question for either answer: survivors among all, and among the
+    ``same``-training ones those that survive their own group (the same-training answer needs
+    its winner's interval though a faster one changes the training)."""
+    kept = {c.number for c in survivors(cands, sel)}
+    kept |= {c.number for c in survivors([c for c in cands if c.number in same], sel)}
+    return [c for c in cands if c.number in kept]
+
+
+def resolved(cands: Sequence[Compared], sel: Selection) -> bool:
+    """One candidate left, or every two left within the zone of each other."""
+    return all(verdict(a, b, sel) == "within"
+               for i, a in enumerate(cands) for b in cands[i + 1:])
+
+
+def decided(cands: Sequence[Compared], same: Collection[int], sel: Selection) -> bool:
+    """Both answers resolved: the survivors among all, and among the same-training ones."""
+    return (resolved(survivors(cands, sel), sel)
+            and resolved(survivors([c for c in cands if c.number in same], sel), sel))
+
+
+def rounds_left(cands: Sequence[Compared], sel: Selection) -> int | None:
+    """At most how many more rounds that count the pairs still open need at their variance so
+    far (their triangles close by then: each is decided); None while some pair is before its
+    first stage, 0 when none is open."""
+    more = [0]
+    for i, a in enumerate(cands):
+        for b in cands[i + 1:]:
+            if verdict(a, b, sel) is not None:
+                continue
+            p = pair(a, b, sel)
+            if p is None:
+                return None
+            more.append(closing(p.variance, sel, p.rounds) - p.rounds)
+    return max(more)
+
+
+def trusted_rounds(noise: float, precision: float) -> int:
+    """The fewest rounds whose interval may end the rounds on study.confirm_precision: where
+    the windows' own noise (measured apart from the rounds' agreement) makes an interval of
+    +-precision expected at n rounds, n rounds' agreement is not luck. Noisy or unknown
+    windows need PRECISE_ROUNDS; a quiet GPU's 1% windows need 3."""
+    if noise <= 0:
+        return PRECISE_ROUNDS
+    sd = math.sqrt(2) * noise  # the log ratio of two windows, each this noisy
+    for n in range(MIN_ROUNDS, PRECISE_ROUNDS):
+        if t975(n - 1) * sd / math.sqrt(n) <= precision:
+            return n
+    return PRECISE_ROUNDS
