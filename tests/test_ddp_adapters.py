@@ -83,6 +83,49 @@ def test_hf_apply_puts_the_ddp_arguments_on_the_real_accelerator(tmp_path: Path)
     assert trainer.args.ddp_bucket_cap_mb == 5 and trainer.args.ddp_find_unused_parameters is False
 
 
+def test_hf_sync_each_batch_carries_the_measured_accumulation_no_sync(tmp_path: Path) -> None:
+    """Ranks that accumulate: accelerate's ``sync_each_batch`` (accelerator_config's
+    gradient_accumulation_kwargs) is the opposite of the baseline's accumulation_no_sync, read
+    from the user's Trainer and written back as measured, where the Trainer's loop reads it
+    (its Accelerator's gradient_state, transformers 5.24). The user's own key survives apply:
+    the Trainer folds num_steps into their dict, which it refuses when rebuilt with
+    accumulation. Broken once (the export without gradient_accumulation_kwargs), it failed."""
+    import dataclasses
+
+    from autotune.adapters import hf
+    from autotune.adapters.hf_workload import HFTrainerWorkload
+    from autotune.core.shipping import ship
+    from examples.hf_trainer_tune import users_trainer
+
+    accumulating = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
+    assert build_workload({**HF_SPEC, "training_args": accumulating}
+                          ).defaults["accumulation_no_sync"] is True  # accelerate's default
+    own = {"gradient_accumulation_kwargs": {"sync_each_batch": True, "sync_with_dataloader": False}}
+    trainer = users_trainer(str(tmp_path / "out"), "cpu")
+    trainer.args = dataclasses.replace(trainer.args, gradient_accumulation_steps=2,
+                                       accelerator_config=own)
+    trainer.create_accelerator_and_postprocess()  # as the user's Trainer(args=...) builds it
+    parts = hf.trainer_parts(trainer)
+    shipped = HFTrainerWorkload(str(ship(parts.parts, tmp_path / "ship", parts.names)))
+    assert shipped.defaults["accumulation_no_sync"] is False and shipped.defaults["grad_accum"] == 2
+
+    def synced(no_sync: bool, **doc: Any) -> bool:
+        knobs = {**KNOBS, "accumulation_no_sync": no_sync}
+        threads = torch.get_num_threads()
+        try:
+            hf.apply(trainer, {**_launched(knobs), "grad_accum": 2, **doc})
+        finally:
+            torch.set_num_threads(threads)
+        state = trainer.accelerator.gradient_state.plugin_kwargs
+        assert trainer.args.accelerator_config.gradient_accumulation_kwargs[
+            "sync_with_dataloader"] is False  # the user's own key, kept
+        return bool(state.get("sync_each_batch", False))
+
+    # One process, or no accumulation: nothing to synchronize; the user's own setting stays.
+    assert synced(True, launch=None) is True and synced(True, grad_accum=1) is True
+    assert synced(True) is False and synced(False) is True
+
+
 def test_lightning_export_under_ranks_is_a_real_ddp_strategy(tmp_path: Path) -> None:
     from lightning.pytorch.strategies import DDPStrategy
 

@@ -17,7 +17,10 @@ What the frameworks add to DDP is here:
   ``ddp_static_graph``; ``hf.apply`` sets on the Accelerator's DDP arguments
   (``DistributedDataParallelKwargs``, accelerate 1.15) what no field holds:
   ``gradient_as_bucket_view``, the comm hook (``DDPCommunicationHookType``) and torch 2.14's
-  ``batched_grad_copy``.
+  ``batched_grad_copy``. With gradient accumulation, accelerate skips the all-reduce on a
+  cycle's micro-batches but its last unless ``accelerator_config``'s
+  ``gradient_accumulation_kwargs`` sets ``sync_each_batch``: the user's is the baseline's
+  ``accumulation_no_sync``, and the export writes the measured one back there.
 - Lightning's ``DDPStrategy(**kwargs)`` (lightning 2.6) passes its extra keyword arguments to
   DDP as they are (``_ddp_kwargs``) and registers ``ddp_comm_hook``; its default
   ``find_unused_parameters`` is DDP's (False), as in the trials. The export is
@@ -84,6 +87,43 @@ def user_ddp_defaults(args: Mapping[str, Any]) -> dict[str, Any]:
     pairs = {"ddp_bucket_cap_mb": "bucket_cap_mb", "ddp_static_graph": "static_graph",
              "ddp_broadcast_buffers": "broadcast_buffers"}
     return {knob: args[name] for name, knob in pairs.items() if args.get(name) is not None}
+
+
+def syncs_each_batch(accelerator_config: Any) -> bool:
+    """accelerate's ``sync_each_batch`` as the user set it (``accelerator_config``'s
+    ``gradient_accumulation_kwargs``, a dict or transformers' AcceleratorConfig). Its default,
+    False, is the Trainer's ``accelerator.no_sync`` on an accumulation cycle's micro-batches
+    but its last (DDP's no_sync, FSDP2's set_requires_gradient_sync(False): transformers 5.24's
+    training loop): the baseline's ``accumulation_no_sync`` is its opposite."""
+    kwargs = (accelerator_config.get("gradient_accumulation_kwargs")
+              if isinstance(accelerator_config, Mapping)
+              else getattr(accelerator_config, "gradient_accumulation_kwargs", None))
+    return bool((kwargs or {}).get("sync_each_batch", False))
+
+
+def gradient_accumulation_kwargs(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``accelerator_config``'s ``gradient_accumulation_kwargs`` for a study whose ranks
+    accumulated (best.yaml's launch and grad_accum > 1; {} otherwise: one process has nothing
+    to synchronize, and without accumulation every micro-batch is a cycle's last):
+    ``sync_each_batch`` is the opposite of the measured ``accumulation_no_sync``, so the
+    Trainer communicates on the micro-batches the trials did."""
+    if not launched(doc) or int(doc.get("grad_accum") or 1) <= 1:
+        return {}
+    return {"sync_each_batch": not bool(doc["knobs"].get("accumulation_no_sync", False))}
+
+
+def merged_accelerator_config(own: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's ``accelerator_config`` (``own``, as a dict) with the tuned keys, their own
+    ``gradient_accumulation_kwargs`` keys kept beside the tuned ``sync_each_batch``, less
+    ``num_steps``: the Trainer moved it into ``gradient_accumulation_steps`` (the field the
+    export writes) and set it to 1 in the user's dict, which with accumulation it then
+    refuses when it builds its Accelerator again."""
+    out = {**own, **tuned}
+    kwargs = {**(own.get("gradient_accumulation_kwargs") or {}),
+              **(tuned.get("gradient_accumulation_kwargs") or {})}
+    kwargs.pop("num_steps", None)
+    out["gradient_accumulation_kwargs"] = kwargs or None
+    return out
 
 
 @functools.cache

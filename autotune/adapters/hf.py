@@ -33,7 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune.adapters import best_document, in_process, keeps_own_accumulation
-from autotune.adapters.ddp import accelerator_ddp_kwargs, launched
+from autotune.adapters.ddp import (
+    accelerator_ddp_kwargs,
+    launched,
+    merged_accelerator_config,
+    syncs_each_batch,
+)
 from autotune.adapters.fsdp import HF_CPU_SHARDING, set_plugin_precision, sharded_study
 from autotune.adapters.hf_recipe import model_travel, split_peft
 from autotune.adapters.hf_trl import is_sft, sft_parts
@@ -123,7 +128,10 @@ def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
     if "train_sampling_strategy" in fields:
         fields["train_sampling_strategy"] = str(getattr(fields["train_sampling_strategy"], "value",
                                                         fields["train_sampling_strategy"]))
-    fields["accelerator_config"] = {"non_blocking": bool(args.accelerator_config.non_blocking)}
+    fields["accelerator_config"] = {
+        "non_blocking": bool(args.accelerator_config.non_blocking),
+        "gradient_accumulation_kwargs": {  # sync_each_batch: the baseline's accumulation_no_sync
+            "sync_each_batch": syncs_each_batch(args.accelerator_config)}}
     fields["optim"] = str(getattr(args.optim, "value", args.optim))
     init = {f.name for f in dataclasses.fields(type(args)) if f.init}
     # to_dict masks every field named *_token: SFTConfig's pad_token and eos_token are the
@@ -191,7 +199,7 @@ def tuned_arguments(args: Any, best: Any, collator: Any = None) -> Any:
                            "gradient_accumulation_steps")
     accel = args.accelerator_config
     accel = accel.to_dict() if hasattr(accel, "to_dict") else dict(accel or {})
-    tuned["accelerator_config"] = {**accel, **tuned["accelerator_config"]}
+    tuned["accelerator_config"] = merged_accelerator_config(accel, tuned["accelerator_config"])
     for name, value in tuned.items():
         own = getattr(args, name, None)
         if name.endswith("_kwargs") and isinstance(own, dict) and isinstance(value, dict):

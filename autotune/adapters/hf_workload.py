@@ -29,7 +29,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
-from autotune.adapters.ddp import trainer_find_unused, training_arguments_ddp, user_ddp_defaults
+from autotune.adapters.ddp import (
+    gradient_accumulation_kwargs,
+    syncs_each_batch,
+    trainer_find_unused,
+    training_arguments_ddp,
+    user_ddp_defaults,
+)
 from autotune.adapters.fsdp import HF_CPU_SHARDING, HF_LIMITS, training_arguments_fsdp
 from autotune.adapters.hf_optim import IMPL_OPTIM as IMPL_OPTIM  # noqa: I001 - re-exported
 from autotune.adapters.hf_optim import OPTIM_IMPL as OPTIM_IMPL
@@ -299,8 +305,9 @@ def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
     """The baseline's knobs from the user's TrainingArguments fields, and its gradient
     accumulation (``grad_accum``: the global batch per rank is per_device_train_batch_size x
     gradient_accumulation_steps, core/global_batch.py). Under ranks the Trainer's accelerate
-    skips the all-reduce on an accumulation cycle's micro-batches but its last (its
-    ``sync_each_batch=False`` default): the baseline's ``accumulation_no_sync``."""
+    skips the all-reduce on an accumulation cycle's micro-batches but its last unless the
+    user's ``accelerator_config`` sets ``sync_each_batch``: the baseline's
+    ``accumulation_no_sync`` (adapters/ddp.py)."""
     workers = int(a["dataloader_num_workers"] or 0)
     accel = a["accelerator_config"] or {}
     compile_on = bool(a["torch_compile"] or a["torch_compile_mode"])
@@ -308,7 +315,7 @@ def _defaults(a: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "batch_size": int(a["per_device_train_batch_size"]),
         "grad_accum": accum,
-        "accumulation_no_sync": accum > 1,
+        "accumulation_no_sync": accum > 1 and not syncs_each_batch(accel),
         "num_workers": workers,
         "pin_memory": bool(a["dataloader_pin_memory"]),
         "amp": "bf16" if a["bf16"] else "fp16" if a["fp16"] else "off",
@@ -353,6 +360,10 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
         "optim": trainer_optim(k),  # the user's own, or its form the search chose
         "accelerator_config": {"non_blocking": bool(k["non_blocking"])},
     }
+    # Ranks that accumulate: sync_each_batch as the trials communicated (accumulation_no_sync).
+    synced = gradient_accumulation_kwargs(doc)
+    if synced:
+        out["accelerator_config"]["gradient_accumulation_kwargs"] = synced
     checkpointing = version_field(_CHECKPOINTING_FIELDS)
     if checkpointing and "activation_checkpointing" in k:
         out[checkpointing] = bool(k["activation_checkpointing"])
