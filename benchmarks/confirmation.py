@@ -1,4 +1,4 @@
-"""Today's confirmation and the indifference-zone one side by side (issue 59): the same
+"""Today's confirmation and the indifference-zone one side by side: the same
 studies, each run with the code before the change and with this checkout, then a verify-style
 check of each export against the fastest other finalist.
 
@@ -8,7 +8,7 @@ check of each export against the fastest other finalist.
                                       [--record]
 
 Run from the repository's root, on an idle machine. The old confirmation is the code at
-``--old-commit`` (default eea20d3, main before issue 59: rounds until every finalist is known
+``--old-commit`` (default eea20d3, main before the change: rounds until every finalist is known
 to +-5%, a tie's extra rounds up to half the budget again), checked out with ``git worktree add
 --detach PATH COMMIT`` at ``--old`` if it is not there yet, and run through its own
 ``python -m autotune`` (PYTHONPATH first on the path: the trials' processes inherit it); the

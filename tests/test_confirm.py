@@ -278,7 +278,7 @@ def test_a_finalist_a_few_percent_behind_is_not_chosen_for_its_fewer_knobs() -> 
 
 
 def test_a_contended_round_enters_no_paired_comparison() -> None:
-    """Issue 59: in a 12-trial README study round 2 measured trial 5 at 1.15x beside other work
+    """A 12-trial README study (2026-12-01): round 2 measured trial 5 at 1.15x beside other work
     (its interval left that round out, the paired comparison with trial 4 did not), and trial
     4 was exported at 1.82x (1.77-1.87) over trial 5 at 1.99x (1.94-2.04). One rule decides
     which rounds count (intervals.counted_rounds), read by every comparison: trial 5 is
@@ -445,7 +445,7 @@ def test_the_budget_caps_the_rounds_and_undecided_finalists_are_not_called_tied(
         tmp_path: Path) -> None:
     """The same rounds within a budget of 5 rounds: the choice is not decided by then, so the
     fastest measured is exported and the gap said, not a tie; the rounds end inside the
-    budget (before issue 59 a tie got up to half the budget again)."""
+    budget (before 2026-12-01 a tie got up to half the budget again)."""
     from autotune.search.confirmation import confirm as confirm_mod
 
     setup, study, names = _served_study(tmp_path, budget_s=200, spread=0.03)

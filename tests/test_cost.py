@@ -141,8 +141,8 @@ def test_the_race_rounds_are_the_confirmations_time_in_the_measured_phases(cpu_e
 
 def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_inside(
         tmp_path: Path, cpu_env: Env) -> None:
-    """Issue 59: the tie's extra rounds (up to half the budget again) were not in the estimate,
-    and the two studies with a tie ran 35% and 39% past it. The estimate now counts what the
+    """Before 2026-12-01 a tie's extra rounds (up to half the budget again) were not in the
+    estimate, and the two studies with a tie ran 35% and 39% past it. The estimate now counts what the
     selection does: at the rounds' spread, the rounds two finalists at the hardest gap take
     (confirm.selection_rounds), the first of them the search's own windows, the choice among
     finalists within the zone inside the budget (its bound is the budget, not 1.5 times it).

@@ -16,7 +16,7 @@ and every comparison (a finalist over the baseline, one finalist over another) r
 rule. Before it lived here, each finalist's interval left such rounds out while the paired
 comparison of two finalists took every round: in a 12-trial README study one disturbed round
 (trial 5 at 1.15x, "counted") pulled trial 5's paired ratio over trial 4 into a tie, and trial
-4 was exported, its interval wholly below trial 5's (issue 59).
+4 was exported, its interval wholly below trial 5's (2026-12-01).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ intervals are that narrow. Every comparison leaves out rounds with a contended w
 rule (results/intervals.counted_rounds); a decision waits for quiet rounds, so a disturbed one
 is in effect measured again.
 
-Before (issue 59) every finalist still racing had to reach +-5% over the baseline, and a tie
+Before 2026-12-01 every finalist still racing had to reach +-5% over the baseline, and a tie
 the tie-break would decide against the leader got up to half the budget again: tied finalists
 (1.34x, 1.36x, 1.33x) of a 4-layer GPT study were measured for 6:59 after a 1:08 search, and
 the two studies with ties ran 35% and 39% past their stated wall time.

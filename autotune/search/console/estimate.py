@@ -16,7 +16,7 @@ finalists lie within the zone of each other (confirm.selection_rounds: their tri
 at the spread the rounds are expected to have, search/round_spread.py: an earlier
 confirmation's on this device, else the device kind's), and with study.confirm_precision as
 many as an interval that narrow needs, never more than its budget allows: the tie-break's
-rounds are inside it (before issue 59 a tie got up to half the budget again, and the two
+rounds are inside it (before 2026-12-01 a tie got up to half the budget again, and the two
 studies that had one ran 35% and 39% past their stated wall time). One finalist clearly ahead
 ends the rounds sooner, which is not known before them: the estimate is the rounds' bound. The numerics check runs each finalist and the
 reference twice, each a start-up and its steps (the first window's steps: the finalists' are
