@@ -91,8 +91,8 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
     """The export is ModelParallelStrategy over the study's ranks, and the prepared module's
     ``configure_model`` shards it as measured: a real Trainer fit with that strategy over one
     CPU process (gloo; what one process allows), where the hook's body runs on the strategy's
-    own device mesh and FSDP2 wraps the model with shard_grad_op's and bf16's settings."""
-    import torch.distributed as dist
+    own device mesh and FSDP2 wraps the module's layer with shard_grad_op's and bf16's
+    settings."""
     from lightning.pytorch.strategies import ModelParallelStrategy
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
@@ -118,7 +118,7 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
             return self.layer(x)
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            return torch.nn.functional.mse_loss(self(batch[0]), batch[1])
+            return torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -135,10 +135,30 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
     assert not is_overridden("configure_model", Module())
     assert is_overridden("configure_model", prepared)
 
-    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 2))
+    trainer = _fit(prepared, monkeypatch)
+    assert trainer.global_step == 2
+    # The hook ran: Lightning's FSDP2 recipe on the strategy's mesh, the layer a group of its
+    # own and the LightningModule none (it holds no parameter of its own).
+    assert not isinstance(prepared, FSDPModule) and isinstance(prepared.layer, FSDPModule)
+    assert isinstance(prepared.layer.weight, DTensor)
+    group = prepared.layer._get_fsdp_state()._fsdp_param_group
+    assert group.mp_policy.param_dtype == torch.bfloat16  # fsdp_param_dtype=bf16
+    assert group.mp_policy.reduce_dtype == torch.float32
+    assert group.post_forward_mesh_info is None  # shard_grad_op: kept from forward to backward
+
+
+def _fit(module: Any, monkeypatch: pytest.MonkeyPatch, steps: int = 2) -> Any:
+    """``module`` fit for ``steps`` steps by a real Trainer with ModelParallelStrategy over one
+    CPU process (gloo), on 16 samples of 4 features and 2 classes in batches of 4."""
+    import torch.distributed as dist
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # the strategy's own process group, here
     monkeypatch.setenv("MASTER_PORT", str(_free_port()))
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False,
+    for name in ("LOCAL_RANK", "NODE_RANK"):  # Lightning sets them: unset again after the test,
+        monkeypatch.setenv(name, "0")         # or a later Trainer of transformers reads a rank
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False,
                         strategy=ModelParallelStrategy(data_parallel_size=1,
                                                        tensor_parallel_size=1),
                         enable_checkpointing=False, enable_progress_bar=False,
@@ -146,18 +166,113 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
     try:
         with warnings.catch_warnings():  # the check at train start: 1 device, 2 measured
             warnings.simplefilter("ignore")
-            trainer.fit(prepared, torch.utils.data.DataLoader(data, batch_size=4))
+            trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    assert trainer.global_step == 2
-    assert isinstance(prepared, FSDPModule)  # the hook ran: sharded on the strategy's mesh
-    assert isinstance(prepared.layer.weight, DTensor)
-    state = prepared._get_fsdp_state()
-    group = state._fsdp_param_group
-    assert group.mp_policy.param_dtype == torch.bfloat16  # fsdp_param_dtype=bf16
-    assert group.mp_policy.reduce_dtype == torch.float32
-    assert group.post_forward_mesh_info is None  # shard_grad_op: kept from forward to backward
+    return trainer
+
+
+class Direct(L.LightningModule):
+    """As most LightningModules are written: ``training_step`` calls its layers directly, never
+    ``self(x)``; a container of layers (ModuleList); with ``own=True`` a parameter held by the
+    module itself."""
+
+    def __init__(self, own: bool = False, features: int = 4, classes: int = 2) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(features, 8), torch.nn.Linear(8, 8)])
+        self.head = torch.nn.Linear(8, classes)
+        self.scale = torch.nn.Parameter(torch.ones(classes)) if own else None
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x = batch[0]
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        out = self.head(x) * (self.scale if self.scale is not None else 1.0)
+        return torch.nn.functional.cross_entropy(out, batch[1])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["children", "own_parameter"])
+def test_a_module_whose_training_step_calls_its_layers_fits_sharded(
+        own: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sharded export on a LightningModule whose ``training_step`` calls its layers
+    directly: the groups are its children's (the ModuleList looked into), not the module's,
+    so each is gathered when it is called; a parameter the module holds itself is in a group
+    on the module, gathered around ``training_step``. A real fit trains every parameter.
+    Sharding the LightningModule itself as the root (as before) failed this fit with
+    "aten.addmm got mixed torch.Tensor and DTensor"; so did leaving training_step
+    unregistered for the module's own parameter."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from autotune.adapters.lightning import prepare_module
+
+    module = Direct(own)
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    threads = torch.get_num_threads()
+    try:
+        prepared = prepare_module(module, {**_sharded(), "device": {"type": "cpu"}})
+    finally:
+        torch.set_num_threads(threads)
+    assert _fit(prepared, monkeypatch).global_step == 2
+    sharded = {n for n, m in prepared.named_modules() if isinstance(m, FSDPModule)}
+    assert sharded == {"layers.0", "layers.1", "head", *([""] if own else [])}
+    for name, p in prepared.named_parameters():
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        assert not torch.equal(full.detach(), before[name]), f"{name} was not trained"
+
+
+def test_the_trials_shard_a_lightning_module_into_the_exports_groups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trials' step wrapper (LightningStep, sharded by core/sharding.shard) gets the
+    groups the export gives the module under Lightning: its children's, the ModuleList looked
+    into; the module's own parameter in the root's (the wrapper's, whose forward is
+    training_step). One real step on a gloo group of one rank."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    from autotune.adapters.lightning_workload import LightningStep
+    from autotune.core.sharding import shard
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        step = shard(LightningStep(Direct(own=True)), _sharded()["knobs"], torch.device("cpu"))
+        sharded = {n for n, m in step.named_modules() if isinstance(m, FSDPModule)}
+        assert sharded == {"", "module.layers.0", "module.layers.1", "module.head"}
+        assert "module" not in sharded  # the LightningModule: its parameter is the root's
+        step((torch.randn(4, 4), torch.randint(0, 2, (4,)))).backward()
+        assert all(p.grad is not None for p in step.parameters())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_sharded_lightning_study_of_such_a_module_is_verified_as_its_ranks(
+        tmp_path: Path) -> None:
+    """End to end on 2 gloo ranks: a study of that module, sharded (FSDP2 on the CPU), then
+    ``autotune verify``, whose exported side is the user's Trainer.fit under torchrun with
+    ModelParallelStrategy and the export's configure_model. Before Lightning's recipe, that
+    side failed on both ranks: "aten.addmm.default got mixed torch.Tensor and DTensor"."""
+    from tests.conftest import TINY_ARGS, run_cli
+
+    proc = run_cli(["workload._target_=autotune.adapters.lightning.LightningWorkload",
+                    "+workload.module=tests.test_sharding_adapters.Direct",
+                    "+workload.module_args={own: true}",
+                    "+workload.datamodule=examples.lightning_tune.RandomData",
+                    "+workload.datamodule_args={n: 512, features: 4, classes: 2}",
+                    "study.name=ls", "study.n_trials=1", "study.confirm_runs=0",
+                    "study.numerics_steps=0", "device=cpu", "launch.nproc_per_node=2",
+                    "knobs.sharding=full_shard", *TINY_ARGS], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "studies" / "ls"
+    proc = run_cli(["verify", str(out), "--rounds", "1", "--steps", "6", "--warmup", "2"],
+                   tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (out / "verify" / "0-exported.log").read_text()
+    assert "MEMBER: 2/2" in log and "FSDPLinear" in log  # 2 ranks, the layers sharded
 
 
 def _free_port() -> int:

@@ -18,7 +18,10 @@ no_shard) handed back in each framework's own terms, as adapters/ddp.py hands ba
   tensor_parallel_size=1)``, which shards nothing itself: the LightningModule's
   ``configure_model`` applies ``fully_shard`` over ``self.device_mesh["data_parallel"]``.
   ``lightning.prepare_module`` gives it that hook with the measured arguments
-  (``shard_configured``), the trials' own ``core/sharding.shard``.
+  (``shard_configured``): the blocks, then the module's children that hold parameters, as
+  Lightning's FSDP2 guide shards (never the LightningModule itself, whose ``training_step``
+  Lightning calls in place of ``forward``), the same groups as the trials'
+  ``core/sharding.shard`` (``shard_blocks``, ``shard_parts``).
 """
 
 from __future__ import annotations
@@ -112,15 +115,41 @@ def strategy_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             "devices": int(launch["nproc_per_node"])}
 
 
+#: The LightningModule's methods Lightning calls in place of ``forward``: where the module
+#: itself holds a group (parameters of its own), each it overrides gathers it, as forward would.
+STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
+
+
 def shard_configured(module: Any, knobs: Mapping[str, Any]) -> None:
-    """Shard a LightningModule as the trials did (core/sharding.shard over the strategy's
-    data-parallel mesh, blocks by their ``_no_split_modules`` names): the body of the
-    ``configure_model`` hook that ``lightning.prepare_module`` gives it, after its own hook.
-    Once: Lightning may call ``configure_model`` more than once."""
-    import torch
+    """Shard a LightningModule as the trials did, over the strategy's data-parallel mesh, the
+    way Lightning's FSDP2 guide shards: ``fully_shard`` on its blocks (by their
+    ``_no_split_modules`` names), then on its children that hold the other parameters
+    (core/sharding.shard_parts), not on the LightningModule, since Lightning calls its
+    ``training_step`` and never its ``forward``. Parameters the module holds itself (or that
+    tied children share) go in a group on the module, gathered around each step method it
+    overrides (``register_fsdp_forward_method``): the trials' root group held them the same
+    way. The body of the ``configure_model`` hook that ``lightning.prepare_module`` gives
+    it, after its own hook. Once: Lightning may call ``configure_model`` more than once."""
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
-    from autotune.core.sharding import fsdp_modules, shard
+    from autotune.core.sharding import (
+        fsdp_modules,
+        fully_shard_arguments,
+        loose_parameters,
+        prefetch,
+        shard_blocks,
+        shard_parts,
+    )
 
-    if not fsdp_modules(module):
-        mesh = module.device_mesh["data_parallel"]
-        shard(module, knobs, torch.device(mesh.device_type), mesh=mesh)
+    if fsdp_modules(module):
+        return
+    mesh = module.device_mesh["data_parallel"]
+    heads = shard_blocks(module, knobs, mesh)
+    shard_parts(module, knobs, mesh)
+    if loose_parameters(module):
+        fully_shard(module, mesh=mesh, **fully_shard_arguments(knobs, root=True))
+        for name in STEP_METHODS:
+            if is_overridden(name, module):
+                register_fsdp_forward_method(module, name)
+    prefetch(heads, int(knobs.get("fsdp_prefetch") or 0))

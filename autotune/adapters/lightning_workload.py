@@ -81,6 +81,13 @@ class LightningStep(nn.Module):
         self.module.to(*args, **kwargs)
         return self
 
+    @property
+    def fsdp_parts_of(self) -> nn.Module:
+        """Sharded, the LightningModule's parts get groups of their own between its blocks and
+        this root (core/sharding.shard_parts), as the sharded export shards it under
+        Lightning (adapters/fsdp.shard_configured): the trials measure the export's groups."""
+        return self.module  # type: ignore[no-any-return]
+
     @torch.compiler.disable
     def _next_index(self) -> int:
         index, self.batch_idx = self.batch_idx, self.batch_idx + 1

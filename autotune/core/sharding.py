@@ -133,17 +133,79 @@ def shard(model: nn.Module, knobs: Mapping[str, Any], device: torch.device,
     root, and the prefetch the knobs ask for. Build the optimizer from the returned model's
     parameters afterwards (they are the shards). A model without named blocks is one group,
     the root's: it runs, with neither the memory saving nor the overlap of per-block groups.
-    ``mesh``: a framework's own (Lightning's data-parallel mesh); default: the knobs'."""
+    ``mesh``: a framework's own; default: the knobs'. A step wrapper that names a module in
+    ``PARTS_OF`` (the Lightning adapter's) has that module's parts sharded between the blocks
+    and the root, as Lightning's own export shards them (``shard_parts``)."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = mesh if mesh is not None else device_mesh(knobs, device)
+    heads = shard_blocks(model, knobs, mesh, layers)
+    parts_of = getattr(model, PARTS_OF, None)
+    if isinstance(parts_of, nn.Module):
+        shard_parts(parts_of, knobs, mesh)
+    fully_shard(model, mesh=mesh, **fully_shard_arguments(knobs, root=True))
+    prefetch(heads, int(knobs.get("fsdp_prefetch") or 0))
+    return model
+
+
+#: The attribute by which a step wrapper names the module whose parts ``shard`` shards.
+PARTS_OF = "fsdp_parts_of"
+
+
+def shard_blocks(model: nn.Module, knobs: Mapping[str, Any], mesh: Any,
+                 layers: Sequence[type] = ()) -> list[nn.Module]:
+    """``fully_shard`` on each group of ``model``'s blocks (``fsdp_wrap_blocks`` per group);
+    returns each group's first module, for ``prefetch``."""
     from torch.distributed.fsdp import fully_shard
 
     kwargs = fully_shard_arguments(knobs)
-    mesh = mesh if mesh is not None else device_mesh(knobs, device)
     units = groups(blocks(model, layers), int(knobs.get("fsdp_wrap_blocks") or 1))
     for unit in units:
         fully_shard(unit if len(unit) > 1 else unit[0], mesh=mesh, **kwargs)
-    fully_shard(model, mesh=mesh, **fully_shard_arguments(knobs, root=True))
-    prefetch([unit[0] for unit in units], int(knobs.get("fsdp_prefetch") or 0))
-    return model
+    return [unit[0] for unit in units]
+
+
+def shard_parts(module: nn.Module, knobs: Mapping[str, Any], mesh: Any) -> list[nn.Module]:
+    """Lightning's FSDP2 recipe above the blocks: ``fully_shard`` on each child of ``module``
+    that holds parameters no group holds yet, never on ``module`` itself. Lightning calls a
+    LightningModule's ``training_step``, not its ``forward``, so a group on the module would
+    never be gathered by its forward hook where ``training_step`` calls its layers directly
+    (``self.layer(x)``); each child's group is gathered when the child is called. A child
+    without a forward of its own (``ModuleList``, ``ModuleDict``) is looked into instead; a
+    child that shares a parameter with another (tied weights) is left out, as are parameters
+    held by ``module`` itself: both stay for a group on ``module`` (``loose_parameters``).
+    Returns the children sharded."""
+    from torch.distributed.fsdp import fully_shard
+
+    found: list[nn.Module] = []
+
+    def visit(parent: nn.Module) -> None:
+        for child in parent.children():
+            if not loose_parameters(child):
+                continue
+            if type(child).forward is nn.Module.forward:  # a container: nothing calls it
+                visit(child)
+            else:
+                found.append(child)
+
+    visit(module)
+    holders: dict[int, int] = {}
+    for child in found:
+        for p in loose_parameters(child):
+            holders[id(p)] = holders.get(id(p), 0) + 1
+    kwargs = fully_shard_arguments(knobs)
+    parts = [c for c in found if all(holders[id(p)] == 1 for p in loose_parameters(c))]
+    for part in parts:
+        fully_shard(part, mesh=mesh, **kwargs)
+    return parts
+
+
+def loose_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """``module``'s parameters that no ``fully_shard`` group holds yet (a sharded one is a
+    DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return [p for p in module.parameters() if not isinstance(p, DTensor)]
 
 
 def prefetch(heads: list[nn.Module], depth: int) -> None:
