@@ -89,7 +89,9 @@ def headline(d: dict[str, Any]) -> list[str]:
     if conf.get("tie_settling"):
         lines.append(f"Tie with the leader: {conf['tie_settling']['words']}")
     if conf.get("tie"):
-        lines.append(f"Tie: {conf['tie']}")
+        lines.append(f"Within the zone: {conf['tie']}")
+    if conf.get("undecided"):
+        lines.append(f"Undecided: {conf['undecided']}")
     load = best.get("contention") or {}
     if load.get("could_not_measure"):
         lines.append(f"**Could not measure**: {load['could_not_measure']}")
@@ -135,8 +137,9 @@ def _padding_line(base: dict[str, Any], best: dict[str, Any]) -> str:
 #: (report_data.path_to_best): why it did.
 EXPORTED = {"fastest": "; exported: the confirmation rounds' fastest (in the search, within the "
                        "noise of the row above)",
-            "tie": "; exported: the confirmation's tie rule, among finalists its rounds could "
-                   "not rank",
+            "tie": "; exported: the choice among finalists the confirmation's rounds put "
+                   "within study.indifference of each other (fewer knobs changed, then lower "
+                   "memory)",
             "baseline": "; exported: the confirmation rounds showed no configuration faster "
                         "than yours"}
 
