@@ -194,12 +194,14 @@ def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_i
                             "extras_s": 1.0, "ceiling_noise": {"window": 0.01},
                             "source": "baseline" if i == 0 else "search"},
                 system_attrs={"constraints": [-1.0]}))
-        rng = random.Random(seed)
+        # One stream of noise per configuration: the rounds' randomized order (unseeded, as
+        # in a study) then changes which window comes first, never which noise each one gets.
+        rngs = {key: random.Random(f"{seed}-{key}") for key in point}
 
-        def run(req: Any, trial_dir: Path, rng: random.Random = rng, **_: Any) -> WindowResult:
-            figure = point[json.dumps(req.knobs, sort_keys=True)]
-            return WindowResult(outcome="ok", steps=10, wall_s=4.0, samples_per_sec=figure
-                                * math.exp(rng.gauss(0, spread / math.sqrt(2))))
+        def run(req: Any, trial_dir: Path, rngs: dict = rngs, **_: Any) -> WindowResult:
+            key = json.dumps(req.knobs, sort_keys=True)
+            return WindowResult(outcome="ok", steps=10, wall_s=4.0, samples_per_sec=point[key]
+                                * math.exp(rngs[key].gauss(0, spread / math.sqrt(2))))
         record = confirm(dataclasses.replace(setup, out_dir=tmp_path), study, 3, 3, run=run)
         assert record is not None and record["stopped"] == "decided", record
         ran.append(record["rounds"])
