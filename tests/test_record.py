@@ -122,3 +122,15 @@ def test_a_twin_records_every_field_its_measured_trial_has(tmp_path: Path) -> No
         copied = {k: v for k, v in twin.user_attrs.items() if k in MEASURED_KEYS}
         assert copied == fresh, sorted(set(fresh) ^ set(copied))
         assert twin.value == measured.value
+
+
+def test_the_ceiling_cache_is_declared_as_its_family_of_keys() -> None:
+    """A real study caches ceilings under one key per configuration (search/pruning.py); the
+    record declares them as a family, and a key outside it is still named."""
+    from autotune.search.pruning import _noise_key, ceiling_key
+
+    knobs = {"batch_size": 32, "num_workers": 1}
+    attrs = {ceiling_key("loader", knobs): 100.0, ceiling_key("compute", knobs): 90.0,
+             _noise_key("compute", knobs): 0.02, "confirmation": {}, "ceiling_x": 1}
+    assert declared(attrs, StudyAttrs) == ["ceiling_x"]
+    assert declared({ceiling_key("loader", knobs): 1.0}) != []  # a trial's record has no cache
