@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -102,11 +103,27 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     # It stayed contended: the next trial is measured again as often, then windows are taken
     # once (BusyMachine, two trials in a row).
     again = 2 * (one + CONTENDED_WAIT_S)
+    # The same-training trial after the search is one window more (the space's batch_size
+    # can change what is trained).
+    assert busy.same_training == quiet.same_training == passed.same_training == 1
     assert busy.phases()["search"] == pytest.approx(
-        2.0 + 3 * one + 2 * CONTENDED_WAIT_S + 5 * one + again)
+        2.0 + 3 * one + 2 * CONTENDED_WAIT_S + 5 * one + one + again)
     # A load that passed by its last re-measurement is taken as gone.
-    assert passed.phases()["search"] == pytest.approx(2.0 + 3 * one + 2 * CONTENDED_WAIT_S + 5 * one)
-    assert quiet.phases()["search"] == pytest.approx(2.0 + 6 * one)
+    assert passed.phases()["search"] == pytest.approx(
+        2.0 + 3 * one + 2 * CONTENDED_WAIT_S + 5 * one + one)
+    assert quiet.phases()["search"] == pytest.approx(2.0 + 6 * one + one)
+    assert "+ the same-training trial ~4.0 s" in quiet.words()
+    # A space whose training knobs are pinned runs no same-training trial: none counted.
+    from autotune.core.knobs import KNOBS
+
+    training = {k.name for k in KNOBS if k.changes_training}
+    space = dataclasses.replace(setup.space, domains={
+        n: dataclasses.replace(d, values=d.values[:1]) if n in training else d
+        for n, d in setup.space.domains.items()})
+    pinned = estimate(dataclasses.replace(setup, space=space), 6, 3, 2.0, one,
+                      {**first, "contention": {"contended": False}})
+    assert pinned.same_training == 0 and "same-training" not in pinned.words()
+    assert pinned.phases()["search"] == pytest.approx(2.0 + 6 * one)
     assert f"re-measurements ~{again:.0f} s" in busy.words()
     assert "re-measurements" not in passed.words()
     # The windows after the search are sized from one window, not three and two waits; a load
