@@ -687,3 +687,22 @@ def test_the_selections_terms_are_checked(override: str, words: list[str],
         validate(cfg, MLPWorkload(), cpu_env, "sqlite:///x.db")  # type: ignore[arg-type]
     for w in words:
         assert w in str(exc.value), str(exc.value)
+
+
+def test_one_noisy_search_window_does_not_hold_every_pair_open(cpu_env: Any) -> None:
+    """The selection's floor under each pair's variance is the finalists' typical window
+    noise, not the noisiest one: one window whose halves differ by 36% (the others 1-7%) kept
+    all eight finalists of a README study in its rounds to the budget's end."""
+    import optuna
+
+    from autotune.search.confirmation.confirm import terms
+    from tests.conftest import study_setup
+
+    def trial(spread: float) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(value=1.0, user_attrs={
+            "ceiling_noise": {"window": spread}})
+
+    cpu = study_setup(cpu_env)
+    sel = terms(cpu, [trial(s) for s in (0.01, 0.04, 0.05, 0.07, 0.36)], 5)
+    assert sel.noise == pytest.approx(0.05)
+    assert terms(cpu, [trial(0.04), trial(0.0)], 2).noise == 0.0  # one unknown: none assumed
