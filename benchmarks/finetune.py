@@ -59,8 +59,19 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MB"
 
 
-def _tree_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+def _tree_bytes(path: Path, suffixes: tuple[str, ...] = ()) -> int:
+    """Bytes of the files under ``path`` (only those ending in ``suffixes`` where given)."""
+    if not path.exists():
+        return 0
+    return sum(p.stat().st_size for p in path.rglob("*")
+               if p.is_file() and (not suffixes or p.suffix in suffixes))
+
+
+#: What a copy of a model's weights is written as (shipping writes tensors as safetensors; the
+#: rest as torch and transformers save them): the study folder holds profiler traces and the
+#: report too, and .shipped the pickled parts (the dataset, the tokenizer, the arguments), so
+#: neither size alone says whether the weights are in it.
+WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
 
 
 def _reset_peak() -> bool:
@@ -187,6 +198,8 @@ def study(name: str, model_dir: str, out: Path, trials: int, extra: list[str],
     return {"name": name, "answers": answers, "wall_s": wall, "said": said,
             "peak": peak, "rss_before": before,
             "study_bytes": _tree_bytes(folder), "shipped_bytes": _tree_bytes(out / "studies" / ".shipped"),
+            "weight_bytes": _tree_bytes(folder, WEIGHT_FILES)
+            + _tree_bytes(out / "studies" / ".shipped", WEIGHT_FILES),
             "header": [line for line in tee.buffer_.getvalue().splitlines()
                        if "optim" in line or "travels" in line],
             "trained_steps": trained, "applied": "best-same-training" if same is not None and
@@ -239,7 +252,10 @@ def section(a: argparse.Namespace, model_bytes: int, probes: list[dict[str, Any]
         best = s["answers"].get("best.yaml", {}).get("doc", {})
         lines += [f"- both answers: {(best.get('training') or {}).get('words')}",
                   f"- study folder {_mb(s['study_bytes'])}, studies/.shipped "
-                  f"{_mb(s['shipped_bytes'])}, against the model's {_mb(model_bytes)}",
+                  f"{_mb(s['shipped_bytes'])}, against the model's {_mb(model_bytes)}; of "
+                  f"them weight files ({', '.join(WEIGHT_FILES)}) "
+                  f"{_mb(s.get('weight_bytes', 0))} (the rest: profiler traces, report.html, the pickled dataset and "
+                  f"arguments)",
                   f"- the user process's peak RSS during hf.tune: {_mb(s['peak'])} "
                   f"({_mb(s['peak'] - s['rss_before'])} above the RSS before it)",
                   f"- applied {s['applied']}, then train(): {s['trained_steps']} optimizer "
