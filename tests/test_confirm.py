@@ -138,7 +138,11 @@ def test_confirmation_stops_when_its_budget_is_spent(tmp_path: Path) -> None:
                     "study.confirm_budget_s=1", *pins, *ARGS, "window.profile=false"], tmp_path)
     doc, study = _load(tmp_path, "b")
     conf = study.user_attrs["confirmation"]
-    assert conf["stopped"] == "budget" and conf["rounds"] == 3 and not conf["precise"]
+    assert conf["stopped"] == "budget" and conf["rounds"] == 3
+    # Only the baseline's speedup over itself (an interval of width 0) is known to +-0.0001:
+    # the answer is "precise" where the baseline is the one chosen among the finalists (a busy
+    # machine can slow the others below it, as CI's did at 613623d), and nowhere else.
+    assert conf["precise"] == (conf["half_width"] == 0), conf
     assert conf["budget_s"] == 1 and conf["spent_s"] > 1
     # Ending on the budget is "could not measure" (exit 4) only where the windows were noisy
     # or contended: which one depends on this machine, the exit code must follow it.
