@@ -244,6 +244,23 @@ def test_a_finalist_clearly_behind_is_dropped_and_the_rounds_stop_when_one_is_le
     assert pick(survivors(cands, sel), sel) == (cands[0], [])
 
 
+def test_the_windows_noise_holds_the_first_stage_only() -> None:
+    """Windows 10% noisy on their own (a floor of 2 x 0.1² under the pair's variance) whose
+    rounds agree to +-2%: the floor keeps the pair open before PRECISE_ROUNDS (a few rounds can
+    agree by luck), and from then on the rounds' own variance decides, as KN++ does. Kept for
+    every round, the floor left the README's study undecided at its budget after 10 rounds
+    whose pairs measured a variance of 0.007 against the floor's 0.032 (2026-12-01)."""
+    sel = Selection(0.05, 0.95, 2, 0.10)
+    few = _cands({1: 2.0, 2: 1.8}, {1: 3, 2: 1}, PRECISE_ROUNDS - 1)
+    assert verdict(few[0], few[1], sel) is None
+    assert rounds_left(few, sel) == 1  # the floor goes at the next round, and that closes it
+    cands = _cands({1: 2.0, 2: 1.8}, {1: 3, 2: 1}, PRECISE_ROUNDS)
+    assert verdict(cands[0], cands[1], sel) == "second"
+    assert [c.number for c in survivors(cands, sel)] == [1]
+    assert sel.variance(1e-4, PRECISE_ROUNDS - 1) == pytest.approx(0.02)
+    assert sel.variance(1e-4, PRECISE_ROUNDS) == pytest.approx(1e-4)
+
+
 def test_finalists_within_the_zone_of_each_other_are_one_choice_fewer_knobs_wins() -> None:
     """1.40x and 1.39x (0.7% apart): once their paired interval lies inside +-5% the rounds
     stop, and the choice between them costs at most the zone: it goes to fewer knobs changed,
@@ -710,3 +727,24 @@ def test_one_noisy_search_window_does_not_hold_every_pair_open(cpu_env: Any) -> 
     sel = terms(cpu, [trial(s) for s in (0.01, 0.04, 0.05, 0.07, 0.36)], 5)
     assert sel.noise == pytest.approx(0.05)
     assert terms(cpu, [trial(0.04), trial(0.0)], 2).noise == 0.0  # one unknown: none assumed
+
+
+def test_a_search_window_as_long_as_its_rounds_stands_as_round_one(cpu_env: Any) -> None:
+    """A search window counts as the confirmation's first round where it is as long as a round's
+    window would be. On the CPU (5 s windows, at least 4 measured steps) a batch-64 GPT trial at
+    4.3 s a step measured 17.9 s: its least steps, not the limit, set that length, and its
+    rounds' windows take as long, so it counts. A window three times any this run takes (a
+    resumed study's other settings) does not."""
+    from autotune.search.confirmation.rounds import comparable
+    from tests.conftest import study_setup
+
+    setup = study_setup(cpu_env)
+
+    def trial(measure_s: float, step_ms: float) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(value=3656.0, user_attrs={
+            "outcome": "ok", "measure_s": measure_s, "step_ms": {"median": step_ms}})
+
+    assert comparable(setup, trial(17.9, 4348.0))  # 4 least steps of 4.3 s
+    assert comparable(setup, trial(5.4, 300.0))  # the 5 s limit and a step over it
+    assert not comparable(setup, trial(60.0, 4348.0))
+    assert not comparable(setup, trial(0.4, 50.0))  # under half the least seconds

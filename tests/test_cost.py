@@ -224,3 +224,36 @@ def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_i
         ran.append(record["rounds"])
     ran.sort()
     assert ran[len(ran) // 2] <= rounds and ran[-1] <= 1.5 * rounds, (ran, rounds)
+
+
+def test_the_revised_estimate_counts_the_least_rounds_of_a_finalist_the_search_round_lacks(
+        cpu_env: Env) -> None:
+    """The least rounds count per finalist: the search's windows shorten them only where they
+    hold every finalist's. A 4-layer GPT study whose two finalists' windows could not stand as
+    round 1 ran 3 more rounds (371 s) where the revised estimate, counting the search's round
+    for all, said ~300 s, its budget (2026-12-01)."""
+    from optuna.distributions import IntDistribution
+
+    from autotune.search.console.estimate import revised
+
+    setup = study_setup(cpu_env, confirm_top=2, numerics_steps=0, confirm_budget_s=1.0)
+    base = setup.space.baseline
+
+    def study(last_measure_s: float) -> optuna.Study:
+        s = optuna.create_study(direction="maximize")
+        for i, b in enumerate((base["batch_size"], 64, 128)):
+            s.add_trial(optuna.trial.create_trial(
+                params={"batch_size": b}, distributions={"batch_size": IntDistribution(1, 256)},
+                value=100.0 * (1 + i),
+                user_attrs={"knobs": {**base, "batch_size": b}, "outcome": "ok", "wall_s": 9.0,
+                            "extras_s": 1.0, "peak_memory_gb": 1.0, "step_ms": {"median": 100.0},
+                            "measure_s": last_measure_s if i == 2 else 5.0,
+                            "source": "baseline" if i == 0 else "search"},
+                system_attrs={"constraints": [-1.0]}))
+        return s
+
+    per_round = 3 * 8.0  # two finalists and the baseline, each a window less its extras
+    # Every window as long as a round's: the search's is round 1, two rounds are left.
+    assert revised(setup, study(5.0), 3)["confirmation"] == pytest.approx(2 * per_round)
+    # The fastest finalist's window was three times a round's: it needs all three.
+    assert revised(setup, study(30.0), 3)["confirmation"] == pytest.approx(3 * per_round)

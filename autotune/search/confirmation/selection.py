@@ -21,9 +21,14 @@ at ``r = h² S² / δ²`` rounds. Two departures, both said where they act:
 - The variance is updated every round, as in KN++ (Kim and Nelson, Operations Research 54(3),
   2006), and h² is KN's constant at the degrees of freedom of the variance in hand (f = r - 1):
   KN's own at the first stage, tending to KN++'s, -2 ln(2α/(k-1)), as the rounds grow. Under
-  S² lies a floor from the windows' own noise (each search window's two halves: ``noise``):
-  a few rounds that agree by luck (four once agreed to +-3% on 6-11% noisy windows) do not
-  close the triangle at once. Where that noise is unknown the first stage is PRECISE_ROUNDS.
+  S² lies a floor from the windows' own noise (each search window's two halves: ``noise``)
+  before PRECISE_ROUNDS rounds: a few rounds that agree by luck (four once agreed to +-3% on
+  6-11% noisy windows) do not close the triangle at once. From PRECISE_ROUNDS on, S² is the
+  rounds' own (KN's first stage of n0 = 6, then KN++): a window's spread is one difference of
+  two halves, and as a floor for every round it held a pair's variance at 0.032 where its
+  rounds measured 0.007, undecided at the budget after 10 rounds where the measured variance
+  decides at round 6 (the README's study, replayed on its recorded rounds). Where that noise is
+  unknown the first stage is PRECISE_ROUNDS.
 - Two finalists are **within the zone** of each other once their paired interval, at
   1 - α/(k-1) each way (Bonferroni over the pairs, as KN's own error is split), lies inside
   +-zone: choosing either costs at most the zone. KN alone would drop one of them by the toss
@@ -110,10 +115,11 @@ class Selection:
         p = 1.0 - (1.0 - self.confidence) / max(1, self.systems - 1)
         return t_quantile(p, rounds - 1) * math.sqrt(s2 / rounds)
 
-    def variance(self, s2: float) -> float:
-        """The pair's variance, held up by the windows' own noise (two windows, each that
-        noisy, in one log ratio)."""
-        return max(s2, 2.0 * self.noise ** 2)
+    def variance(self, s2: float, rounds: int) -> float:
+        """The pair's variance after ``rounds`` rounds: before PRECISE_ROUNDS held up by the
+        windows' own noise (two windows, each that noisy, in one log ratio), the rounds' own
+        from then on."""
+        return max(s2, 2.0 * self.noise ** 2) if rounds < PRECISE_ROUNDS else s2
 
     def as_dict(self) -> dict[str, float | int]:
         return {"indifference": self.zone, "correct_selection": self.confidence,
@@ -127,14 +133,16 @@ class Selection:
 
 @dataclass(frozen=True)
 class Pair:
-    """Two finalists over the rounds that count: the mean and variance of log(first/second),
-    KN's h² and the half-width of the pair's interval (``within_half``)."""
+    """Two finalists over the rounds that count: the mean and variance of log(first/second)
+    (``variance`` as the verdict uses it, ``measured`` the rounds' own), KN's h² and the
+    half-width of the pair's interval (``within_half``)."""
 
     rounds: int
     mean: float
     variance: float
     h2: float
     half: float
+    measured: float
 
     def margin(self, delta: float) -> float:
         """h² S² / (2 δ r) - δ/2: KN's W(r) before the max with 0 (negative past the close)."""
@@ -151,9 +159,10 @@ def pair(a: Compared, b: Compared, sel: Selection) -> Pair | None:
     if not quiet or len(idx) < sel.first:
         return None
     logs = [math.log(float(a.runs[i] or 0.0) / float(b.runs[i] or 1.0)) for i in idx]
-    s2 = sel.variance(statistics.variance(logs) if len(logs) > 1 else 0.0)
+    measured = statistics.variance(logs) if len(logs) > 1 else 0.0
+    s2 = sel.variance(measured, len(logs))
     return Pair(len(logs), statistics.fmean(logs), s2, sel.h2(len(logs)),
-                sel.within_half(len(logs), s2))
+                sel.within_half(len(logs), s2), measured)
 
 
 def verdict(a: Compared, b: Compared, sel: Selection) -> Verdict | None:
@@ -176,9 +185,8 @@ def verdict(a: Compared, b: Compared, sel: Selection) -> Verdict | None:
 def closing(variance: float, sel: Selection, least: int = MIN_ROUNDS) -> int:
     """The fewest rounds, at least ``least``, at which a pair of this variance has its triangle
     closed: h²(r) S² / δ² <= r. Every pair is decided by then (the bound said per round)."""
-    s2 = sel.variance(variance)
     for r in range(max(least, sel.first), _HORIZON):
-        if sel.h2(r) * s2 / sel.delta ** 2 <= r:
+        if sel.h2(r) * sel.variance(variance, r) / sel.delta ** 2 <= r:
             return r
     return _HORIZON
 
@@ -188,11 +196,11 @@ def hardest(variance: float, sel: Selection, least: int = MIN_ROUNDS) -> int:
     mean where it is expected: a gap near 0 ends within the zone, a wide one by KN's drop, and
     between them both take longest (the estimate's rounds: the gap is not known before the
     rounds, and one finalist clearly ahead ends them sooner)."""
-    s2 = sel.variance(variance)
     worst = max(least, sel.first)
     for step in range(0, 31):
         gap = sel.delta * step / 20  # 0 to 1.5 zones
         for r in range(max(least, sel.first), _HORIZON):
+            s2 = sel.variance(variance, r)
             m = sel.h2(r) * s2 / (2 * sel.delta * r) - sel.delta / 2
             if gap + sel.within_half(r, s2) < sel.delta or gap > max(0.0, m):
                 worst = max(worst, r)
@@ -253,7 +261,7 @@ def rounds_left(cands: Sequence[Compared], sel: Selection) -> int | None:
             p = pair(a, b, sel)
             if p is None:
                 return None
-            more.append(closing(p.variance, sel, p.rounds) - p.rounds)
+            more.append(closing(p.measured, sel, p.rounds) - p.rounds)
     return max(more)
 
 
