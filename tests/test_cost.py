@@ -188,9 +188,10 @@ def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_i
     assert est.confirm_s == pytest.approx((rounds - 1) * per_round)
     assert est.confirm_max_s == 2000.0
     assert f"{rounds} rounds (the first from the search's windows)" in est.words(), est.words()
-    # A budget shorter than those rounds is the confirmation's whole cost: nothing on top.
+    # A budget shorter than those rounds bounds the confirmation's cost: the whole rounds that
+    # fit in it (3 of 16 s in 50 s: a round that would end past it is not started).
     cut = estimate(setup.with_study(confirm_budget_s=50.0), 8, 3, 2.0, 5.0, first)
-    assert cut.confirm_s == cut.confirm_max_s == 50.0
+    assert cut.confirm_s == 3 * per_round and cut.confirm_max_s == 50.0
     # Finalists within a percent of each other, their rounds spread as the estimate takes it:
     # the stated rounds are about the longest of such studies (the hardest gap), not their
     # median: over planted studies the rounds run stay under it but for an unlucky few.

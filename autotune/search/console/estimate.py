@@ -31,6 +31,7 @@ confirmation states a round's cost as it starts (rounds.expected_round_s).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,11 +300,15 @@ def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: flo
     window and the baseline's (``searched_least``, default ``searched``): in a 4-layer GPT
     study two finalists' windows were not comparable, a fourth round ran, and the confirmation
     took 371 s where this estimate, counting the search's round for all, said ~300 s
-    (2026-12-01)."""
+    (2026-12-01). Past the least, whole rounds run while the next one ends within the budget
+    (confirm._stop_reason), so a budget-bound confirmation takes the rounds that fit in it, not
+    all of it: the GPT study's 2 rounds of ~124 s stop at ~248 s of a 300 s budget."""
     paid = searched if searched_least is None else searched_least
-    least = max(confirm_runs - raced_rounds - paid, 0) * per_round
-    wanted = max(rounds - searched, 0) * per_round
-    return max(least, min(wanted, setup.study.confirm_budget_s) - raced_s)
+    least = max(confirm_runs - raced_rounds - paid, 0)
+    wanted = max(rounds - searched - raced_rounds, 0)
+    room = max(0.0, setup.study.confirm_budget_s - raced_s)
+    fit = math.floor(room / per_round) if per_round > 0 else wanted
+    return max(least, min(wanted, fit)) * per_round
 
 
 def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
