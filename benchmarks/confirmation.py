@@ -239,6 +239,13 @@ def _folder(keep: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def _head() -> str:
+    """This checkout's commit, as the section names the code it measured."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True, check=False)
+    return out.stdout.strip() or "an unknown commit"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="idle runs per study and version")
@@ -295,13 +302,17 @@ def main() -> None:
                     stressed.append(stress_row(version, doc, idle[version]))
     assert first is not None
     cmd = command("benchmarks.confirmation")
+    old = (f"Only the new code ran (`--new-only`: the old code, {a.old_commit}'s rounds until "
+           "every finalist is known to +-5%, was not measured again here)" if a.new_only else
+           f"Old: the code at {a.old_commit} (rounds until every finalist is known to +-5%, a "
+           "tie's rounds up to half the budget again)")
     lines = [
-        f"## The confirmation decides, then stops: old and new side by side "
-        f"({datetime.date.today()})",
+        "## The confirmation decides, then stops: "
+        + ("the new confirmation" if a.new_only else "old and new side by side")
+        + f" ({datetime.date.today()})",
         "",
-        f"{machine(first)} Command: `{cmd}`. Old: the code at {a.old_commit} (rounds until "
-        "every finalist is known to +-5%, a tie's rounds up to half the budget again); new: "
-        "this checkout (the indifference-zone selection, study.indifference=0.05). Verify: "
+        f"{machine(first)} Command: `{cmd}`. {old}; new: this checkout at {_head()} (the "
+        "indifference-zone selection, study.indifference=0.05). Verify: "
         f"{a.verify_rounds} interleaved rounds of the export against the fastest other "
         "finalist, its paired ratio (95% CI); the zone's line is 1/1.05.",
         "",
