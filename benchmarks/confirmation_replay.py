@@ -8,8 +8,8 @@ whether the selection (search/confirmation/selection.py, as this checkout has it
     python -m benchmarks.confirmation_replay DIR [--rounds 3 4 5 6] [--record]
 
 It runs nothing: it replays the stored rounds (each study's ``confirmation`` record). The
-question it answers is the one a budget relative to the search raises (issue 59: wall time at
-most 2.0x the search): the README's study on a 2-core CPU searches in ~2 minutes and its rounds
+question it answers is the one a budget relative to the search raises (a wall time at most
+2.0x the search): the README's study on a 2-core CPU searches in ~2 minutes and its rounds
 take 25-37 s, so a confirmation as long as the search is 3-4 rounds; what would those rounds
 have exported, and at what width.
 """
