@@ -302,7 +302,8 @@ def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: flo
     took 371 s where this estimate, counting the search's round for all, said ~300 s
     (2026-12-01). Past the least, whole rounds run while the next one ends within the budget
     (confirm._stop_reason), so a budget-bound confirmation takes the rounds that fit in it, not
-    all of it: the GPT study's 2 rounds of ~124 s stop at ~248 s of a 300 s budget."""
+    all of it: at 86c598e a GPT study's confirmation took 265 s where this said ~283 s
+    (docs/benchmarks.md)."""
     paid = searched if searched_least is None else searched_least
     least = max(confirm_runs - raced_rounds - paid, 0)
     wanted = max(rounds - searched - raced_rounds, 0)
