@@ -18,7 +18,7 @@ import torch
 import autotune
 from autotune.core.shipping import CannotTravel
 from autotune.production.runtime import KnobOverridden
-from tests.conftest import TINY_ARGS
+from tests.conftest import BARE_ARGS
 
 L = pytest.importorskip("lightning")
 transformers = pytest.importorskip("transformers")
@@ -40,9 +40,11 @@ def _small_trainer(tmp_path: Path) -> Any:
 def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer_and_verify_runs_it(
         tmp_path: Path, capsys: Any) -> None:
     # batch 16 pinned: the exported side of verify trains another batch than the user's 8.
+    # The search alone (BARE_ARGS): the tutorial runs this adapter's study with its
+    # confirmation and numerics check (tests/test_docs_examples.py, hf_trainer.py).
     users = _small_trainer(tmp_path)
     try:
-        tuned = hf.tune(users, [*TINY_ARGS], device="cpu", n_trials=2, name="hft",
+        tuned = hf.tune(users, [*BARE_ARGS], device="cpu", n_trials=2, name="hft",
                         out_dir=tmp_path / "studies", knobs={"batch_size": 16})
     except autotune.CouldNotMeasure as exc:  # a busy machine: the study says so, and its
         tuned = exc.tuned                    # export keeps what its intervals support
@@ -101,7 +103,7 @@ def test_lightning_tune_returns_arguments_and_applies_them_to_real_objects(tmp_p
                                                                           ) -> None:
     try:
         tuned = at_lightning.tune(Classifier(), ImageData(read_ms=0.0),
-                                  trainer_kwargs={"precision": "32-true"}, overrides=TINY_ARGS,
+                                  trainer_kwargs={"precision": "32-true"}, overrides=BARE_ARGS,
                                   device="cpu", n_trials=2, name="plt",
                                   out_dir=tmp_path / "studies",
                                   knobs={"optimizer_impl": "fused", "host_allocator": "default",

@@ -9,7 +9,7 @@ import optuna
 
 from autotune.core.env import probe
 from autotune.core.knobs import IO_WORKERS_PER_CORE
-from tests.conftest import TINY_ARGS, run_cli
+from tests.conftest import BARE_ARGS, run_cli
 
 SLEEPY = "workload._target_=tests.workloads_diag.SleepyLoaderWorkload"
 
@@ -26,7 +26,7 @@ def test_agent_queues_the_fix_for_the_measured_bottleneck(tmp_path: Path) -> Non
     50 ms with 8) for the measured wait to ask for no more workers than cores. At 10 ms per
     item a step slowed to ~40 ms by a busy machine already did."""
     proc = run_cli([SLEEPY, "+workload.sleep_ms=50", "device=cpu", "study.name=on", "study.n_trials=2",
-                    "study.confirm_runs=0", *TINY_ARGS], tmp_path)
+                    *BARE_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     base, second = _trials(tmp_path, "on")
     assert base.user_attrs["source"] == "baseline"
@@ -51,7 +51,7 @@ def test_agent_queues_the_fix_for_the_measured_bottleneck(tmp_path: Path) -> Non
 
 def test_agent_off_leaves_every_trial_to_the_sampler(tmp_path: Path) -> None:
     proc = run_cli([SLEEPY, "device=cpu", "study.name=off", "study.n_trials=3",
-                    "study.agent=false", "study.confirm_runs=0", *TINY_ARGS], tmp_path)
+                    "study.agent=false", *BARE_ARGS], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     sources = [t.user_attrs.get("source") for t in _trials(tmp_path, "off")]
     assert sources[0] == "baseline" and "agent" not in sources

@@ -223,10 +223,13 @@ def test_a_language_model_study_runs_in_tokens_and_verify_measures_its_trainer(
     import autotune
     from tests.conftest import TINY_ARGS
 
+    # No confirmation rounds: tokens/s in the rounds is the fine-tuning tutorial's
+    # (tests/test_docs_examples.py, finetune_sft.py).
     trainer = users_trainer(str(tmp_path / "out"), n=64, max_len=48, layers=1, hidden=32)
     knobs = {"length_grouping": [False, True], "padding_free": [False, True],
              "num_workers": 0, "cpu_threads": 1}
-    hf.tune(trainer, [*TINY_ARGS, "study.numerics_steps=2"], device="cpu", n_trials=3,
+    hf.tune(trainer, [*TINY_ARGS, "study.numerics_steps=2", "study.confirm_runs=0"],
+            device="cpu", n_trials=3,
             name="lm", out_dir=tmp_path / "studies", knobs=knobs)
     folder = tmp_path / "studies" / "lm"
     with open(folder / "trials.csv") as f:

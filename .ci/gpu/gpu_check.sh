@@ -88,7 +88,10 @@ if [ "$DRY" = 1 ]; then
     # A CPU's inductor compile of the study's model takes minutes on 2 cores: the rehearsal
     # runs the step's plumbing (best.yaml's knobs pinned, the narrowed loader) eager.
     COMPILE=(knobs.compile=off study.n_trials=2 study.confirm_runs=0)
-    RACE=(--set study.n_trials=3 --set study.confirm_top=2 --set study.confirm_budget_s=20
+    # The race step's plumbing (two studies, their table, race.tgz): on 2 cores neither 2 nor
+    # 3 trials leave the search a round to race (2026-12-02: "3 (0 raced)" either way), so 2
+    # trials and 8 s of rounds (55 s where 3 and 20 s took 87 s); tests/test_race.py races.
+    RACE=(--set study.n_trials=2 --set study.confirm_top=2 --set study.confirm_budget_s=8
           --set study.numerics_steps=0)
     FINETUNE=(--trials 2 --set study.confirm_runs=0 --set study.numerics_steps=0 --no-train)
 else
