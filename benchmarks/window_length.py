@@ -86,9 +86,11 @@ def study_lines(study: Path, ks: list[int]) -> list[str]:
                  f"{100 * whole[0]:.1f}%, {math.exp(whole[1]):.2f}x"]
         for k in ks:
             got = row(runs, base, trial, k)
+            # What a second of rounds buys against the whole window: 1 / (spread² x seconds).
+            gain = (whole[0] ** 2 * cost[full]) / (got[0] ** 2 * cost[k]) if got else 0.0
             cells.append("-" if got is None else
                          f"{100 * got[0]:.1f}%, {math.exp(got[1]):.2f}x "
-                         f"({100 * (math.exp(got[1] - whole[1]) - 1):+.0f}%)")
+                         f"({100 * (math.exp(got[1] - whole[1]) - 1):+.0f}%), {gain:.2f}x per s")
         lines.append("| " + " | ".join(cells) + " |")
     costs = ", ".join(f"{k} chunk{'s' * (k > 1)}: {cost[k]:.1f} s" for k in ks)
     lines.append(f"| {study.name} | a window's mean seconds (warm-up included) | "
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record", action="store_true", help="put the table in docs/benchmarks.md")
     args = ap.parse_args(argv)
     head = ["study", "finalist", "whole window: spread, speedup",
-            *(f"first {k} chunk{'s' * (k > 1)}: spread, speedup (against whole)"
+            *(f"first {k} chunk{'s' * (k > 1)}: spread, speedup (against whole), "
+              "information per second of rounds against whole"
               for k in args.chunks)]
     dbs = sorted(args.root.glob("*/*/study.db"))
     when = sorted(datetime.datetime.fromtimestamp(db.stat().st_mtime, datetime.UTC)
