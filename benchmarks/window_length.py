@@ -41,10 +41,13 @@ def windows(study: Path) -> dict[int, dict[int, dict[str, Any]]]:
 
 
 def figure(doc: dict[str, Any], k: int) -> float:
-    """The window's throughput over its first ``k`` chunks (equal steps each: their harmonic
-    mean, as the whole window's samples over its seconds is)."""
-    chunks = doc["chunks"][:k]
-    return len(chunks) / sum(1.0 / c for c in chunks)
+    """The window's throughput over its first ``k`` chunks. A window records its throughput
+    at each chunk edge from its start (measure/figures.report_chunks: cumulative, what the
+    pruner reads), so this is the ``k``-th figure; the last is the whole window's. (Until
+    2026-12-02 this took the harmonic mean of the first ``k`` figures, which weighs the early
+    edges again: the section recorded then is replaced by the one this prints.)"""
+    chunks = doc["chunks"]
+    return float(chunks[min(k, len(chunks)) - 1])
 
 
 def seconds(doc: dict[str, Any], k: int) -> float:
