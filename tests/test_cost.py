@@ -83,6 +83,8 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
         earlier = [e for c in loads for e in c.get("earlier") or []]
         busy = [c for c in loads if c.get("contended")] + earlier
         if busy:
+            # ... and the summary's wall words say so (cost.disturbed_words).
+            assert "beside other work: " in wall["words"], wall["words"]
             pytest.skip(f"{len(busy)} window(s) ran beside other work (measured/expected "
                         f"{ratio:.2f}): {load_statement(loads)}; measured again: "
                         f"{[r for e in earlier for r in e.get('reasons') or []]}")
@@ -265,3 +267,36 @@ def test_the_revised_estimate_counts_the_least_rounds_of_a_finalist_the_search_r
     assert revised(setup, study(5.0), 3)["confirmation"] == pytest.approx(2 * per_round)
     # The fastest finalist's window was three times a round's: it needs all three.
     assert revised(setup, study(30.0), 3)["confirmation"] == pytest.approx(3 * per_round)
+
+
+def test_the_wall_words_name_the_windows_of_this_run_that_ran_beside_other_work() -> None:
+    """A wall time past its estimate says where the time went: a search window measured again
+    beside a load (its readings' seconds are the search's), one kept as read, the
+    confirmation's contended windows; trials of an earlier run of the study and a confirmation
+    this run did not reach are not counted, and a quiet run says nothing."""
+    import datetime
+
+    from autotune.search.console.cost import disturbed_words
+
+    study = optuna.create_study(direction="maximize")
+
+    def trial(contention: dict[str, Any]) -> None:
+        t = study.ask()
+        t.set_user_attr("contention", contention)
+        study.tell(t, 100.0)
+
+    trial({"contended": True})  # an earlier run's: before ``since``
+    time.sleep(0.01)
+    since = datetime.datetime.now()
+    assert disturbed_words(study, since, confirmed=False) == ""
+    trial({"contended": False})
+    assert disturbed_words(study, since, confirmed=False) == ""
+    trial({"contended": False, "earlier": [{"rate": 1.0, "reasons": ["5% steal"]}]})
+    trial({"contended": True, "earlier": [{"rate": 1.0}, {"rate": 2.0}]})
+    study.set_user_attr("confirmation", {"contended": {"0": [False, True], "3": [True, False]}})
+    words = disturbed_words(study, since, confirmed=True)
+    assert words.startswith("beside other work: 3 search windows read beside other work and "
+                            "measured again"), words
+    assert "1 search window kept as read beside other work" in words
+    assert "2 confirmation windows beside other work" in words
+    assert "confirmation" not in disturbed_words(study, since, confirmed=False)

@@ -8,6 +8,7 @@ machines are just more ``autotune`` processes pointed at the same PostgreSQL stu
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import pickle
 import signal
@@ -33,7 +34,7 @@ from autotune.search.checks.numerics import check_numerics
 from autotune.search.checks.scaling import measure_scaling
 from autotune.search.confirmation.confirm import confirm
 from autotune.search.confirmation.rounds import raced
-from autotune.search.console.cost import CostClock, plan_words
+from autotune.search.console.cost import CostClock, disturbed_words, plan_words
 from autotune.search.console.progress import StudyProgress
 from autotune.search.console.summary import print_summary
 from autotune.search.loop.budget import confirmation_setup, plan, planned, with_deadline
@@ -140,6 +141,7 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
     confirm_runs = setup.study.confirm_runs
     raced_before = _race_s(own)  # the race rounds of this study's earlier runs
     clock = CostClock(setup, n_trials, confirm_runs)
+    started = datetime.datetime.now()  # Optuna's trial start times are naive local times
     setup = with_deadline(setup)  # the budget counts from here, as the clock does
     log.info("%s", plan_words(setup, n_trials, confirm_runs))
     if workers == 1:
@@ -183,7 +185,8 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
                 log.warning("scaling measurement interrupted; best.yaml has no scaling figure")
                 code = 130 if stop.reason == "SIGINT" else 143
     race_s = sum(raced(study)[0].seconds) - raced_before  # this run's race rounds
-    set_study_attrs(study, {"wall": clock.record(race_s)})
+    set_study_attrs(study, {"wall": clock.record(
+        race_s, disturbed_words(study, started, clock.ran("confirmation")))})
     budget = budget_record(setup, study, clock.elapsed(), confirming)
     if budget is not None:
         set_study_attrs(study, {"time_budget": budget})

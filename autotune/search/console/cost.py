@@ -11,12 +11,15 @@ both (``study.wall``).
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.core.config import sized
+from autotune.results.record import study_attrs, trial_attrs
 from autotune.search.checks.scaling import SCALING_ROUNDS
 from autotune.search.console.estimate import Estimate, compile_searched, estimate, revised
 from autotune.search.console.progress import clock_text
@@ -145,12 +148,17 @@ class CostClock:
                 return self.first_estimate
             top -= 1
 
+    def ran(self, name: str) -> bool:
+        """Whether this run reached the phase ``name``."""
+        return any(mark == name for mark, _ in self.marks)
+
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def record(self, race_s: float = 0.0) -> dict[str, Any]:
+    def record(self, race_s: float = 0.0, disturbed: str = "") -> dict[str, Any]:
         """best.yaml's ``study.wall``: measured beside expected, and both in words (``race_s``:
-        the race's rounds of this run, counted in the confirmation: ``phase_seconds``)."""
+        the race's rounds of this run, counted in the confirmation: ``phase_seconds``;
+        ``disturbed``: disturbed_words, the windows that ran beside other work)."""
         measured = self.elapsed()
         out: dict[str, Any] = {"measured_s": round(measured, 1)}
         if self.first_estimate is not None:
@@ -171,8 +179,41 @@ class CostClock:
                                 if raced and name == "confirmation" else "") + ")"
                              for name, sec in phases.items())
             out["words"] = (f"{clock_text(measured)} measured, ~{clock_text(exp)} expected after the "
-                            f"first window ({100 * (measured / exp - 1):+.0f}%): {each}")
+                            f"first window ({100 * (measured / exp - 1):+.0f}%): {each}"
+                            + (f"; {disturbed}" if disturbed else ""))
         else:
             # several worker processes (each times its own trials), or no trial ran
             out["words"] = f"{clock_text(measured)} measured"
         return out
+
+
+def disturbed_words(study: optuna.Study, since: datetime.datetime, confirmed: bool) -> str:
+    """The windows of this run (trials started at ``since`` or later, and the confirmation's
+    rounds where it ran one: ``confirmed``) that ran beside other work, in words ("" where none did): a wall time past its
+    estimate says where the difference may come from. A README study read +43% on a busy CI
+    machine where its same-training trial's window lost 5% to steal and was measured again,
+    8 s the summary did not explain (2026-12-02)."""
+    again, kept = 0, 0
+    for t in study.get_trials(deepcopy=False):
+        if not _this_run(t, since):
+            continue
+        load = trial_attrs(t).get("contention") or {}
+        again += len(load.get("earlier") or [])
+        kept += bool(load.get("contended"))
+    record = (study_attrs(study).get("confirmation") or {}) if confirmed else {}
+    rounds = sum(sum(bool(b) for b in busy) for busy in (record.get("contended") or {}).values())
+    parts = []
+    if again:
+        parts.append(f"{again} search window{'s' * (again > 1)} read beside other work and "
+                     "measured again (each reading's time is in the search's)")
+    if kept:
+        parts.append(f"{kept} search window{'s' * (kept > 1)} kept as read beside other work")
+    if rounds:
+        parts.append(f"{rounds} confirmation window{'s' * (rounds > 1)} beside other work "
+                     "(left out of the comparisons; the rounds went on until they had quiet "
+                     "ones, or the budget)")
+    return ("beside other work: " + ", ".join(parts)) if parts else ""
+
+
+def _this_run(t: FrozenTrial, since: datetime.datetime) -> bool:
+    return t.datetime_start is not None and t.datetime_start >= since
