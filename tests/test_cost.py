@@ -300,3 +300,51 @@ def test_the_wall_words_name_the_windows_of_this_run_that_ran_beside_other_work(
     assert "1 search window kept as read beside other work" in words
     assert "2 confirmation windows beside other work" in words
     assert "confirmation" not in disturbed_words(study, since, confirmed=False)
+
+
+def test_the_revised_numerics_estimate_counts_one_check_where_the_leader_trains_your_model(
+        cpu_env: Env) -> None:
+    """The numerics check runs each answer's trial; where the fastest finalist trains the same
+    model as the baseline it is both answers' and is checked once. A GPT study whose answers
+    were both its bf16 trial checked it in 55 s where the revised estimate, counting a second
+    answer, said ~119 s (2026-12-01)."""
+    from optuna.distributions import IntDistribution
+
+    from autotune.results.trials import baseline_trial, finalists, same_training_finalists
+    from autotune.search.console.estimate import answer_leaders, revised
+
+    setup = study_setup(cpu_env, confirm_top=2, numerics_steps=10, confirm_budget_s=1.0)
+    base = setup.space.baseline
+    bigger = 4 * int(base["batch_size"])
+
+    def study(bf16_value: float) -> optuna.Study:
+        s = optuna.create_study(direction="maximize")
+        for i, (knobs, value) in enumerate((
+                (base, 100.0), ({**base, "amp": "bf16"}, bf16_value),
+                ({**base, "batch_size": bigger, "amp": "bf16"}, 300.0),
+                # trains your model too, far behind: no finalist, the same-training answer's
+                # candidate all the same (trials.same_training_finalists)
+                ({**base, "amp": "bf16", "num_workers": 1}, 110.0))):
+            s.add_trial(optuna.trial.create_trial(
+                params={"i": i}, distributions={"i": IntDistribution(0, 9)}, value=value,
+                user_attrs={"knobs": knobs, "outcome": "ok", "wall_s": 9.0, "extras_s": 1.0,
+                            "peak_memory_gb": 1.0, "step_ms": {"median": 100.0},
+                            "warmup_s": 2.0, "measure_s": 5.0,
+                            "source": "baseline" if i == 0 else "search"},
+                system_attrs={"constraints": [-1.0]}))
+        return s
+
+    def leaders(s: optuna.Study) -> list[int]:
+        finals = finalists(s, 2)
+        return [t.number for t in answer_leaders(
+            s, finals, same_training_finalists(s, finals), baseline_trial(s))]
+
+    ahead, behind = study(400.0), study(200.0)
+    assert leaders(ahead) == [1]  # bf16 at your batch is fastest: both answers' leader
+    assert leaders(behind) == [2, 1]  # the bigger batch leads; bf16 is the same-training one
+    # bf16's check (one run, its reference twice) is the one both estimates share; behind, the
+    # bigger batch's (its own reference at its batch) comes on top of it.
+    run = (9.0 - 1.0 - 2.0 - 5.0) + 10 * 0.1  # its start-up, then 10 steps of 100 ms
+    one = revised(setup, ahead, 0)["numerics check"]
+    assert one == pytest.approx(3 * run)  # bf16 once, its reference (the same steps) twice
+    assert revised(setup, behind, 0)["numerics check"] > 1.5 * one
