@@ -36,6 +36,20 @@ def test_verify_runs_both_sides_through_the_runtime_api(tmp_path: Path) -> None:
     base = yaml.safe_load((folder / "verify" / "baseline.yaml").read_text())
     trial0 = json.loads((folder / "trials" / "0" / "request.json").read_text())
     assert base["knobs"] == trial0["knobs"]  # the original settings, through the same code
+    # ... and its global batch is the one those settings train with (one process here), not
+    # the exported configuration's.
+    assert base["global_batch"] == trial0["knobs"]["batch_size"] * base["grad_accum"]
+
+
+def test_the_baseline_sides_global_batch_counts_the_ranks_of_the_exported_one() -> None:
+    """Two ranks, the best at micro-batch 64 without accumulation (global 128), the user's
+    baseline at 16 x 4: the baseline side trains on 16 x 4 x 2 = 128 samples a step, and a
+    baseline at 16 alone on 32."""
+    from autotune.production.verify import _baseline_global_batch
+
+    best = {"knobs": {"batch_size": 64}, "grad_accum": 1, "global_batch": 128}
+    assert _baseline_global_batch(best, {"batch_size": 16}, 4) == 128
+    assert _baseline_global_batch(best, {"batch_size": 16}, 1) == 32
 
 
 def test_verify_runs_a_users_own_script_unchanged(tmp_path: Path) -> None:

@@ -168,11 +168,25 @@ def _baseline_request(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
 
 def _baseline_config(doc: dict[str, Any], request: dict[str, Any], folder: Path) -> Path:
     """best.yaml with the baseline's knobs: the original settings, through the same code."""
+    accum = int(request.get("grad_accum") or 1)
     base = {**doc, "knobs": request["knobs"], "metrics": doc.get("baseline") or {},
-            "grad_accum": request.get("grad_accum") or 1}
+            "grad_accum": accum}
+    if doc.get("global_batch"):
+        base["global_batch"] = _baseline_global_batch(doc, request["knobs"], accum)
     out = folder / "baseline.yaml"
     atomic_write(out, yaml.safe_dump(base, sort_keys=False))
     return out
+
+
+def _baseline_global_batch(doc: dict[str, Any], knobs: dict[str, Any], accum: int) -> int:
+    """The baseline's global batch (micro-batch x accumulation x ranks, core/global_batch.py),
+    the ranks read from best.yaml's own: where the best changes the global batch, the
+    baseline side's file carried the best's, a figure its knobs do not train with."""
+    best_micro = int((doc.get("knobs") or {}).get("batch_size") or 0)
+    best_accum = int(doc.get("grad_accum") or 1)
+    per_rank = best_micro * best_accum
+    ranks = max(1, int(doc["global_batch"]) // per_rank) if per_rank else 1
+    return int(knobs.get("batch_size") or 0) * accum * ranks
 
 
 def _rate_key(doc: dict[str, Any]) -> tuple[str, str]:
