@@ -119,13 +119,38 @@ def run_study(code: Path, workload: str, name: str, out: Path, extra: list[str],
 
 
 def _setup(workload: str, extra: list[str], out: Path) -> Any:
-    """This checkout's StudySetup for the study's command (the verify check's windows)."""
+    """This checkout's StudySetup for the study's command (the verify check's windows). The
+    overrides go to build_setup as the command line's do: a workload sized by them (GPT's
+    ``workload.n_layer=4``) is not CPU-sized, as the study's was not. Until 2026-12-02 they
+    were not passed, and the GPT studies' verify rounds measured the CPU-sized GPT (its
+    request ``cpu_sized: true``, 20-29k tokens/s where the study's windows read ~3.6k)."""
     from autotune.cli.app import build_setup
     from autotune.cli.compose import compose_config
 
-    cfg = compose_config([f"workload={workload}", "study.name=verify",
-                          f"study.out_dir={out}", *extra])
-    return build_setup(cfg, [])[0]
+    overrides = [f"workload={workload}", "study.name=verify", f"study.out_dir={out}", *extra]
+    return build_setup(compose_config(overrides), overrides)[0]
+
+
+def reverify(out: Path, study: str, rounds: int) -> list[str]:
+    """The verify check again on the studies kept in ``out`` (``--keep``) for ``study``: rows
+    of the export against the fastest other finalist, nothing else run again."""
+    workload, extra = STUDIES[study]
+    setup = _setup(workload, merged(extra), out / "verify-setup")
+    rows = []
+    for best in sorted(out.glob(f"{study}-*/{study}-*/best.yaml")):
+        name = best.parent.name
+        doc = yaml.safe_load(best.read_text())
+        stored = optuna.load_study(study_name=name, storage=f"sqlite:///{best.parent / 'study.db'}")
+        doc["_knobs"] = {t.number: t.user_attrs.get("knobs") for t in stored.trials}
+        doc["_conf"] = stored.user_attrs.get("confirmation") or {}
+        other = fastest_other(doc)
+        run = int(name.rsplit("-", 1)[1]) if name.rsplit("-", 1)[1].isdigit() else 0
+        check = (verify(setup, doc["_knobs"][int(doc["best_trial"])], doc["_knobs"][other],
+                        rounds, best.parent.parent / "reverify", run)
+                 if other is not None else None)
+        rows.append(f"| {name} | trial {doc['best_trial']} {_interval(doc)} | "
+                    f"{_verify_words(check, other)} |")
+    return rows
 
 
 def verify(setup: Any, export: dict[str, Any], other: dict[str, Any], rounds: int,
@@ -263,7 +288,23 @@ def main() -> None:
                     help="an override for every study (repeatable)")
     ap.add_argument("--keep", type=Path, help="keep the studies here (default: a temporary folder)")
     ap.add_argument("--record", action="store_true", help="put the tables in docs/benchmarks.md")
+    ap.add_argument("--reverify", action="store_true",
+                    help="only the verify check again, on the studies kept in --keep")
     a = ap.parse_args()
+    if a.reverify:
+        if a.keep is None:
+            raise SystemExit("--reverify reads the studies kept in --keep DIR")
+        rows = [r for study in a.study or list(STUDIES)
+                for r in reverify(a.keep, study, a.verify_rounds)]
+        publish([f"## The verify check again on the studies kept in {a.keep.name} "
+                 f"({datetime.date.today()})", "",
+                 f"Command: `{command('benchmarks.confirmation')}` (this checkout at "
+                 f"{_head()}): {a.verify_rounds} interleaved rounds of each kept study's export "
+                 "against its fastest other finalist, each a fresh figure-only window of the "
+                 "study's own workload; the zone's line is 1/1.05.", "",
+                 "| study | export (95% CI) | verify: export / fastest other finalist |",
+                 "|---|---|---|", *rows, ""], a.record)
+        return
     if a.stress and shutil.which("stress-ng") is None:
         raise SystemExit("--stress runs stress-ng beside the confirmation: install it "
                          "(apt-get install stress-ng), or leave --stress out.")
