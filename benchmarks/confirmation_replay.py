@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +63,9 @@ def interval(runs: list[float | None], base: list[float | None],
     return math.exp(statistics.fmean(logs)), math.expm1(half), len(logs)
 
 
-def at_rounds(conf: dict[str, Any], r: int) -> str:
+def at_rounds(conf: dict[str, Any], r: int, zone: float | None = None) -> str:
     """One cell: the leader at ``r`` rounds, its interval's half-width, exit 4 or not, and the
-    selection's state."""
+    selection's state (at ``zone``, the study's own indifference where None)."""
     base_key = str(conf["baseline_trial"])
     runs, busy_all = conf["runs"], conf.get("contended") or {}
     if len(runs[base_key]) < r:
@@ -86,6 +86,8 @@ def at_rounds(conf: dict[str, Any], r: int) -> str:
     lead = max(figures, key=lambda k: figures[k][0])
     point, half, _ = figures[lead]
     sel = Selection.from_dict(conf["selection"])
+    if zone is not None:
+        sel = replace(sel, zone=zone)
     cands = [Finalist(int(k), tuple(v[:r]), tuple((busy_all.get(k) or [False] * len(v))[:r]))
              for k, v in runs.items() if k != base_key]
     left = selection.survivors(cands, sel)
@@ -99,12 +101,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="a --keep folder of benchmarks.confirmation")
     ap.add_argument("--rounds", type=int, nargs="+", default=[3, 4, 5, 6])
+    ap.add_argument("--indifference", type=float, default=None,
+                    help="the selection's zone for the replay (default: each study's own)")
     ap.add_argument("--record", action="store_true", help="put the table in docs/benchmarks.md")
     args = ap.parse_args(argv)
     found = studies(args.root)
     head = ["study", "rounds run (stopped)", "exported",
             *(f"at {r} rounds" for r in args.rounds)]
-    lines = [f"## A shorter confirmation, replayed on the rounds of {args.root.name}", "",
+    zone = ("" if args.indifference is None
+            else f" at study.indifference={args.indifference:g}")
+    lines = [f"## A shorter confirmation, replayed on the rounds of {args.root.name}{zone}", "",
              f"Command: `{command('benchmarks.confirmation_replay', argv)}` (runs nothing: the "
              "stored rounds cut to their first r; 'exit 4': the leader's interval wider than "
              f"{IMPRECISE_FACTOR:g} x the zone, which a budget-bound undecided confirmation "
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, conf in found:
         exported = f"trial {conf['best_trial']} {conf.get('speedup_text', '')}"
         cells = [name, f"{conf['rounds']} ({conf['stopped']})", exported,
-                 *(at_rounds(conf, r) for r in args.rounds)]
+                 *(at_rounds(conf, r, args.indifference) for r in args.rounds)]
         lines.append("| " + " | ".join(cells) + " |")
     publish(lines, args.record)
 
