@@ -28,6 +28,7 @@ from autotune.search.confirmation.choose import (
     selection_of,
     still_racing,
     tie_words,
+    undecided_words,
     versus,
 )
 from autotune.search.confirmation.confirm import PRECISE_ROUNDS, trusted_rounds
@@ -485,6 +486,24 @@ def test_the_budget_caps_the_rounds_and_undecided_finalists_are_not_called_tied(
     assert not record["decided"] and not record["tie"]
     assert "ended before they decided" in (record["undecided"] or ""), record
     assert record["best_trial"] == record["leader"]
+
+
+def test_undecided_words_say_apart_the_finalists_shown_behind_by_more_than_the_zone() -> None:
+    """At the budget the README's summary listed two same-training candidates at 0.71x and
+    0.78x the winner (paired intervals 0.64-0.79, 0.69-0.89) among finalists 0-10% from it,
+    all "undecided": a reader took them for contenders. Those whose paired interval lies
+    wholly below the zone are said as behind, not yet dropped; the close ones stay
+    undecided."""
+    win, close, far = _cands({1: 2.0, 2: 1.98, 3: 1.5}, {1: 3, 2: 3, 3: 1}, 6)
+    sel = Selection(0.05, 0.95, 4, 0.01)
+    said = undecided_words(win, [win, close, far], [], 0, sel) or ""
+    head, _, rest = said.partition("; trial 3")
+    assert "decided between trial 1" in head and "trial 2" in head and "trial 3" not in head
+    assert "read slower than trial 1 by more than 5%" in rest and "all 4 finalists" in rest
+    only_far = undecided_words(win, [win, far], [], 0, sel) or ""
+    assert only_far.startswith("the rounds ended before the selection dropped trial 3")
+    only_close = undecided_words(win, [win, close], [], 0, sel) or ""
+    assert "read slower" not in only_close and "trial 2" in only_close
 
 
 def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path,

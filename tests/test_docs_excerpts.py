@@ -87,7 +87,7 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
     from autotune.diagnose.verdicts import diagnose
     from autotune.measure.protocol import WindowResult
     from autotune.results.export import best_document
-    from autotune.results.record import study_attrs, trial_attrs
+    from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
     from autotune.results.trials import counts, measured
     from autotune.results.trust import could_not_measure
     from autotune.search.confirmation.confirm import _log as confirmed_words
@@ -107,6 +107,10 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
     shutil.copy(record / "study.db", out_dir / "study.db")
     storage = f"sqlite:///studies/{excerpts.STUDY}/study.db"  # as the run printed it
     study = optuna.load_study(study_name=excerpts.STUDY, storage=storage)
+    # The confirmation's words as today's code decides them from the recorded rounds (the tie
+    # and the undecided finalists are worded when the rounds end, and stored so).
+    if study_attrs(study).get("confirmation"):
+        set_study_attrs(study, {"confirmation": redecided(study_attrs(study)["confirmation"])})
     attrs = study_attrs(study)
     # The setup as the command line built it, on the recorded machine (its probe's answer).
     monkeypatch.setattr(app, "_probe", lambda requested: Env.from_dict(attrs["device"]))
@@ -168,6 +172,19 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
         for key, text in enumerate(block):
             lines[(kind, key)] = text
     return Replay(lines, blocks)
+
+
+def redecided(conf: dict[str, Any]) -> dict[str, Any]:
+    """The recorded confirmation with both answers chosen and worded again by today's code,
+    from its rounds (the candidates the selection had not dropped)."""
+    from autotune.search.confirmation.choose import candidates_of, decide, decide_same
+
+    conf = dict(conf)
+    settled = candidates_of(conf, exclude={int(n) for n in conf.get("dropped") or []})
+    decide(conf, settled)
+    if "same_training" in conf:
+        decide_same(conf, settled, conf["same_training"]["finalists"])
+    return conf
 
 
 def test_each_page_shows_what_its_rule_cuts_from_the_recorded_run() -> None:

@@ -139,20 +139,48 @@ def _paired_words(c: Candidate, ref: Candidate) -> str:
 
 
 def undecided_words(winner: Candidate, cands: Sequence[Candidate], tied: Sequence[Candidate],
-                    base: int | None = None) -> str | None:
+                    base: int | None = None, sel: Selection | None = None) -> str | None:
     """Finalists the rounds ended before deciding (the budget or the round cap): not a tie;
     the faster measured is exported, and how far the others may be from it is said (the
-    baseline, trial ``base``, as your configuration: its 1.00x is no measurement)."""
+    baseline, trial ``base``, as your configuration: its 1.00x is no measurement). Those whose
+    paired interval lies wholly below the winner's by more than the zone (``sel``) are said apart,
+    as behind it: the selection had not dropped them (its guarantee holds over every pair at
+    once and needs more rounds), but a reader of one list took the README study's two
+    same-training candidates, 0.71x and 0.78x the winner, for contenders beside finalists
+    0-10% from it."""
     left = [c for c in cands if c is not winner and c not in tied]
     if not left:
         return None
-    names = "; ".join((f"your configuration, trial {c.number}" if c.number == base else
-                       f"trial {c.number} {c.interval.text()}")
-                      + f" ({_paired_words(c, winner)})" for c in left)
-    return (f"the rounds ended before they decided between trial {winner.number} "
-            f"({winner.interval.text()}) and {names}: the fastest measured is exported, and "
-            "the paired interval says how far the other may be from it (a larger "
-            "study.confirm_budget_s or study.indifference decides)")
+    behind = [c for c in left if sel is not None and c.number != base
+              and _behind_by_zone(c, winner, sel.zone)]
+    close = [c for c in left if c not in behind]
+
+    def named(group: Sequence[Candidate]) -> str:
+        return "; ".join((f"your configuration, trial {c.number}" if c.number == base else
+                          f"trial {c.number} {c.interval.text()}")
+                         + f" ({_paired_words(c, winner)})" for c in group)
+
+    tail = ("the fastest measured is exported, and the paired interval says how far the other "
+            "may be from it (a larger study.confirm_budget_s or study.indifference decides)")
+    slower = (f"read slower than trial {winner.number} by more than "
+              f"{100 * (sel.zone if sel else 0):.0f}% (study.indifference) on the paired "
+              "interval, not yet dropped by the selection (its guarantee holds over all "
+              f"{sel.systems if sel else len(cands)} finalists at once)")
+    if not close:
+        return (f"the rounds ended before the selection dropped {named(behind)}, which "
+                f"{slower}: trial {winner.number} ({winner.interval.text()}), the fastest "
+                "measured, is exported")
+    words = (f"the rounds ended before they decided between trial {winner.number} "
+             f"({winner.interval.text()}) and {named(close)}")
+    if behind:
+        words += f"; {named(behind)} {slower}"
+    return f"{words}: {tail}"
+
+
+def _behind_by_zone(c: Candidate, winner: Candidate, zone: float) -> bool:
+    """Whether ``c``'s paired interval against ``winner`` lies wholly below 1 / (1 + zone)."""
+    iv = versus(c, winner)
+    return iv.known and iv.high < 1.0 / (1.0 + zone)
 
 
 def window_noise(runs: Mapping[Any, Sequence[float | None]]) -> float:
@@ -219,7 +247,7 @@ def decide(record: dict[str, Any], settled: list[Candidate],
         "decided": selection.resolved(settled, rule),
         "precise": precise([winner], float(precision)) if precision else None,
         "tie": tie_words(winner, tied, rule.zone),
-        "undecided": undecided_words(winner, settled, tied, base),
+        "undecided": undecided_words(winner, settled, tied, base, rule),
         "best_runs": [round(v, 3) for v in c_runs],
         "baseline_runs": [round(v, 3) for v in b_runs],
         "best_samples_per_sec": round(statistics.median(c_runs), 3) if c_runs else None,
