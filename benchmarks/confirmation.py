@@ -131,14 +131,18 @@ def _setup(workload: str, extra: list[str], out: Path) -> Any:
     return build_setup(compose_config(overrides), overrides)[0]
 
 
-def reverify(out: Path, study: str, rounds: int) -> list[str]:
-    """The verify check again on the studies kept in ``out`` (``--keep``) for ``study``: rows
-    of the export against the fastest other finalist, nothing else run again."""
+def reverify(out: Path, study: str, rounds: int, only: list[str] | None = None) -> list[str]:
+    """The verify check again on the studies kept in ``out`` (``--keep``) for ``study`` (those
+    named in ``only``, where given): rows of the export against the fastest other finalist,
+    nothing else run again. Each check's windows go to a folder of their own (reverify,
+    reverify-2, ...): an earlier check's are kept."""
     workload, extra = STUDIES[study]
     setup = _setup(workload, merged(extra), out / "verify-setup")
     rows = []
     for best in sorted(out.glob(f"{study}-*/{study}-*/best.yaml")):
         name = best.parent.name
+        if only and name not in only:
+            continue
         doc = yaml.safe_load(best.read_text())
         stored = optuna.load_study(study_name=name, storage=f"sqlite:///{best.parent / 'study.db'}")
         doc["_knobs"] = {t.number: t.user_attrs.get("knobs") for t in stored.trials}
@@ -146,11 +150,20 @@ def reverify(out: Path, study: str, rounds: int) -> list[str]:
         other = fastest_other(doc)
         run = int(name.rsplit("-", 1)[1]) if name.rsplit("-", 1)[1].isdigit() else 0
         check = (verify(setup, doc["_knobs"][int(doc["best_trial"])], doc["_knobs"][other],
-                        rounds, best.parent.parent / "reverify", run)
+                        rounds, _fresh(best.parent.parent / "reverify"), run)
                  if other is not None else None)
         rows.append(f"| {name} | trial {doc['best_trial']} {_interval(doc)} | "
                     f"{_verify_words(check, other)} |")
     return rows
+
+
+def _fresh(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``... where it is taken."""
+    n, out = 1, path
+    while out.exists():
+        n += 1
+        out = path.with_name(f"{path.name}-{n}")
+    return out
 
 
 def verify(setup: Any, export: dict[str, Any], other: dict[str, Any], rounds: int,
@@ -290,12 +303,14 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="put the tables in docs/benchmarks.md")
     ap.add_argument("--reverify", action="store_true",
                     help="only the verify check again, on the studies kept in --keep")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help="with --reverify: this kept study only (gpt-new-2; repeatable)")
     a = ap.parse_args()
     if a.reverify:
         if a.keep is None:
             raise SystemExit("--reverify reads the studies kept in --keep DIR")
         rows = [r for study in a.study or list(STUDIES)
-                for r in reverify(a.keep, study, a.verify_rounds)]
+                for r in reverify(a.keep, study, a.verify_rounds, a.only)]
         publish([f"## The verify check again on the studies kept in {a.keep.name} "
                  f"({datetime.date.today()})", "",
                  f"Command: `{command('benchmarks.confirmation')}` (this checkout at "
