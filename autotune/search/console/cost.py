@@ -190,9 +190,9 @@ class CostClock:
 def disturbed_words(study: optuna.Study, since: datetime.datetime, confirmed: bool) -> str:
     """The windows of this run (trials started at ``since`` or later, and the confirmation's
     rounds where it ran one: ``confirmed``) that ran beside other work, in words ("" where
-    none did): a wall time past its estimate says where the difference may come from. A README study read +43% on a busy CI
-    machine where its same-training trial's window lost 5% to steal and was measured again,
-    8 s the summary did not explain (2026-12-02)."""
+    none did): a wall time past its estimate says where the difference may come from. A
+    README study read +43% on a busy CI machine where its same-training trial's window lost
+    5% to steal and was measured again, 8 s the summary did not explain (2026-12-02)."""
     again, kept = 0, 0
     for t in study.get_trials(deepcopy=False):
         if not _this_run(t, since):
