@@ -207,12 +207,14 @@ def logs(rounds: list[dict[str, dict[str, Any]]]) -> list[float]:
             if r["winner"]["figure"] and r["baseline"]["figure"]]
 
 
-def _ci(values: list[float]) -> str:
-    from autotune.results.intervals import t975
+def _ci(rounds: list[dict[str, dict[str, Any]]]) -> str:
+    """The winner's paired speedup over the baseline with its 95% interval, as the
+    confirmation computes it (results/intervals.paired_speedup)."""
+    from autotune.results.intervals import paired_speedup
 
-    m, n = statistics.fmean(values), len(values)
-    h = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
-    return f"{math.exp(m):.3f}x ({math.exp(m - h):.3f}-{math.exp(m + h):.3f})"
+    iv = paired_speedup([r["winner"]["figure"] for r in rounds],
+                        [r["baseline"]["figure"] for r in rounds])
+    return f"{iv.point:.3f}x ({iv.low:.3f}-{iv.high:.3f})"
 
 
 def components(blocks: list[list[float]]) -> tuple[float, float]:
@@ -247,11 +249,11 @@ def report(fresh: list[list[dict[str, Any]]], warm: list[list[dict[str, Any]]],
         "| design | rounds | seconds a round | paired speedup, winner / baseline (95% CI) | "
         "SD of the log ratio | within a block | offset a block carries | contended windows |",
         "|---|---|---|---|---|---|---|---|",
-        f"| fresh process per window (today) | {len(lf)} | {round_f:.1f} | {_ci(lf)} | "
+        f"| fresh process per window (today) | {len(lf)} | {round_f:.1f} | {_ci(every_f)} | "
         f"{statistics.stdev(lf):.3f} | {math.sqrt(within_f):.3f} | {math.sqrt(offset_f):.3f} | "
         f"{busy['fresh']} of {2 * len(every_f)} |",
         f"| warm process per configuration | {len(lw)} | {round_w:.1f} (+{start:.1f} a block "
-        f"to start both; {settle_s:.1f} s a window settling) | {_ci(lw)} | "
+        f"to start both; {settle_s:.1f} s a window settling) | {_ci(every_w)} | "
         f"{statistics.stdev(lw):.3f} | {math.sqrt(within_w):.3f} | {math.sqrt(offset_w):.3f} | "
         f"{busy['warm']} of {2 * len(every_w)} |",
         "",
