@@ -5,6 +5,7 @@ available"."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -336,3 +337,47 @@ def test_a_window_pinned_to_one_core_counts_others_over_the_machine() -> None:
     assert load["cpus"] == 1 and load["machine_cpus"] == os.cpu_count(), load
     said = load_statement([{**load, "contended": True}]) or ""
     assert f" of {os.cpu_count()} cores during 1 of 1 windows" in said, said
+
+
+#: One rank of a two-rank run under torchrun: 3 s of matmuls on one thread, the machine's load
+#: read over them as a production run's meter reads it, written per rank.
+RANK_PY = """
+import json, os, sys, time
+import torch
+from autotune.measure.contention import between, snapshot, tree_root
+torch.set_num_threads(1)
+a = torch.randn(256, 256)
+start = snapshot()
+end = time.monotonic() + 3.0
+while time.monotonic() < end:
+    a = torch.tanh(a @ a)
+load = {**between(start, snapshot()), "root": tree_root(), "launcher": os.getppid()}
+with open(os.path.join(sys.argv[1], "load%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump(load, f)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists() or (os.cpu_count() or 1) < 2,
+                    reason="needs Linux /proc and two cores")
+def test_a_rank_under_torchrun_reads_its_sibling_ranks_as_its_own_run(tmp_path: Path) -> None:
+    """A production run of 2 ranks under torchrun (autotune verify --nproc-per-node 2, or the
+    meter in the user's own run): each rank's reading counts the launcher's whole tree as the
+    run's own, so a busy sibling rank is not read as another job beside it."""
+    from tests.conftest import child_env
+
+    if not _machine_is_quiet():
+        pytest.skip("the machine is busy with other work: no quiet reading can be taken")
+    (tmp_path / "rank.py").write_text(RANK_PY)
+    outside = snapshot()
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", str(tmp_path / "rank.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=child_env())
+    machine = between(outside, snapshot())  # this test's tree holds torchrun and its ranks
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if machine["other_cpu_cores"] >= 0.3:
+        pytest.skip(f"other work ran beside the ranks ({machine['other_cpu_cores']} cores)")
+    for rank in (0, 1):
+        load = json.loads((tmp_path / f"load{rank}.json").read_text())
+        assert load["root"] == load["launcher"], load
+        # The sibling's ~1 core is the run's own, not another job's.
+        assert load["other_cpu_cores"] < 0.5 and not load["contended"], load

@@ -78,10 +78,22 @@ def _proc_stat() -> tuple[float, float, float] | None:
 TRIAL_ROOT_ENV = "AUTOTUNE_TRIAL_ROOT"
 
 
+def tree_root() -> int:
+    """The process whose tree is the measured run's own: the trial that launched ranks
+    (TRIAL_ROOT_ENV); a rank of a run under torchrun, its launcher (torch's elastic agent,
+    whose children the local ranks are), so that a production run's meter does not read its
+    sibling ranks as another job; else this process."""
+    if os.environ.get(TRIAL_ROOT_ENV):
+        return int(os.environ[TRIAL_ROOT_ENV])
+    if os.environ.get("TORCHELASTIC_RUN_ID") and int(os.environ.get("LOCAL_WORLD_SIZE") or 1) > 1:
+        return os.getppid()
+    return os.getpid()
+
+
 def _own_tree() -> tuple[float, float, float]:
     """CPU time of the trial's process tree (live processes per thread from schedstat,
     reaped ones from the kernel's children totals), and the live threads' run and wait."""
-    root = int(os.environ.get(TRIAL_ROOT_ENV) or os.getpid())
+    root = tree_root()
     if root == os.getpid():
         t = os.times()
         cpu = t.user + t.system + t.children_user + t.children_system

@@ -26,12 +26,18 @@ from typing import Any
 
 from autotune.core import distributed
 from autotune.diagnose import verdicts as diagnosis
+from autotune.measure.contention import Snapshot, between, snapshot
 from autotune.production.best import BestConfig
 
 #: A window this far below the study's confirmed samples/sec warns.
 TOLERANCE = 0.15
 #: Where a meter writes its summary when the process exits (set by ``autotune verify``).
 OUT_ENV = "AUTOTUNE_METER_OUT"
+#: The machine's load is read at a window's end at most this often: a reading (a few /proc
+#: reads, 1.5 ms on this project's 2-core VM) at every 50 steps of a fast GPU loop would cost
+#: it more; at most every 0.25 s it is under 1% of the host's time, and the summary's reading
+#: still covers all but the run's last quarter second.
+LOAD_EVERY_S = 0.25
 
 
 class SlowerThanMeasured(UserWarning):
@@ -71,6 +77,10 @@ class Meter:
         # Over every window so far (summary(); autotune verify reads it at exit).
         self._total_samples, self._total_s, self._total_wait = 0, 0.0, 0.0
         self._total_steps = 0
+        # The machine's load over the measured windows (measure/contention.py): from the first
+        # window's start to the latest reading at a window's end.
+        self._load0: Snapshot | None = None
+        self._load1: Snapshot | None = None
         if os.environ.get(OUT_ENV) and os.environ.get("RANK", "0") == "0":  # one writer per run
             atexit.register(self.write_summary, os.environ[OUT_ENV])
 
@@ -137,10 +147,13 @@ class Meter:
             self._total_s += elapsed
             self._total_wait += self._wait
             self._total_steps += self._counted
-            if (self.warning is None and self.samples_per_sec is not None
-                    and self.samples_per_sec < (1 - self.tolerance) * self.expected):
-                self.warning = self._message()
-                warnings.warn(self.warning, SlowerThanMeasured, stacklevel=2)
+            slow = (self.warning is None and self.samples_per_sec is not None
+                    and self.samples_per_sec < (1 - self.tolerance) * self.expected)
+            if slow or self._load1 is None or time.monotonic() - self._load1.at >= LOAD_EVERY_S:
+                last, self._load1 = self._load1 or self._load0, snapshot()
+                if slow:  # the load since the last reading: this window's, at least
+                    self.warning = self._message(between(last, self._load1) if last else None)
+                    warnings.warn(self.warning, SlowerThanMeasured, stacklevel=2)
             self._start(now)
 
     def summary(self) -> dict[str, Any]:
@@ -156,9 +169,17 @@ class Meter:
             "seconds": self._total_s, "step_ms": step_ms,
             "data_wait_share": self._total_wait / self._total_s if self._wrapped else None}
         if self._wrapped:
-            between = 1e3 * self._total_wait / self._total_steps
-            out.update(between_ms=between, inside_ms=step_ms - between)
+            wait_ms = 1e3 * self._total_wait / self._total_steps
+            out.update(between_ms=wait_ms, inside_ms=step_ms - wait_ms)
+        if self._load0 is not None and self._load1 is not None and self._load1.at > self._load0.at:
+            out["contention"] = between(self._load0, self._load1)
         return out
+
+    def contention(self) -> dict[str, Any] | None:
+        """What else the machine did while this run was measured (measure/contention.py's
+        reading: other processes' cores, the run's wait for a CPU, steal, CPU quota), and
+        whether that makes its figure ``contended``; None before a full window."""
+        return self.summary().get("contention")
 
     def write_summary(self, path: str) -> None:
         """The summary as JSON (``autotune verify --script`` sets AUTOTUNE_METER_OUT so that
@@ -167,12 +188,18 @@ class Meter:
 
     def _start(self, now: float) -> None:
         self._t0, self._samples, self._wait, self._counted = now, 0, 0.0, 0
+        if self._load0 is None:
+            self._load0 = snapshot()
 
-    def _message(self) -> str:
+    def _message(self, load: dict[str, Any] | None) -> str:
         rate = self.samples_per_sec or 0.0
         head = (f"autotune meter: this run trains at {rate:,.1f} samples/s over its last "
                 f"{self.window_steps} steps, {100 * (1 - rate / self.expected):.0f}% below the "
                 f"study's confirmed {self.expected:,.1f} samples/s.")
+        if load and load.get("contended"):  # the study's figure is a quiet machine's
+            return (f"{head} Likely cause: the machine was busy with other work while it ran: "
+                    f"{'; '.join(load.get('reasons') or [])}; the study measured its windows "
+                    "on a quiet machine.")
         return f"{head} Likely cause: {self._cause()}"
 
     def _cause(self) -> str:

@@ -40,6 +40,8 @@ import torch
 
 from autotune.core.quick_exit import quick_exit
 from autotune.core.workload import Workload, build_optimizer, build_workload
+from autotune.measure.contention import Snapshot, snapshot
+from autotune.measure.contention import between as between_loads
 
 
 @dataclass
@@ -55,13 +57,20 @@ class StepClock:
     samples: list[int] = field(default_factory=list)
     #: Each step's real tokens (a workload with tokens: core/tokens.py), None where not counted.
     tokens: list[int | None] = field(default_factory=list)
+    #: The machine's load at the measured span's two ends (measure/contention.py): a side
+    #: that ran beside another job is named, and autotune verify leaves its round out.
+    loads: list[Snapshot] = field(default_factory=list)
 
     def begin(self) -> None:
+        if not self.warmup and not self.begins:
+            self.loads.append(snapshot())
         self.begins.append(time.perf_counter())
 
     def end(self, samples: int, tokens: int | None = None) -> None:
-        if self.device.type == "cuda" and len(self.ends) == self.warmup - 1:
-            torch.cuda.synchronize(self.device)  # the measured span starts on the device's time
+        if len(self.ends) == self.warmup - 1:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the measured span starts on the device's time
+            self.loads.append(snapshot())  # read before the span's first time is taken
         self.ends.append(time.perf_counter())
         self.samples.append(int(samples))
         self.tokens.append(tokens)
@@ -71,6 +80,8 @@ class StepClock:
         if self.device.type == "cuda" and self.ends:
             torch.cuda.synchronize(self.device)
             self.ends[-1] = time.perf_counter()
+        if self.loads:
+            self.loads.append(snapshot())
 
     def result(self) -> dict[str, Any]:
         """samples/sec from the end of the last warm-up step to the end of the last step; the
@@ -86,9 +97,11 @@ class StepClock:
         counted = self.tokens[w:]
         tokens = ({"tokens_per_sec": sum(t or 0 for t in counted) / span}
                   if counted and all(t is not None for t in counted) else {})
+        load = {"contention": between_loads(self.loads[0], self.loads[-1])} \
+            if len(self.loads) >= 2 else {}
         return {"samples_per_sec": sum(self.samples[w:]) / span, "steps": n, **tokens,
                 "step_ms": 1e3 * span / n, "inside_ms": 1e3 * statistics.median(inside),
-                "between_ms": 1e3 * statistics.median(between) if between else 0.0}
+                "between_ms": 1e3 * statistics.median(between) if between else 0.0, **load}
 
 
 def side_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -11,6 +11,12 @@ the exported ones per round, each in a process of its own, in a random order eac
 short of the study's, it names the likely cause from what it measured: time per step outside
 the step itself (the next batch, the framework's logging, callbacks, progress bar) against the
 study window's wait for its batch, or a step that itself runs slower than the window's.
+
+Each side also reads what else the machine did over its measured steps (measure/contention.py,
+the trial windows' own reading). A round in which either side ran beside other work is
+measured again and left out by the confirmation's rule (results/intervals.counted_rounds):
+before, a job started beside one side's run was read as the configuration's speed, and the
+line said nothing of it.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from autotune.core.tokens import SAMPLES, TOKENS
 from autotune.core.workload import build_workload
 from autotune.production.meter import OUT_ENV
 from autotune.production.runtime import BEST_ENV
-from autotune.results.intervals import Interval, paired_speedup
+from autotune.results.intervals import Interval, counted_rounds, paired_speedup
 
 log = logging.getLogger("autotune")
 
@@ -69,6 +75,15 @@ class Verified:
     figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     causes: list[str] = field(default_factory=list)
     how: str = ""
+    #: The rounds the realized speedup is over, and those with a side that ran beside other
+    #: work (its round, and per side why: measure/contention.py's reasons).
+    counted: list[int] = field(default_factory=list)
+    disturbed: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def quiet(self) -> bool:
+        """Whether every counted round ran on a quiet machine."""
+        return not {d["round"] for d in self.disturbed} & set(self.counted)
 
     @property
     def ratio(self) -> float | None:
@@ -80,13 +95,28 @@ class Verified:
                 f"{self.study_text or self.study_speedup}")
         if self.ratio is not None:
             head += f": {self.ratio:.0%} of it"
-        return head + ("" if not self.causes else ". Likely cause: " + "; ".join(self.causes))
+        return (head + self.load_text()
+                + ("" if not self.causes else ". Likely cause: " + "; ".join(self.causes)))
+
+    def load_text(self) -> str:
+        """What other work on the machine did to the rounds ('' where none ran beside them)."""
+        if not self.disturbed:
+            return ""
+        said = "; ".join(
+            f"round {d['round'] + 1} ({', '.join(f'{s}: {w}' for s, w in d['sides'].items())})"
+            for d in self.disturbed)
+        if self.quiet:
+            return (f". Left out, as they ran beside other work, and measured again: {said}; "
+                    f"the figure is over the {len(self.counted)} quiet rounds")
+        return (f". Beside other work: {said}; too few quiet rounds to leave them out, so the "
+                "figure is what the machine gave beside that load, not the configuration's own")
 
     def as_dict(self) -> dict[str, Any]:
         return {"realized": self.realized.as_dict(), "realized_text": self.realized.text(),
                 "study_speedup": self.study_speedup, "study_text": self.study_text,
                 "ratio": self.ratio, "how": self.how, "causes": self.causes,
-                "figures": self.figures}
+                "counted_rounds": self.counted, "disturbed": self.disturbed,
+                "quiet": self.quiet, "figures": self.figures}
 
 
 def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
@@ -102,7 +132,9 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     reporting the whole run's samples/sec. Without a script, a study of ranks (best.yaml's
     ``launch``) verifies the Hugging Face or Lightning Trainer as that many ranks under
     torchrun, the framework's own DDP with the exported arguments; a plain workload's loop
-    runs as one process."""
+    runs as one process. Each side reads the machine's load over its measured steps: a round
+    with a side that ran beside other work is measured again (up to ``rounds`` more rounds)
+    and left out of the realized speedup while enough quiet rounds remain."""
     path = Path(best_yaml)
     path = path / "best.yaml" if path.is_dir() else path
     doc = yaml.safe_load(path.read_text())
@@ -140,20 +172,56 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     key, unit = _rate_key(doc)
     rng = random.Random(0)
     figures: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
-    for i in range(rounds):
+    i = 0
+    while i < rounds or (i < 2 * rounds and len(_quiet(figures)) < rounds):
         order = list(SIDES)
         rng.shuffle(order)
         for side in order:
             figures[side].append(_run_side(command, side, configs[side], folder / f"{i}-{side}",
                                            bool(script), key))
-            log.info("verify round %d %s: %.1f %s", i, side, figures[side][-1][key], unit)
-    realized = paired_speedup([f[key] for f in figures["exported"]],
-                              [f[key] for f in figures["baseline"]])
-    result = Verified(realized, doc.get("speedup"), doc.get("speedup_text"), figures, how=how)
+            busy = _busy_words(figures[side][-1])
+            log.info("verify round %d %s: %.1f %s%s", i + 1, side, figures[side][-1][key], unit,
+                     f" (beside other work: {busy})" if busy else "")
+        i += 1
+    result = _verified(figures, key, doc, how)
     if result.ratio is not None and result.ratio < SHORTFALL:
-        result.causes = causes(figures["exported"], _window(path.parent, doc))
+        result.causes = causes([figures["exported"][i] for i in result.counted],
+                               _window(path.parent, doc))
     atomic_write(path.parent / f"verify{tag}.json", json.dumps(result.as_dict(), indent=1))
     return result
+
+
+def _contended(figure: dict[str, Any]) -> bool:
+    return bool((figure.get("contention") or {}).get("contended"))
+
+
+def _busy_words(figure: dict[str, Any]) -> str:
+    """Why a side's run counts as beside other work ('' where it ran on a quiet machine)."""
+    return "; ".join((figure.get("contention") or {}).get("reasons") or []) \
+        if _contended(figure) else ""
+
+
+def _quiet(figures: dict[str, list[dict[str, Any]]]) -> list[int]:
+    """The rounds whose both sides ran on a quiet machine."""
+    return [i for i, pair in enumerate(zip(*(figures[s] for s in SIDES), strict=False))
+            if not any(_contended(f) for f in pair)]
+
+
+def _verified(figures: dict[str, list[dict[str, Any]]], key: str, doc: dict[str, Any],
+              how: str) -> Verified:
+    """The realized speedup over the rounds that count: a round with a side that ran beside
+    other work is left out while enough quiet ones remain (results/intervals.counted_rounds,
+    the confirmation's own rule), so another job on the machine does not become a verdict on
+    the configuration; with fewer, every round counts and the text says so."""
+    exp, base = ([f[key] for f in figures[s]] for s in ("exported", "baseline"))
+    busy_e, busy_b = ([_contended(f) for f in figures[s]] for s in ("exported", "baseline"))
+    counted, _ = counted_rounds(exp, base, busy_e, busy_b)
+    realized = paired_speedup([exp[i] for i in counted], [base[i] for i in counted])
+    disturbed = [{"round": i, "sides": {s: _busy_words(figures[s][i]) for s in SIDES
+                                        if _contended(figures[s][i])}}
+                 for i in range(len(exp)) if busy_e[i] or busy_b[i]]
+    return Verified(realized, doc.get("speedup"), doc.get("speedup_text"), figures, how=how,
+                    counted=counted, disturbed=disturbed)
 
 
 def _baseline_request(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
