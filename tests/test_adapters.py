@@ -211,7 +211,8 @@ def test_hf_step_calls_the_model_with_the_dict_and_clips(cpu_env: Env) -> None:
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     loss = run.step(*run.to_device(batch, None))
     assert torch.isfinite(loss) and 3 < loss.item() < 8  # ~ln(128) for random tokens
-    assert run.optimizer._optimizer_step_pre_hooks  # max_grad_norm=1.0 clipping, as Trainer
+    # max_grad_norm=1.0 (the Trainer's default), clipped by the step after unscaling
+    assert run.max_grad_norm == 1.0 and not run.optimizer._optimizer_step_pre_hooks
 
 
 @pytest.mark.parametrize("bad,needle", [

@@ -83,7 +83,8 @@ def test_adafactor_and_sgd_are_built_as_the_trainer_builds_them(
     assert type(theirs) is type(opt)
     assert [({id(p) for p in g["params"]}, g["weight_decay"]) for g in opt.param_groups] == \
         [({id(p) for p in g["params"]}, g["weight_decay"]) for g in theirs.param_groups]
-    assert opt._optimizer_step_pre_hooks  # max_grad_norm's clipping, as the Trainer clips
+    # max_grad_norm's clipping: the step's, after unscaling (tests/test_clipping.py), no hook
+    assert run.max_grad_norm == trainer.args.max_grad_norm and not opt._optimizer_step_pre_hooks
     loss = run.step(*run.to_device(next(iter(run.loader)), None))
     assert torch.isfinite(loss)
     assert export(space.baseline)["optim"] == optim
@@ -178,3 +179,16 @@ def test_a_study_keeps_adafactor_and_says_so(tmp_path: Path) -> None:
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["knobs"]["optimizer"] == "adafactor" and best["study"]["failed"] == 0
     assert yaml.safe_load((out / "training_args.yaml").read_text())["optim"] == "adafactor"
+
+
+@pytest.mark.parametrize("value,clips", [(None, 1.0), (0.5, 0.5), (0.0, None)])
+def test_max_grad_norm_is_the_steps_clipping_as_the_trainers(value: float | None,
+                                                             clips: float | None) -> None:
+    """The Trainer clips to max_grad_norm (1.0 by default) where it is above 0, after
+    accelerate unscales the gradients; the workload declares it for the step to clip so
+    (core/training.py), and the optimizer carries no pre-step hook that would clip before a
+    fused optimizer's own unscaling."""
+    wl = workload(**({} if value is None else {"max_grad_norm": value}))
+    assert wl.max_grad_norm == clips
+    assert not hf_optim.build(wl.full_args, "adamw_torch_fused",
+                              [torch.nn.Parameter(torch.zeros(2, 2))])._optimizer_step_pre_hooks

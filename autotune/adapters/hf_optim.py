@@ -7,7 +7,10 @@ user's run gets, arguments included), over the Trainer's parameter groups (weigh
 ``Trainer.get_decay_parameter_names``, none on biases and norms) and what its
 ``create_optimizer`` does around that (a handler's own ``params``/``model``/``optimizer_dict``,
 bitsandbytes' 32-bit embeddings beside 8-bit states, a schedule-free optimizer put in train
-mode); gradients clipped to ``max_grad_norm`` before each step, as the Trainer clips.
+mode). Its ``max_grad_norm`` is the workload's (``clip_norm``): the trial's ``Training`` clips
+after GradScaler unscales the gradients, as the Trainer does through accelerate's
+``clip_grad_norm_``, never in a pre-step hook, which a fused optimizer's own unscaling would
+follow (the hook would read the scaled norm).
 
 The study varies only implementations of the user's update (the registry's ``optimizer`` and
 ``optimizer_impl`` knobs, core/llm_domains.py): torch's AdamW plain or fused, and, where the
@@ -101,8 +104,7 @@ def training_arguments(fields: Mapping[str, Any], optim: str) -> Any:
 def build(fields: Mapping[str, Any], optim: str, params: Iterable[nn.Parameter],
           model: nn.Module | None = None) -> torch.optim.Optimizer:
     """The Trainer's optimizer for ``optim`` over ``model`` (its ``create_optimizer``), or over
-    ``params`` where no model is given (weight decay then on matrices only), with the Trainer's
-    gradient clipping. Raises WorkloadError naming ``optim`` where it cannot be built here."""
+    ``params`` where no model is given (weight decay then on matrices only). Raises WorkloadError naming ``optim`` where it cannot be built here."""
     from transformers import Trainer
     from transformers.trainer_optimizer import is_optimizer_factory
 
@@ -134,7 +136,6 @@ def build(fields: Mapping[str, Any], optim: str, params: Iterable[nn.Parameter],
         _embeddings_in_32_bits(model)
     if callable(getattr(opt, "train", None)):
         opt.train()  # a schedule-free optimizer steps in train mode (Trainer.train sets it)
-    _clip_before_step(opt, trained, float(fields.get("max_grad_norm") or 0.0))
     return cast(torch.optim.Optimizer, opt)
 
 
@@ -165,13 +166,8 @@ def _embeddings_in_32_bits(model: nn.Module) -> None:
             manager.register_module_override(module, "weight", {"optim_bits": 32})
 
 
-def _clip_before_step(opt: Any, params: list[nn.Parameter], max_norm: float) -> None:
-    """Gradients clipped to ``max_norm`` before each optimizer step (a pre-step hook, so
-    GradScaler's unscale comes first, as in the Trainer)."""
-    if max_norm <= 0 or not hasattr(opt, "register_step_pre_hook"):
-        return
-
-    def clip(o: Any, args: Any, kwargs: Any) -> None:
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
-
-    opt.register_step_pre_hook(clip)
+def clip_norm(fields: Mapping[str, Any]) -> float | None:
+    """The Trainer's gradient clipping for these TrainingArguments fields: ``max_grad_norm``
+    where it is above 0 (the Trainer clips only then), else None."""
+    value = fields.get("max_grad_norm")
+    return float(value) if value is not None and float(value) > 0 else None

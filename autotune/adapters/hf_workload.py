@@ -13,8 +13,8 @@ on the weights' values). Batches are the collator's dicts (input_ids, attention_
 the model is called with them as keywords and computes its own loss, as in ``Trainer``. The
 step is the Trainer's: the optimizer its ``optim`` names, built as the Trainer builds it
 (adapters/hf_optim.py: any value the installed transformers accepts), gradients clipped to
-``max_grad_norm`` before each optimizer step (default 1.0: a real per-step cost), zero_grad
-to None. ``training_args`` holds the user's current TrainingArguments fields: trial 0 runs them.
+``max_grad_norm`` after unscaling, before each optimizer step (default 1.0: a real per-step
+cost; core/training.py clips), zero_grad to None. ``training_args`` holds the user's current TrainingArguments fields: trial 0 runs them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,14 @@ from autotune.adapters.ddp import (
 from autotune.adapters.fsdp import HF_CPU_SHARDING, HF_LIMITS, training_arguments_fsdp
 from autotune.adapters.hf_optim import IMPL_OPTIM as IMPL_OPTIM  # noqa: I001 - re-exported
 from autotune.adapters.hf_optim import OPTIM_IMPL as OPTIM_IMPL
-from autotune.adapters.hf_optim import build, checked, impl_name, optimizer_defaults, trainer_optim
+from autotune.adapters.hf_optim import (
+    build,
+    checked,
+    clip_norm,
+    impl_name,
+    optimizer_defaults,
+    trainer_optim,
+)
 from autotune.core import sequences
 from autotune.core.batch import measure_shapes
 from autotune.core.shipping import Shipped
@@ -135,6 +142,7 @@ class HFWorkload(Workload):
         # Any optimizer the installed TrainingArguments accepts: built as the Trainer builds it
         # (adapters/hf_optim.py), kept as it is unless the search has its other forms.
         self.full_args["optim"] = checked(self.full_args["optim"])
+        self.max_grad_norm = clip_norm(self.full_args)  # the Trainer's clipping, after unscaling
         self.data, self.collator = data, collator
         user_collator = sequences.unwrapped(collator)  # inside the Trainer's column remover
         self.pads_to_multiple = hasattr(user_collator, "pad_to_multiple_of")
@@ -195,8 +203,8 @@ class HFWorkload(Workload):
                   optim: str | None = None, **impl: Any) -> torch.optim.Optimizer:
         """The Trainer's optimizer (adapters/hf_optim.py): ``optim``, the ``optimizer`` knob
         (default: the user's own), torch's AdamW fused where ``impl`` says so; its parameter
-        groups and the bitsandbytes embedding rule from ``model``, gradients clipped before
-        each step (a pre-step hook, so GradScaler's unscale comes first, as in the Trainer)."""
+        groups and the bitsandbytes embedding rule from ``model``. Its ``max_grad_norm`` is
+        clipped by the step (core/training.py), after GradScaler unscales, as in the Trainer."""
         own = optimizer_defaults(self.full_args["optim"])["optimizer"]
         name = trainer_optim({"optimizer": optim or own, "optimizer_impl": impl_name(impl)})
         return build(self.full_args, name, params, model)

@@ -272,6 +272,9 @@ class Training:
         self.fsdp = model if sharding.fsdp_modules(model)[:1] == [model] else None
         self.model = self.ddp.module if self.ddp is not None else model
         self.optimizer = optimizer
+        #: The workload's gradient clipping (``Workload.max_grad_norm``), applied in
+        #: ``clip_gradients``; None: none.
+        self.max_grad_norm: float | None = getattr(self.workload, "max_grad_norm", None)
         self.amp_dtype = AMP_DTYPES.get(self.knobs["amp"])
         self.scaler = grad_scaler(self.knobs, self.device)
         # sync_grads=False: the window's counterfactual, the step without gradient
@@ -371,11 +374,25 @@ class Training:
             return
         self._micro = 0
         with phase("optimizer"):
+            self.clip_gradients()
             if self.scaler:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
             else:
                 self.optimizer.step()
+
+    def clip_gradients(self) -> None:
+        """The gradients' total norm clipped to ``max_grad_norm``, on the true gradients:
+        GradScaler's unscale first, then the clip, then (the caller's) step, as PyTorch's AMP
+        recipe orders them and the Hugging Face Trainer does (accelerate's ``clip_grad_norm_``
+        unscales first). A fused optimizer unscales inside its own step, after any pre-step
+        hook, so a clip there would read the scaled norm (loss-scale times the true one); once
+        ``unscale_`` ran, ``scaler.step`` tells the optimizer the gradients are unscaled."""
+        if not self.max_grad_norm:
+            return
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.max_grad_norm))
 
     def step(self, inputs: Any, targets: Any) -> torch.Tensor:
         """One whole training step on device-resident inputs; returns the (device) loss."""
@@ -405,6 +422,7 @@ class _GraphedStep:
         with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
             for _ in range(warmup):
                 run.forward_backward(self.static_inputs, self.static_targets)
+                run.clip_gradients()
                 run.optimizer.step()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
@@ -421,6 +439,7 @@ class _GraphedStep:
                 self.static_loss = run.workload.loss(out, self.static_targets)
             with sequences.attention_backend(run.knobs):  # a checkpointed layer's recompute
                 self.static_loss.backward()
+            run.clip_gradients()  # captured too: no host sync in it
             run.optimizer.step()
 
     def replay(self, inputs: Any, targets: Any) -> torch.Tensor:

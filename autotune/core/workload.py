@@ -103,6 +103,12 @@ class Workload:
     #: API around the workload's own objects (autotune/production/parity.py); the adapters
     #: run their framework's real Trainer.
     verifier: str = "autotune.production.parity"
+    #: Clip the gradients' total norm to this before each optimizer step (your loop's
+    #: ``clip_grad_norm_``), or None. ``Training`` clips after GradScaler unscales them and
+    #: before the step, as PyTorch's AMP recipe orders it: a hook on the optimizer cannot,
+    #: since a fused optimizer unscales inside its own step, after any pre-step hook ran
+    #: (https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping).
+    max_grad_norm: float | None = None
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         """The training data as ``(inputs, target)`` items. A staged workload need not

@@ -54,6 +54,8 @@ class NanoGPTWorkload(autotune.Workload):
     # get_batch makes each batch in the training loop's own process: no DataLoader workers.
     knob_limits = {"num_workers": ([0], "train.py's get_batch makes each batch in the "
                                    "training loop's process, as no DataLoader worker")}
+    # train.py's grad_clip: the trials clip after unscaling, before each optimizer step.
+    max_grad_norm = 1.0
 
     def __init__(self, batch_size: int = 16, block_size: int = 64):
         self.block_size = block_size
@@ -73,14 +75,7 @@ class NanoGPTWorkload(autotune.Workload):
         # The model builds its optimizer (two parameter groups); **impl goes into every group.
         device_type = next(model.parameters()).device.type
         opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), device_type)
-        opt = autotune.apply_optimizer_impl(opt, **impl)
-        params = list(model.parameters())
-
-        def clip(*_: Any) -> None:  # train.py's grad_clip, before each optimizer step
-            nn.utils.clip_grad_norm_(params, 1.0)
-
-        opt.register_step_pre_hook(clip)
-        return opt
+        return autotune.apply_optimizer_impl(opt, **impl)
 # --8<-- [end:workload]
 
 
