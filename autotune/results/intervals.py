@@ -51,6 +51,15 @@ def t_quantile(p: float, df: int) -> float:
     return z + sum(gi / f ** (i + 1) for i, gi in enumerate(g))
 
 
+def mean_variance(xs: Sequence[float]) -> tuple[float, float]:
+    """The mean and the sample variance (0 for one value), in floats, two passes: the
+    statistics module's exact fractions took most of a simulated confirmation's time
+    (search/confirmation/simulate.py), for the same figures to 1e-15."""
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    return mean, (math.fsum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0)
+
+
 @dataclass(frozen=True)
 class Interval:
     """A speedup (candidate over baseline) with its 95% interval over ``rounds`` paired rounds.
@@ -104,12 +113,10 @@ def counted_rounds(a: Sequence[float | None], b: Sequence[float | None],
     machine gave beside its load (results/trust.py names it), and a decision between
     configurations waits for more rounds (search/confirmation/selection.py), which is how a
     disturbed round is measured again."""
-    def busy(flags: Sequence[bool], i: int) -> bool:
-        return bool(flags[i]) if i < len(flags) else False
-
     both = [i for i, (x, y) in enumerate(zip(a, b, strict=False))
             if x and y and x > 0 and y > 0]
-    quiet = [i for i in both if not (busy(busy_a, i) or busy(busy_b, i))]
+    na, nb = len(busy_a), len(busy_b)
+    quiet = [i for i in both if not ((i < na and busy_a[i]) or (i < nb and busy_b[i]))]
     if len(quiet) >= least:
         return quiet, True
     return both, len(quiet) == len(both)
@@ -132,9 +139,9 @@ def paired_speedup(candidate: Sequence[float | None],
     n = len(logs)
     if n == 0:
         return Interval(math.nan, 0.0, math.inf, 0)
-    mean = statistics.fmean(logs)
+    mean, var = mean_variance(logs)
     if n < MIN_ROUNDS:
         return Interval(math.exp(mean), 0.0, math.inf, n)
-    half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    half = t975(n - 1) * math.sqrt(var) / math.sqrt(n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
 

@@ -49,12 +49,18 @@ needs no zone, but a user does have one: what difference is worth a changed conf
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, Protocol, TypeVar
 
-from autotune.results.intervals import MIN_ROUNDS, counted_rounds, t975, t_quantile
+from autotune.results.intervals import (
+    MIN_ROUNDS,
+    counted_rounds,
+    mean_variance,
+    t975,
+    t_quantile,
+)
 
 
 class Compared(Protocol):
@@ -70,6 +76,8 @@ class Compared(Protocol):
 
 
 C = TypeVar("C", bound=Compared)
+Runs = tuple[float | None, ...]
+Flags = tuple[bool, ...]
 
 #: The first stage where the windows' own noise is unknown: no floor then holds S² up, and four
 #: rounds of the README's CPU study once agreed to +-3% by chance (2.19x, 2.12-2.25x, on 6-11%
@@ -155,14 +163,21 @@ class Pair:
 def pair(a: Compared, b: Compared, sel: Selection) -> Pair | None:
     """``a`` over ``b`` on the quiet rounds that measured both; None before the first stage's
     rounds are there (a contended round does not count: counted_rounds)."""
-    idx, quiet = counted_rounds(a.runs, b.runs, a.busy, b.busy, least=sel.first)
+    return _pair(tuple(a.runs), tuple(b.runs), tuple(a.busy), tuple(b.busy), sel)
+
+
+@lru_cache(maxsize=1 << 15)
+def _pair(a: Runs, b: Runs, busy_a: Flags, busy_b: Flags, sel: Selection) -> Pair | None:
+    """pair on the figures themselves: a pure function of them, kept, since each round asks
+    it of the same pairs many times (the drops, both answers' verdicts, the words)."""
+    idx, quiet = counted_rounds(a, b, busy_a, busy_b, least=sel.first)
     if not quiet or len(idx) < sel.first:
         return None
-    logs = [math.log(float(a.runs[i] or 0.0) / float(b.runs[i] or 1.0)) for i in idx]
-    measured = statistics.variance(logs) if len(logs) > 1 else 0.0
+    logs = [math.log(float(a[i] or 0.0) / float(b[i] or 1.0)) for i in idx]
+    mean, measured = mean_variance(logs)
     s2 = sel.variance(measured, len(logs))
-    return Pair(len(logs), statistics.fmean(logs), s2, sel.h2(len(logs)),
-                sel.within_half(len(logs), s2), measured)
+    return Pair(len(logs), mean, s2, sel.h2(len(logs)), sel.within_half(len(logs), s2),
+                measured)
 
 
 def verdict(a: Compared, b: Compared, sel: Selection) -> Verdict | None:
