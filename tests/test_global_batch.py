@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,16 @@ from autotune.core.global_batch import (
     accumulation,
     batches,
     declared_accumulation,
+    dividing_batches,
     same_training_batch,
 )
 from autotune.core.knobs import KNOBS, KnobError
 from autotune.core.space import build_space, keep_global_batch
 from autotune.core.training import Training
 from autotune.core.workload import WorkloadError
+from autotune.search.loop.same_training import target as same_training_target
 from autotune.workloads.mlp import MLPWorkload
-from tests.conftest import TINY_ARGS, run_cli
+from tests.conftest import TINY_ARGS, run_cli, study_setup
 
 #: A study's trials, the search alone: no confirmation rounds or numerics check, no agent (the
 #: sampler's seeded draws decide the trials), each window measured once.
@@ -358,3 +361,54 @@ def test_ranks_count_in_the_global_batch(tmp_path: Path) -> None:
     assert {r["knobs"]["batch_size"] * r["grad_accum"] for r in requests} == {16}
     best = yaml.safe_load((folder / "best.yaml").read_text())
     assert best["global_batch"] == 32 == best["knobs"]["batch_size"] * best["grad_accum"] * 2
+
+
+def _cuda(env: Env) -> Env:
+    return replace(env, device="cuda", cuda_capability=(9, 0), gpu_count=1)
+
+
+def test_the_batch_domain_holds_the_micro_batches_that_keep_the_global_batch(cpu_env: Env) -> None:
+    """6 x 4 (a global batch of 24) tries micro-batches 12 and 24, which keep it, beside the
+    powers of two (16 is a global batch of its own); 4 x 3 tries 6 and 12. A workload that does
+    not accumulate keeps the powers of two and its own batch."""
+    for env in (cpu_env, _cuda(cpu_env)):
+        values = build_space(env, MLPWorkload(batch_size=6, grad_accum=4), {}).domains[
+            "batch_size"].values
+        assert {3, 12, 24} <= set(values) and {1, 2, 4, 6, 8, 16} <= set(values)
+        assert {6, 12} <= set(build_space(env, MLPWorkload(batch_size=4, grad_accum=3), {})
+                              .domains["batch_size"].values)
+    assert build_space(cpu_env, MLPWorkload(batch_size=6), {}).domains["batch_size"].values == \
+        [1, 2, 4, 6, 8, 16]
+    assert dividing_batches(24, [1, 2, 4, 8, 16]) == {1, 2, 3, 4, 6, 8, 12, 24}
+    assert dividing_batches(720, [16, 32, 64], least=4) == {16, 30, 60, 90, 180, 360, 720}
+
+
+def test_cuda_graphs_is_never_tried_where_a_trial_accumulates(cpu_env: Env) -> None:
+    """A captured step is a whole optimizer step: where the micro-batch accumulates, the
+    space offers cuda_graphs=False alone (no trial is spent failing to capture); where it steps
+    on its own (the global batch itself, or a global batch of its own) both are searched. The
+    same under study.keep_global_batch, and in the same-training trial."""
+    space = build_space(_cuda(cpu_env), MLPWorkload(batch_size=6, grad_accum=4), {})
+    assert space.param("cuda_graphs", {"batch_size": 12}) == ("cuda_graphs without True", [False])
+    assert space.param("cuda_graphs", {"batch_size": 24})[1] == [False, True]
+    assert space.param("cuda_graphs", {"batch_size": 16})[1] == [False, True]
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(60):
+        knobs = space.suggest(study.ask())
+        assert not (knobs["cuda_graphs"] and accumulation(24, knobs["batch_size"]) > 1), knobs
+    kept = keep_global_batch(build_space(_cuda(cpu_env), MLPWorkload(batch_size=48), {}), 48)
+    assert kept.param("cuda_graphs", {"batch_size": 24})[1] == [False]
+    assert kept.param("cuda_graphs", {"batch_size": 48})[1] == [False, True]
+    # The same-training trial: the best captured its step at 16, a global batch of its own;
+    # at the user's global batch its micro-batch 12 accumulates, so it runs uncaptured.
+    setup = replace(study_setup(_cuda(cpu_env), space), global_batch=24)
+    search = optuna.create_study(direction="maximize")
+    for value, source, knobs in ((100.0, "baseline", space.baseline),
+                                 (300.0, "search", {**space.baseline, "batch_size": 16,
+                                                    "cuda_graphs": True})):
+        search.add_trial(optuna.trial.create_trial(
+            value=value, user_attrs={"source": source, "outcome": "ok", "knobs": knobs}))
+    search.set_user_attr("global_batch", 24)
+    same = same_training_target(setup, search)
+    assert same is not None and same["batch_size"] == 12 and same["cuda_graphs"] is False

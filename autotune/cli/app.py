@@ -246,8 +246,8 @@ def global_batch_words(s: StudySetup) -> str:
     how = ("study.keep_global_batch" if s.study.keep_global_batch and micro == g else
            f"your micro-batch {micro} x {accumulation(g, micro)} accumulation steps")
     return (f"global batch: {g} per rank{over} ({how}): a trial's batch_size is a micro-batch, "
-            f"accumulated to {g} where it divides it (the same training); a larger one is a "
-            "global batch of its own")
+            f"accumulated to {g} where it divides it (the same training); any other (larger, "
+            "or smaller and not a divisor) is a global batch of its own")
 
 
 def fixed_lines(fixed: dict[str, tuple[Any, str]]) -> list[str]:

@@ -177,7 +177,8 @@ class StudyConfig:
         "and G / batch_size gradient-accumulation steps keep every trial's optimizer step at G "
         "samples (best.yaml: global_batch, grad_accum). false: batch_size is searched freely; "
         "a workload that accumulates still has its micro-batches that divide G accumulate to "
-        "it (the same training), and a larger one is a global batch of its own."))
+        "it (the same training), and any other (larger, or smaller and not a divisor) is a "
+        "global batch of its own."))
     training: str = _key("any", help=(
         "Which of the study's two answers best.yaml holds. `any`: the fastest configuration, "
         "whatever it changes in training (a larger batch: fewer optimizer steps per epoch at "

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.core.batch import measure_shapes
 from autotune.core.env import Env
+from autotune.core.global_batch import accumulation, declared_accumulation, dividing_batches
 from autotune.core.stages import split_points
 from autotune.core.workload import Workload, WorkloadError
 
@@ -94,6 +95,9 @@ def batch_size(env: Env, wl: Workload) -> Domain:
         b *= 2
     if base not in values:
         values = sorted({*values, base})
+    accum = declared_accumulation(wl)
+    if accum > 1:  # the micro-batches that keep the user's global batch are tried too
+        values = sorted({*values, *dividing_batches(base * accum, values, lo)})
     return Domain(values)
 
 
@@ -154,7 +158,35 @@ def cuda_graphs(env: Env, wl: Workload) -> Domain:
     if env.ranks > 1:
         return Domain([False], "a captured step cannot hold DDP's all-reduce hooks as autotune "
                       "captures it (whole-step capture of one process)")
+    accum = declared_accumulation(wl)
+    if accum > 1:
+        return whole_steps(Domain([False, True]), int(wl.defaults.get("batch_size", 32)) * accum)
     return Domain([False, True])
+
+
+@dataclass(frozen=True)
+class GraphsAccumulate:
+    """cuda_graphs' value rule in a study that accumulates to ``global_batch``: a captured step
+    is a whole optimizer step (forward, backward, step), so a micro-batch that accumulates
+    cannot be captured (core/training.py refuses it) and is never given ``cuda_graphs=True``;
+    a trial would only fail to capture. A class, not a closure: the space pickles."""
+
+    global_batch: int
+
+    def __call__(self, chosen: Mapping[str, Any], value: Any) -> str | None:
+        b = int(chosen.get("batch_size") or 0)
+        steps = accumulation(self.global_batch, b)
+        if value and steps > 1:
+            return (f"a captured step is a whole optimizer step, and batch_size {b} accumulates "
+                    f"{steps} micro-batches to the global batch {self.global_batch}")
+        return None
+
+
+def whole_steps(dom: Domain, global_batch: int) -> Domain:
+    """The cuda_graphs domain with ``GraphsAccumulate``'s rule, where it offers True."""
+    if True not in dom.values:
+        return dom
+    return replace(dom, refuses=GraphsAccumulate(int(global_batch)), reads=("batch_size",))
 
 
 def channels_last(env: Env, wl: Workload) -> Domain:

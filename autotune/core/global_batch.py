@@ -10,9 +10,11 @@ batch per rank is then ``G = batch_size x grad_accum`` of the baseline.
 A study *accumulates* when the user does (``grad_accum > 1``) or when ``study.keep_global_batch``
 asks it to. Then a trial's micro-batch ``b`` that divides ``G`` runs ``G / b`` micro-batches per
 optimizer step: the same training as the user's, only a different split of it; a micro-batch
-that does not divide ``G`` (one larger than ``G``) steps on its own, a global batch of its own
-(a change of training, said as such: core/effects.py). A study that does not accumulate runs
-every trial at accumulation 1, as autotune always did.
+that does not divide ``G`` (larger than ``G``, or smaller and not a divisor: 16 or 5 of a
+global batch of 24) steps on its own, a global batch of its own (a change of training, said as
+such: core/effects.py). The batch_size domain holds divisors of ``G`` beside its powers of two
+(``dividing_batches``), so the micro-batches that keep the user's training are tried. A study
+that does not accumulate runs every trial at accumulation 1, as autotune always did.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from autotune.core.workload import Workload, WorkloadError
 
 #: The key of ``Workload.defaults`` that declares the user's gradient accumulation.
 GRAD_ACCUM = "grad_accum"
+#: The smallest micro-batch of the global-batch ladder is the global batch / 2**this.
+MAX_ACCUM_LOG2 = 3
 
 
 def declared_accumulation(workload: Workload) -> int:
@@ -57,6 +61,18 @@ def accumulation(global_batch: int | None, batch_size: int) -> int:
     if not global_batch or b < 1 or global_batch % b:
         return 1
     return int(global_batch) // b
+
+
+def dividing_batches(global_batch: int, values: Iterable[int], least: int = 1) -> set[int]:
+    """Micro-batches that keep the global batch ``G``: for each of ``values`` (a domain's powers
+    of two), the largest divisor of ``G`` not above it (12 for 16 of a global batch of 24), and
+    the ladder ``G``, ``G/2``, ``G/4``, ``G/8`` where whole (as ``study.keep_global_batch``
+    searches); none below ``least``. A bounded set: not every divisor of a highly composite
+    ``G``, but one near each size the domain tries and the few largest."""
+    g = int(global_batch)
+    near = {max(d for d in range(1, min(int(v), g) + 1) if g % d == 0) for v in values if v >= 1}
+    ladder = {g // 2**k for k in range(MAX_ACCUM_LOG2 + 1) if g % 2**k == 0}
+    return {b for b in near | ladder if b >= least}
 
 
 def same_training_batch(batch_size: int, global_batch: int, values: Iterable[int]) -> int:

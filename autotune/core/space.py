@@ -16,8 +16,9 @@ from typing import Any
 import optuna
 
 from autotune.core.distributed import COMM_HOOKS
-from autotune.core.domains import Domain
+from autotune.core.domains import Domain, whole_steps
 from autotune.core.env import Env
+from autotune.core.global_batch import MAX_ACCUM_LOG2
 from autotune.core.knobs import IO_WORKERS_PER_CORE, KNOBS, Knob, KnobError
 from autotune.core.workload import Workload
 
@@ -213,17 +214,14 @@ def _limited(dom: Domain, limit: tuple[list[Any], str] | None) -> Domain:
     return replace(dom, values=kept, reason=why) if kept and kept != dom.values else dom
 
 
-#: study.keep_global_batch: the smallest micro-batch is the global batch / 2**this.
-MAX_ACCUM_LOG2 = 3
-
-
 def keep_global_batch(space: Space, global_batch: int, micro_batch: int | None = None) -> Space:
     """The space under ``study.keep_global_batch``: batch_size is the micro-batch, searched over
     the powers-of-two fractions of the global batch (G, G/2, ... G/8 where they divide it) and
     the user's own micro-batch (``micro_batch``: the workload's batch_size where it accumulates
     already, e.g. 1 of a global batch of 64); the gradient accumulation G / batch_size makes
-    every trial train with G samples per optimizer step. A user's narrowing of batch_size must
-    divide G."""
+    every trial train with G samples per optimizer step, and cuda_graphs is off where a
+    micro-batch accumulates (a captured step is a whole optimizer step). A user's narrowing of
+    batch_size must divide G."""
     g = int(global_batch)
     micro = int(micro_batch or g)
     dom = space.domains["batch_size"]
@@ -241,7 +239,9 @@ def keep_global_batch(space: Space, global_batch: int, micro_batch: int | None =
                         | ({micro} if g % micro == 0 else set()))
     why = (f"study.keep_global_batch: micro-batches of the global batch {g}, with "
            f"{g} / batch_size gradient-accumulation steps")
-    return replace(space, domains={**space.domains, "batch_size": Domain(values, why)},
+    graphs = whole_steps(space.domains["cuda_graphs"], g)  # no capture where a trial accumulates
+    return replace(space, domains={**space.domains, "batch_size": Domain(values, why),
+                                   "cuda_graphs": graphs},
                    baseline={**space.baseline,
                              "batch_size": micro if micro in values else values[-1]})
 

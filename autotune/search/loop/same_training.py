@@ -8,7 +8,8 @@ the search happened to keep their batch. So as the search ends, the best trial's
 every training knob set back to the user's (``same_training_knobs``: its workers, layout,
 AMP, compile... at the baseline's batch size; in a study that accumulates, at the user's
 global batch: the best's micro-batch where it divides it, else the largest of the domain
-below it that does, with the accumulation that makes up the rest) run as one more trial,
+below it that does, with the accumulation that makes up the rest, and without CUDA Graphs
+where it accumulates) run as one more trial,
 unpruned, unless a trial already measured them; the confirmation then races it and the fastest same-training trial of
 the search beside the finalists (results/trials.py same_training_finalists), one window each
 per round while they are in question.
@@ -37,8 +38,13 @@ def target(setup: StudySetup, study: optuna.Study) -> dict | None:
     best, base = best_trial(study), baseline_trial(study)
     if best is None or base is None or not changes_training(study, best, base):
         return None
-    return same_training_knobs(trial_attrs(best)["knobs"], trial_attrs(base)["knobs"],
-                               setup.global_batch, setup.space.domains["batch_size"].values)
+    knobs = same_training_knobs(trial_attrs(best)["knobs"], trial_attrs(base)["knobs"],
+                                setup.global_batch, setup.space.domains["batch_size"].values)
+    if knobs.get("cuda_graphs") and setup.grad_accum(knobs) > 1:
+        # The best captured a whole step at a micro-batch of its own; this one accumulates, and
+        # a captured step is a whole optimizer step (core/domains.GraphsAccumulate).
+        knobs["cuda_graphs"] = False
+    return knobs
 
 
 def measure_same_training(setup: StudySetup, study: optuna.Study, stop: StopFlag | None = None,
