@@ -13,6 +13,14 @@ with the same objects reuses the file, and trials read it by its absolute path. 
 torch module (``ToShip.on_cpu``: a model) is pickled with its tensors apart, in a safetensors
 file beside the pickle (core/tensor_file.py): written one tensor at a time from where they are,
 read by each trial from the memory-mapped file, never held twice in the user's process.
+
+Unpickling runs code, so a trial checks the pickle's bytes against the hash its name carries
+before loading them: a file changed after it was shipped (edited, corrupt, replaced) fails the
+trial, named, and is never unpickled. The check catches a changed file, not a deliberate one:
+whoever can write the study's folder or its storage can write a new file with a matching name
+and point the study at it, so a study folder and its storage are trusted like code (pickle's own
+warning: https://docs.python.org/3/library/pickle.html). The tensor file is data (safetensors
+holds no code) and is not hashed again on each load: that would read all of a model's weights.
 """
 
 from __future__ import annotations
@@ -74,7 +82,7 @@ def ship(parts: Mapping[str, Any], folder: Path, names: Mapping[str, str],
     if tensors is not None:
         blobs[TENSORS] = tensors.name.encode()
     payload = cloudpickle.dumps(blobs)
-    path = folder / f"{hashlib.sha1(payload).hexdigest()[:16]}.pkl"
+    path = folder / f"{content_name(payload)}.pkl"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(path, payload)
@@ -88,9 +96,11 @@ class Shipped:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
-            self._blobs: dict[str, bytes] = cloudpickle.loads(self.path.read_bytes())
+            payload = self.path.read_bytes()
         except FileNotFoundError as exc:
             raise _gone(self.path) from exc
+        check_hash(self.path, payload)
+        self._blobs: dict[str, bytes] = cloudpickle.loads(payload)
         name = self._blobs.pop(TENSORS, None)
         self.tensor_file = self.path.parent / name.decode() if name else None
         self._source = TensorSource(self.tensor_file) if self.tensor_file else None
@@ -110,6 +120,24 @@ class Shipped:
         if self.tensor_file is not None and not self.tensor_file.exists():
             raise _gone(self.tensor_file)
         return loads_apart(self._blobs[key], self._source)
+
+
+def content_name(payload: bytes) -> str:
+    """A shipped pickle's name: the start of its bytes' SHA-1 (``ship`` writes it so)."""
+    return hashlib.sha1(payload).hexdigest()[:16]
+
+
+def check_hash(path: Path, payload: bytes) -> None:
+    """Refuse a shipped pickle whose bytes are not the ones its name was made from, before
+    anything unpickles them, naming the file."""
+    found = content_name(payload)
+    if path.stem != found:
+        raise WorkloadError(
+            f"{path}: its content does not match its name (SHA-1 {found}...), so it is not the "
+            "file this study shipped: it was changed, replaced or damaged since. autotune does "
+            "not unpickle it (unpickling runs code: a study folder and its storage are trusted "
+            "like code). Start the study again from your objects (autotune.tune / the adapters' "
+            "tune) to ship them anew.")
 
 
 def _gone(path: Path) -> WorkloadError:
