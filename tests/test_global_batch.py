@@ -295,8 +295,16 @@ def test_a_best_yaml_without_grad_accum_keeps_the_trainers_accumulation(tmp_path
         hf.apply(trainer, legacy)
     said = [str(w.message) for w in caught if issubclass(w.category, KnobOverridden)]
     assert len(said) == 1 and "gradient_accumulation_steps=4 is kept" in said[0]
+    # The file's micro-batch 8 with the kept 4 steps: 32, not the user's 4 x 4 = 16.
+    assert "a global batch of 8 x 4 = 32 per rank where yours was 4 x 4 = 16" in said[0]
+    assert "stays as it is" not in said[0]
     assert trainer.args.gradient_accumulation_steps == 4
     assert trainer.args.per_device_train_batch_size == 8
+    with warnings.catch_warnings(record=True) as caught:  # the user's own micro-batch: kept
+        warnings.simplefilter("always")
+        hf.apply(_hf_trainer(tmp_path / "own"), {**legacy, "knobs": {**knobs, "batch_size": 4}})
+    said = [str(w.message) for w in caught if issubclass(w.category, KnobOverridden)]
+    assert len(said) == 1 and "so your global batch stays as it is" in said[0]
     # Lightning: the Trainer's own accumulation stays, said once when training starts.
     assert "accumulate_grad_batches" not in at_lightning.trainer_kwargs(legacy)
     assert at_lightning.trainer_kwargs({**legacy, "grad_accum": 2})["accumulate_grad_batches"] == 2
@@ -309,6 +317,7 @@ def test_a_best_yaml_without_grad_accum_keeps_the_trainers_accumulation(tmp_path
         fit.fit(module, at_lightning.prepare_datamodule(SmallData(), legacy))
     said = [str(w.message) for w in caught if issubclass(w.category, KnobOverridden)]
     assert len(said) == 1 and "accumulate_grad_batches=4 is kept" in said[0]
+    assert "a global batch of 8 x 4 = 32 per rank" in said[0]
     assert fit.accumulate_grad_batches == 4
 
 

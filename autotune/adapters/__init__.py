@@ -45,19 +45,30 @@ def accumulation(best: Mapping[str, Any]) -> int:
     return int(best.get("grad_accum") or 1)
 
 
-def keeps_own_accumulation(best: Mapping[str, Any], own: Any, field: str) -> bool:
+def keeps_own_accumulation(best: Mapping[str, Any], own: Any, field: str,
+                           own_batch: Any = None) -> bool:
     """Whether the user's own accumulation (``own``, their framework's ``field``) is to be
     kept: best.yaml carries none (written before autotune carried it, when every trial ran
-    unaccumulated), and theirs is more than 1. Warns once, naming the field: applying the
-    file's 1 would change their global batch, and its figure was measured without theirs."""
+    unaccumulated), and theirs is more than 1. Warns once, naming the field and the global
+    batch that results: the file's micro-batch times their accumulation, theirs only where the
+    micro-batch is their own (``own_batch``, where the caller knows it); its figure was
+    measured without their accumulation."""
     if "grad_accum" in best or int(own or 1) <= 1:
         return False
     from autotune.production.runtime import KnobOverridden
 
+    steps, micro = int(own), int(best["knobs"]["batch_size"])
+    if own_batch is not None and int(own_batch) == micro:
+        effect = "so your global batch stays as it is"
+    else:
+        yours = (f" where yours was {int(own_batch)} x {steps} = {int(own_batch) * steps}"
+                 if own_batch is not None else "")
+        effect = (f"with the file's micro-batch {micro}: a global batch of {micro} x {steps} = "
+                  f"{micro * steps} per rank{yours}, which the study did not measure")
     warnings.warn(
         f"autotune: this best.yaml carries no grad_accum (written before autotune read the "
-        f"accumulation): your {field}={int(own)} is kept, so your global batch stays as it is; "
-        "its figures were measured without accumulation. Run the study again to measure it "
+        f"accumulation): your {field}={steps} is kept, {effect}; its figures were measured "
+        f"without accumulation (micro-batch {micro} alone). Run the study again to measure it "
         "with yours.", KnobOverridden, stacklevel=3)
     return True
 

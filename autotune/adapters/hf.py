@@ -196,7 +196,7 @@ def tuned_arguments(args: Any, best: Any, collator: Any = None) -> Any:
     tuned = training_arguments_kwargs(best)
     # A best.yaml written before grad_accum was carried: the Trainer's own accumulation stays.
     keeps_own_accumulation(best_document(best), args.gradient_accumulation_steps,
-                           "gradient_accumulation_steps")
+                           "gradient_accumulation_steps", args.per_device_train_batch_size)
     accel = args.accelerator_config
     accel = accel.to_dict() if hasattr(accel, "to_dict") else dict(accel or {})
     tuned["accelerator_config"] = merged_accelerator_config(accel, tuned["accelerator_config"])
