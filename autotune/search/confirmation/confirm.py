@@ -134,42 +134,47 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         rounds.join(n)
     rounds, from_search = search_round(setup, trials, rounds)
     active = [t.number for t in finals if t.number not in dropped] or [t.number for t in finals]
+    # The selection's groups: every finalist the race left, dropped later or not (a drop is
+    # for good, selection.survivors replays the rounds; one that dropped another counts).
+    members = list(active)
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     sel = terms(setup, trials.values(), len({t.number for t in finals}))
     round_s = expected_round_s(trials.values())
     _announce(setup, base.number, active, same, runs, sel, round_s, from_search)
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
     why = None
-    settled = candidates(trials, rounds, active, base)
+    group = settled = candidates(trials, rounds, members, base)
     if race_rounds:  # the search raced: its rounds count, and may already be enough
         log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
     if rounds.order:  # a finalist with no round yet (its search window not comparable) stays
-        kept = eliminate(settled, same, sel)
+        kept = eliminate(group, same, sel)
         active = [n for n in active if n in {c.number for c in kept}
-                  or n not in {c.number for c in settled}]
+                  or n not in {c.number for c in group}]
         settled = kept
         if all(rounds.paired(n, base.number) for n in active if n != base.number):
-            why = _stop_reason(setup, rounds, settled, same, sel, runs, base.number, round_s)
+            why = _stop_reason(setup, rounds, group, same, sel, runs, base.number, round_s)
     while not why:
-        measuring = _measuring(setup, settled, same, sel) or set(active)
+        measuring = _measuring(setup, group, same, sel) or set(active)
         order = [n for n in trials if n in measuring or n == base.number]
         rng.shuffle(order)
         run_round(setup, trials, order, rounds, stop, run)
-        settled = eliminate(candidates(trials, rounds, active, base), same, sel)
+        group = candidates(trials, rounds, members, base)
+        settled = eliminate(group, same, sel)
         gone = sorted(set(active) - {c.number for c in settled})
         active = [c.number for c in settled]
-        why = _stop_reason(setup, rounds, settled, same, sel, runs, base.number, round_s)
-        against = (selection.decided(settled, same, sel)
-                   and not decided(settled, same, sel, _baseline(rounds, base.number)))
+        why = _stop_reason(setup, rounds, group, same, sel, runs, base.number, round_s)
+        against = (selection.decided(group, same, sel)
+                   and not decided(group, same, sel, _baseline(rounds, base.number)))
         log.info("  %s", progress_words(len(rounds.order), settled, sel, sum(rounds.seconds),
                                         setup.study.confirm_budget_s, base.number, said,
                                         busy_words(order, rounds.contended, base.number), gone,
                                         against))
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = candidates(trials, rounds, [t.number for t in finals], base)
-    record = _record([t.number for t in finals], rounds, every, settled, base, why, setup, sel)
-    decide_same(record, settled, same, sel)
-    record["decided"] = decided(settled, same, sel, _baseline(rounds, base.number))
+    record = _record([t.number for t in finals], rounds, every, settled, base, why, setup, sel,
+                     group)
+    decide_same(record, group, same, sel)
+    record["decided"] = decided(group, same, sel, _baseline(rounds, base.number))
     record["expected_round_s"] = round(round_s, 1)
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
     if from_search:
@@ -304,8 +309,9 @@ def _stop_reason(setup: StudySetup, rounds: Rounds, cands: list[Candidate], same
     took in late has fewer than the rounds run."""
     if not cands:
         return "failed"
+    live = eliminate(cands, same, sel) or cands  # the dropped ones' rounds stopped for good
     done = min((rounds.paired(c.number, base) if c.number != base else len(rounds.order))
-               for c in cands)
+               for c in live)
     if done < runs:
         return None
     prec = setup.study.confirm_precision
@@ -333,7 +339,9 @@ def past_end(setup: StudySetup, last: float) -> bool:
 
 def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
             settled: list[Candidate], base: FrozenTrial, why: str, setup: StudySetup,
-            sel: Selection) -> dict[str, Any]:
+            sel: Selection, group: list[Candidate]) -> dict[str, Any]:
+    """The confirmation's record; the choice (choose.decide) among the selection's whole
+    ``group``, whose drops it replays (``settled``: those still in question)."""
     record: dict[str, Any] = {
         "method": "randomized interleaved rounds; the finalist chosen by a fully sequential "
                   "indifference-zone selection (Kim and Nelson 2001) on the paired log ratios; "
@@ -363,7 +371,7 @@ def _record(finals: list[int], rounds: Rounds, cands: list[Candidate],
         "loads": [compact_load(c) for c in rounds.loads],
         "failures": rounds.failures,
     }
-    return decide(record, settled, sel)
+    return decide(record, group, sel)
 
 
 def _log(record: dict[str, Any], study: optuna.Study) -> None:

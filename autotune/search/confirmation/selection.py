@@ -226,8 +226,8 @@ def hardest(variance: float, sel: Selection, least: int = MIN_ROUNDS) -> int:
 
 
 def eliminated(cands: Sequence[Compared], sel: Selection) -> set[int]:
-    """The candidates KN drops this round: each one that some other still in the group leads
-    by more than W (all pairs against the group as it stood, as KN's I_old)."""
+    """The candidates KN drops on these rounds: each one that some other still in the group
+    leads by more than W (all pairs against the group as it stood, as KN's I_old)."""
     out = set()
     for a in cands:
         for b in cands:
@@ -238,15 +238,42 @@ def eliminated(cands: Sequence[Compared], sel: Selection) -> set[int]:
 
 
 def survivors(cands: Sequence[C], sel: Selection) -> list[C]:
-    """The candidates not dropped."""
-    gone = eliminated(cands, sel)
+    """The candidates not dropped by the last round: KN's elimination is for good, so the
+    group's rounds are replayed round by round (``dropped``), and one dropped at round 4
+    stays dropped though round 9's figures alone would keep it. ``cands`` is the whole group
+    (the dropped ones too: one that dropped another before it was dropped itself counts)."""
+    gone = dropped(tuple((c.number, tuple(c.runs), tuple(c.busy)) for c in cands), sel)
     return [c for c in cands if c.number not in gone]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A candidate's figures up to some round."""
+
+    number: int
+    runs: Runs
+    busy: Flags
+
+
+@lru_cache(maxsize=1 << 12)
+def dropped(group: tuple[tuple[int, Runs, Flags], ...], sel: Selection) -> frozenset[int]:
+    """Who KN has dropped from ``group`` (number, figures by round, contended by round) by its
+    last round: those dropped by the round before, and those the group left standing then
+    drops on the rounds so far. Kept per group and rounds, so a round adds one step."""
+    last = max((len(runs) for _, runs, _ in group), default=0)
+    if last == 0:
+        return frozenset()
+    before = dropped(tuple((n, r[:last - 1], b[:last - 1]) for n, r, b in group), sel)
+    standing = [_Seen(n, r, b) for n, r, b in group if n not in before]
+    return before | frozenset(eliminated(standing, sel))
 
 
 def racing(cands: Sequence[C], same: Collection[int], sel: Selection) -> list[C]:
     """The candidates still in question for either answer: survivors among all, and among the
     ``same``-training ones those that survive their own group (the same-training answer needs
-    its winner's interval though a faster one changes the training)."""
+    its winner's interval though a faster one changes the training). Each group drops for
+    good (``survivors``): one dropped from all the finalists but still in question for the
+    same-training answer is measured on for that answer and never judged again among all."""
     kept = {c.number for c in survivors(cands, sel)}
     kept |= {c.number for c in survivors([c for c in cands if c.number in same], sel)}
     return [c for c in cands if c.number in kept]

@@ -164,7 +164,8 @@ def _stop(setting: Setting, runs: dict[int, list[float | None]], busy: dict[int,
     decided, then the round cap (``Setting.max_rounds``, the budget counted in rounds)."""
     if not cands:
         return "failed"
-    if min(_paired(runs, c.number) for c in cands) >= setting.runs:
+    live = selection.racing(cands, (), sel) or cands
+    if min(_paired(runs, c.number) for c in live) >= setting.runs:
         base = Candidate(BASE, cands[0].interval, 0, 0.0, tuple(runs[BASE]), tuple(busy[BASE]))
         if decided(cands, (), sel, base):
             return "decided"
@@ -174,21 +175,23 @@ def _stop(setting: Setting, runs: dict[int, list[float | None]], busy: dict[int,
 def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.ndarray
           ) -> Outcome:
     """One study decided as confirm.confirm decides it (no race, no same-training group, no
-    precision): its windows are ``figures[round, configuration]`` (round 0 the search's)."""
+    precision): its windows are ``figures[round, configuration]`` (round 0 the search's).
+    The selection reads the whole group every round (its drops replayed, selection.survivors);
+    the next round measures those still in question."""
     k = len(setting.speedups)
     numbers = list(range(1, k + 1))
     runs: dict[int, list[float | None]] = {n: [] for n in [BASE, *numbers]}
     busy: dict[int, list[bool]] = {n: [] for n in runs}
     sel = Selection(setting.zone, setting.confidence, max(2, k),
                     float(statistics.median(halves.tolist())))
-    active, why, settled = list(numbers), None, []
+    active, why, group = list(numbers), None, []
     if setting.search_round:
         for n in runs:
             runs[n].append(float(figures[0, n]))
             busy[n].append(False)
-        settled = selection.racing(_candidates(runs, busy, active), (), sel)
-        active = [c.number for c in settled]
-        why = _stop(setting, runs, busy, settled, sel)
+        group = _candidates(runs, busy, numbers)
+        active = [c.number for c in selection.racing(group, (), sel)]
+        why = _stop(setting, runs, busy, group, sel)
     r = 0
     while not why:
         r += 1
@@ -196,20 +199,20 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
             measured = n == BASE or n in active
             runs[n].append(float(figures[r, n]) if measured else None)
             busy[n].append(bool(flags[r, n]) if measured else False)
-        settled = selection.racing(_candidates(runs, busy, active), (), sel)
-        active = [c.number for c in settled]
-        why = _stop(setting, runs, busy, settled, sel)
-    return _outcome(setting, runs, settled, sel, why)
+        group = _candidates(runs, busy, numbers)  # the dropped too: drops are replayed
+        active = [c.number for c in selection.racing(group, (), sel)]
+        why = _stop(setting, runs, busy, group, sel)
+    return _outcome(setting, runs, group, sel, why)
 
 
-def _outcome(setting: Setting, runs: dict[int, list[float | None]], settled: list[Candidate],
+def _outcome(setting: Setting, runs: dict[int, list[float | None]], group: list[Candidate],
              sel: Selection, why: str) -> Outcome:
     """What the study exports (choose.decide) and whether it is right."""
     record = decide({"baseline_trial": BASE, "runs": {str(n): v for n, v in runs.items()},
-                     "precision": None}, settled, sel)
+                     "precision": None}, group, sel)
     leader = int(record["leader"])
     truth = setting.speedups[leader - 1]
-    iv = next(c.interval for c in settled if c.number == leader)
+    iv = next(c.interval for c in group if c.number == leader)
     correct = math.log(max(setting.speedups) / truth) < math.log1p(setting.zone) - 1e-9
     return Outcome(leader, correct, iv.low <= truth <= iv.high, len(runs[BASE]), why)
 
