@@ -137,6 +137,28 @@ def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
     assert iv["rounds"] == record["rounds"] - 1 > record["rounds"] - raced_rounds
 
 
+def test_the_race_fixes_k_at_the_most_finalists_the_confirmation_can_hold(
+        tmp_path: Path) -> None:
+    """KN's k is fixed before the first round: the race's Bonferroni level alpha/(k-1) counts
+    the most finalists the confirmation can hold (2 x confirm_top, and 2 same-training
+    candidates), not the contenders left, so it does not grow towards alpha as they drop."""
+    from autotune.results.record import study_attrs
+
+    setup = _setup(tmp_path, confirm_top=3, confirm_budget_s=300, race=True)
+    knobs = _knobs(setup)
+    names = {json.dumps(k, sort_keys=True): n for n, k in knobs.items()}
+    study = optuna.create_study(direction="maximize")
+    run = _serve(names, [])
+    systems = []
+    for name, value in (("base", 100.0), ("b64", 195.0), ("b128", 210.0), ("b128", 0.0),
+                        ("b128", 0.0)):
+        t = study.trials[-1] if not value else _tell(study, name, knobs[name], value)
+        if race_round(setup, study, t, run=run):
+            systems.append(study_attrs(study)["race"]["selection"]["systems"])
+    assert raced(study)[1], "batch 64 was to be dropped"  # one contender left after the drop
+    assert systems == [8] * len(systems) and len(systems) >= 3
+
+
 def test_the_race_keeps_to_its_share_of_the_confirmation_budget(tmp_path: Path,
                                                               caplog: Any) -> None:
     """Rounds during the search spend the confirmation's budget: at most RACE_BUDGET_SHARE of

@@ -10,7 +10,8 @@ confirmation's kind runs at once: those close finalists still in the race and th
 each once, in a random order (rounds.run_round). A contender is dropped by the confirmation's
 own rule (confirm.eliminate: the indifference-zone selection, on the rounds that count, the
 contenders' search windows the first where comparable), so the race and the confirmation
-never disagree on what a round shows. The rounds and the drops are kept in the study (``race``), so a killed study
+never disagree on what a round shows; its k is fixed at the most finalists the confirmation
+can hold (``most_finalists``), as KN fixes it. The rounds and the drops are kept in the study (``race``), so a killed study
 resumes with them and the confirmation starts from them: their windows count in its least
 rounds, its first stage and its budget (study.confirm_budget_s covers the race's rounds and
 its own), and a finalist the search found late gets its rounds there.
@@ -90,17 +91,28 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     run_round(setup, trials, order, rounds, stop, run)
     with_search, _ = search_round(setup, trials, rounds)  # compared as the confirmation will
     cands = candidates(trials, with_search, [t.number for t in contenders], base)
-    sel = terms(setup, trials.values(), len(contenders))
+    sel = terms(setup, trials.values(), most_finalists(setup.study.confirm_top))
     same = {n for n, t in trials.items() if not changes_training(study, t, base)}
     kept = {c.number for c in eliminate(cands, same, sel)}
     out = sorted({c.number for c in cands} - kept)
     dropped |= set(out)
-    set_study_attrs(study, {"race": {**rounds.as_dict(), "dropped": sorted(dropped)}})
+    set_study_attrs(study, {"race": {**rounds.as_dict(), "dropped": sorted(dropped),
+                                     "selection": sel.as_dict()}})
     log.info("  race round %d (%.0fs): %s%s", len(rounds.order), rounds.seconds[-1],
              "; ".join(f"trial {c.number} {c.interval.text()}" for c in cands),
              f"; dropped trial(s) {', '.join(map(str, out))}: another is ahead by more than "
              f"the selection allows (study.indifference={sel.zone:g})" if out else "")
     return True
+
+
+def most_finalists(top: int) -> int:
+    """KN's k for the race: the most finalists the confirmation can hold (results/trials:
+    ``finalists`` takes at most 2 x study.confirm_top, ``same_training_finalists`` 2 more),
+    fixed before the first round. KN fixes k at the start; counting the contenders not yet
+    dropped, as the race did until 2026-12-03, let alpha/(k-1) grow towards alpha as it
+    dropped them, while its drops hold in the confirmation. A contender a later trial pushed
+    out of the finalists was compared too; the bound does not count it."""
+    return 2 * max(1, top) + 2
 
 
 def _no_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
