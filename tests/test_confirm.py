@@ -718,7 +718,9 @@ def test_a_round_beside_other_work_says_what_became_of_its_windows() -> None:
 @pytest.mark.parametrize("override,words", [
     ("study.indifference=0", ["study.indifference=0", "between 0 and 1"]),
     ("study.indifference=1.5", ["study.indifference=1.5", "not worth a choice"]),
-    ("study.correct_selection=0.3", ["study.correct_selection=0.3", "at least 0.5"]),
+    ("study.correct_selection=0.3", ["study.correct_selection=0.3", "above 0.5"]),
+    # KN needs 1 - alpha > 1/k: at two finalists 0.5 leaves no continuation region.
+    ("study.correct_selection=0.5", ["study.correct_selection=0.5", "above 0.5", "1/k"]),
     ("study.correct_selection=1", ["study.correct_selection=1", "below 1"]),
     ("study.confirm_precision=-0.1", ["study.confirm_precision=-0.1", "or null"]),
 ])

@@ -69,10 +69,15 @@ def _check_study(cfg: Config) -> None:
     if not 0 < s.indifference < 1:
         raise UsageError(f"study.indifference={s.indifference} must be a fraction between 0 and "
                          "1: the difference in speed not worth a choice (0.05: 5%).")
-    if not 0.5 <= s.correct_selection < 1:
-        raise UsageError(f"study.correct_selection={s.correct_selection} must be a probability "
-                         "of at least 0.5 and below 1: how sure the confirmation must be that "
-                         "it kept the fastest finalist (0.95: 95%).")
+    if not 0.5 < s.correct_selection < 1:
+        # Kim and Nelson's procedure needs 1 - alpha > 1/k: at k = 2, the fewest finalists a
+        # confirmation compares, 0.5 leaves its triangle no continuation region (h² = 0).
+        raise UsageError(f"study.correct_selection={s.correct_selection} is not valid: it is "
+                         "the probability that the confirmation keeps the fastest finalist, "
+                         "and must lie above 0.5 and below 1 (0.95: 95%). At 0.5 or less, "
+                         "with two finalists, Kim and Nelson's procedure has no rounds to "
+                         "wait for (1 - alpha must exceed 1/k for k finalists): it would "
+                         "choose on the toss of the first rounds' means.")
     if s.confirm_precision is not None and s.confirm_precision <= 0:
         raise UsageError(f"study.confirm_precision={s.confirm_precision} must be a positive "
                          "fraction (0.05: +-5%), or null to stop the rounds once the choice is "
