@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.adapters import best_document, in_process, keeps_own_accumulation
+from autotune.adapters import hf_user_optim as user_optim
 from autotune.adapters.ddp import (
     accelerator_ddp_kwargs,
     launched,
@@ -54,9 +55,7 @@ from autotune.adapters.hf_workload import (
 from autotune.core import sequences
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.shipping import ToShip
-from autotune.core.training import (
-    with_padding,
-)
+from autotune.core.training import apply_optimizer_impl, optimizer_kwargs, with_padding
 from autotune.production.best import BestConfig, load_best
 
 __all__ = ["HFTrainerWorkload", "HFTuned", "HFWorkload", "apply", "training_arguments_kwargs",
@@ -150,10 +149,13 @@ def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
              "model_name": f"{type(model).__module__}.{type(model).__qualname__}",
              "model_class": f"{type(base).__module__}.{type(base).__qualname__}",
              "dataset_name": f"{type(loader.dataset).__name__} of {len(loader.dataset)} rows"}
+    if trainer.optimizer is not None:  # Trainer(optimizers=(opt, ...)): the one it steps
+        parts["user_optimizer"] = user_optim.describe(trainer.optimizer, model)
     names = {"model": "the Trainer's model", "model_recipe": "the Trainer's model's recipe",
              "dataset": "the Trainer's train_dataset", "collator": "the Trainer's data_collator",
              "trainer_class": "the Trainer's class", "callbacks": "the Trainer's callbacks",
-             "processing_class": "the SFTTrainer's processing_class"}
+             "processing_class": "the SFTTrainer's processing_class",
+             "user_optimizer": "the Trainer's optimizer"}
     target = "autotune.adapters.hf_workload.HFTrainerWorkload"
     if is_sft(trainer):
         parts.update(sft_parts(trainer))
@@ -230,6 +232,9 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     trainer.args = new
     trainer._train_batch_size = new.train_batch_size
     trainer.create_accelerator_and_postprocess()
+    if trainer.optimizer is not None and knobs.get("optimizer", "") is None:
+        # The Trainer's own optimizer, measured as it is: kept, with the measured flags.
+        apply_optimizer_impl(trainer.optimizer, **optimizer_kwargs(knobs))
     if sharded_study(doc):  # the shards' mixed precision, which no field holds (adapters/fsdp.py)
         if not set_plugin_precision(trainer.accelerator, doc):
             warnings.warn(f"autotune: the study measured sharding={knobs['sharding']}, but this "

@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune.adapters import accumulation, best_document, load_object
+from autotune.adapters import hf_user_optim as user_optim
 from autotune.adapters.ddp import (
     gradient_accumulation_kwargs,
     syncs_each_batch,
@@ -84,6 +85,9 @@ class HFWorkload(Workload):
         **HF_LIMITS,
     }
     cpu_sharding = HF_CPU_SHARDING
+    #: The Trainer's own optimizer instance, as adapters/hf_user_optim.py rebuilds it (None:
+    #: the Trainer builds TrainingArguments.optim).
+    user_optimizer: dict[str, Any] | None = None
     #: The verify side for this workload: the user's Trainer.train (autotune/production/verify.py).
     verifier = "autotune.adapters.hf_verify"
 
@@ -205,6 +209,8 @@ class HFWorkload(Workload):
         (default: the user's own), torch's AdamW fused where ``impl`` says so; its parameter
         groups and the bitsandbytes embedding rule from ``model``. Its ``max_grad_norm`` is
         clipped by the step (core/training.py), after GradScaler unscales, as in the Trainer."""
+        if self.user_optimizer is not None:  # Trainer(optimizers=(opt, ...)): that class
+            return user_optim.build(self.user_optimizer, model, params, **impl)
         own = optimizer_defaults(self.full_args["optim"])["optimizer"]
         name = trainer_optim({"optimizer": optim or own, "optimizer_impl": impl_name(impl)})
         return build(self.full_args, name, params, model)
@@ -239,6 +245,19 @@ class HFTrainerWorkload(HFWorkload):
         self._model_traits(resolve_target(traits), config)
         self._configure(self.shipped["training_args"], self.shipped["dataset"],
                         self.shipped["collator"], static_shapes)
+        if "user_optimizer" in self.shipped:  # Trainer(optimizers=(opt, ...)): that one
+            self._own_optimizer(self.shipped["user_optimizer"])
+
+    def _own_optimizer(self, spec: dict[str, Any]) -> None:
+        """The Trainer's own optimizer instance as the baseline (adapters/hf_user_optim.py):
+        no ``optim`` (the Trainer ignores it), its implementation flags searched within what
+        its class takes."""
+        self.user_optimizer = spec
+        flags = user_optim.takes(spec["cls"])
+        self.defaults = {**self.defaults, "optimizer": None, "optimizer_impl": spec["impl"]}
+        self.knob_limits = {**self.knob_limits, "optimizer_impl": (
+            ["default", *flags], f"the Trainer's own {spec['cls'].__name__} takes "
+            f"{' and '.join(f'{f}=' for f in flags) or 'no fused= or foreach='}")}
 
     def model(self) -> nn.Module:
         """A fresh copy of the user's model each call: rebuilt from its recipe, or its shipped
@@ -365,7 +384,9 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
         "dataloader_pin_memory": bool(k["pin_memory"]),
         "dataloader_prefetch_factor": int(k["prefetch_factor"] or 2) if workers else None,
         "dataloader_persistent_workers": bool(k["persistent_workers"]) if workers else False,
-        "optim": trainer_optim(k),  # the user's own, or its form the search chose
+        # The user's own, or its form the search chose; none for the Trainer's own optimizer
+        # instance (optimizer null: Trainer(optimizers=...)), which the Trainer steps instead.
+        **({} if "optimizer" in k and k["optimizer"] is None else {"optim": trainer_optim(k)}),
         "accelerator_config": {"non_blocking": bool(k["non_blocking"])},
     }
     # Ranks that accumulate: sync_each_batch as the trials communicated (accumulation_no_sync).
