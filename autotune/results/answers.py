@@ -32,14 +32,18 @@ from autotune.results.trials import (
     changes_training,
     chosen_trial,
     over_limit,
+    ranked_trials,
+    refused,
     study_optimizer,
     training_setting,
 )
 
 
-def speedup_words(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, Any]) -> str | None:
+def speedup_words(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, Any],
+                  study: optuna.Study | None = None) -> str | None:
     """The speedup in words with its 95% interval over the confirmation's paired rounds
-    ("1.38x, 95% CI 1.31-1.45x, 6 rounds"); without confirmation, one window each."""
+    ("1.38x, 95% CI 1.31-1.45x, 6 rounds"); without confirmation, one window each. Where none
+    is shown, the real reason (``study``: the numerics check's refusals, the other trials)."""
     if base is not None and over_limit(base) and best.number != base.number:
         # Your own configuration does not fit: the figure is the fitting one's against it.
         ratio = conf.get("speedup_text") or (
@@ -47,21 +51,44 @@ def speedup_words(best: FrozenTrial, base: FrozenTrial | None, conf: dict[str, A
             if base.value and best.value else "not measured")
         return (f"{ratio} of your own configuration (trial {base.number}), which is over the "
                 "memory limit: this is the fastest configuration measured that fits")
+    out = sorted(refused(study)) if study is not None else []
     if conf.get("speedup_text"):
         if conf.get("leader") == conf.get("baseline_trial"):
-            return (f"none: your own configuration (trial {conf.get('leader')}) measured fastest "
-                    "among the finalists")
+            return _refused_words(out, base, study) or (
+                f"none: your own configuration (trial {conf.get('leader')}) measured fastest "
+                "among the finalists")
         if conf.get("established") is False:
             return (f"none shown: the fastest finalist, trial {conf.get('leader')}, measured "
                     f"{conf['speedup_text']}, an interval that includes 1.0")
         return str(conf["speedup_text"])
     if base is None or not base.value or not best.value:
         return None
-    if best.number == base.number:  # no other trial finished: nothing was compared
+    if best.number == base.number:
+        if refusal := _refused_words(out, base, study):
+            return refusal
+        if study is not None and len(ranked_trials(study)) > 1:
+            return (f"none: no configuration read faster than yours (trial {base.number}) by "
+                    "more than its windows' noise")
         return (f"none: your own configuration (trial {base.number}) is the only one "
                 "measured to the end")
     return (f"{best.value / base.value:.2f}x (one search window each: no interval; "
             "study.confirm_runs=3 or more states one)")
+
+
+def _refused_words(out: list[int], base: FrozenTrial | None, study: optuna.Study | None
+                   ) -> str | None:
+    """Why the user's own configuration is kept where the numerics check refused faster ones
+    (None: it refused none faster): said, so that "speedup: none" is not read as "nothing
+    was faster"."""
+    trials = study.get_trials(deepcopy=False) if study is not None else []
+    faster = [n for n in out if base is not None and base.value
+              and (trials[n].value or 0.0) > base.value]
+    if base is None or not faster:
+        return None
+    return (f"none: your own configuration (trial {base.number}) is kept: trial(s) "
+            f"{', '.join(map(str, faster))} measured faster and were refused by the numerics "
+            "check (their loss left your own seed-to-seed spread: see numerics), and no "
+            "configuration that keeps your arithmetic was shown faster than yours")
 
 
 def file_of(answer: str, setting: str) -> str:
@@ -82,9 +109,18 @@ def _checked(study: optuna.Study, t: FrozenTrial) -> str | None:
         return None
     if e.get("passed") is False:
         return "refused by the numerics check"
-    dev = e.get("max_rel_dev")
-    return ("numerics check passed" + (f", max loss deviation {dev:.2%}" if dev is not None
-                                      else ""))
+    return "numerics check passed, " + check_figures(e)
+
+
+def check_figures(e: dict[str, Any]) -> str:
+    """A passed check's figures: "tail loss 1.20% from yours (tolerance 10.00%, your runs'
+    spread 2.10%)"; a check recorded before the spread was measured: its step-by-step one."""
+    if e.get("deviation") is None and e.get("max_rel_dev") is not None:
+        return f"max loss deviation {e['max_rel_dev']:.2%}"
+    if e.get("spread") is None:  # the user's own numerics: nothing was compared
+        return "your own arithmetic"
+    return (f"tail loss {float(e['deviation']):.2%} from yours (tolerance "
+            f"{float(e['tolerance']):.2%}, your runs' spread {float(e['spread']):.2%})")
 
 
 def _entry(study: optuna.Study, t: FrozenTrial, base: FrozenTrial | None,
@@ -95,7 +131,7 @@ def _entry(study: optuna.Study, t: FrozenTrial, base: FrozenTrial | None,
     out: dict[str, Any] = {
         "answer": answer, "trial": t.number, "file": file_of(answer, training_setting(study)),
         "speedup": conf.get("speedup") if conf else None,
-        "speedup_text": speedup_words(t, base, conf), "changes": changes,
+        "speedup_text": speedup_words(t, base, conf, study), "changes": changes,
         "numerics": _numerics(knobs, base_knobs), "learning_rate": None,
         "numerics_check": _checked(study, t)}
     if "batch_size" in changes:  # the global batch changed: the rule of its optimizer's family
@@ -120,7 +156,7 @@ def training_section(study: optuna.Study, best: FrozenTrial, conf: dict[str, Any
     if other_trial is None or other_trial.number == best.number:
         pass
     elif base is not None and other_trial.number == base.number:
-        section["yours"] = (speedup_words(other_trial, base, other_conf) if other_conf else
+        section["yours"] = (speedup_words(other_trial, base, other_conf, study) if other_conf else
                             "no trial of the search that trains the same model read faster "
                             "than yours")
     else:

@@ -124,7 +124,7 @@ def best_document(study: optuna.Study, storage_url: str,
         ),
         # The speedup in words with its 95% interval over the confirmation's paired rounds
         # ("1.38x, 95% CI 1.31-1.45x, 6 rounds"); without confirmation, one window each.
-        "speedup_text": speedup_words(best, base, conf),
+        "speedup_text": speedup_words(best, base, conf, study),
         "speedup_search": (
             round(best.value / base.value, 3) if base and base.value and best.value else None
         ),
@@ -238,9 +238,12 @@ def _numerics(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """The numerics check per checked trial, without the loss curves (in the study)."""
     if not record:
         return None
-    return {"steps": record.get("steps"), "trials": {
-        n: {k: v for k, v in e.items() if k not in ("losses", "reference_losses")}
-        for n, e in (record.get("trials") or {}).items()}}
+    return {"steps": record.get("steps"), "tail_steps": record.get("tail_steps"),
+            "reference_seeds": record.get("reference_seeds"),
+            "noise_multiple": record.get("noise_multiple"), "words": record.get("words"),
+            "speed_only": record.get("speed_only"), "trials": {
+                n: {k: v for k, v in e.items() if k not in ("losses", "reference_losses")}
+                for n, e in (record.get("trials") or {}).items()}}
 
 
 def _verdict(t: FrozenTrial, trials: list[FrozenTrial]) -> dict[str, Any] | None:

@@ -18,7 +18,8 @@ from typing import Any, Literal, Protocol, TypedDict, cast
 
 from optuna.trial import FrozenTrial
 
-Source = Literal["baseline", "sampler", "agent", "requeue", "start_from", "same_training"]
+Source = Literal["baseline", "sampler", "agent", "requeue", "start_from", "same_training",
+                 "speed_only"]
 
 
 class OwnerAttrs(TypedDict, total=False):

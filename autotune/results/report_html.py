@@ -24,7 +24,7 @@ import optuna
 
 from autotune.core.config import StudyConfig
 from autotune.core.files import atomic_write
-from autotune.results import report_loader
+from autotune.results import report_loader, report_numerics
 from autotune.results.compare import compare_html, compare_markdown, compare_studies
 from autotune.results.report_data import gather
 from autotune.results.report_plots import figures
@@ -86,6 +86,7 @@ def headline(d: dict[str, Any]) -> list[str]:
         lines.append(_padding_line(b, m))
     if (best.get("training") or {}).get("words"):
         lines.append(f"Training: {best['training']['words']}")
+    lines += report_numerics.headline(best)
     if conf.get("tie_settling"):
         lines.append(f"Tie with the leader: {conf['tie_settling']['words']}")
     if conf.get("tie"):
@@ -218,6 +219,7 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
                       _hidden(r.get("trace_allreduce_ms"), r.get("trace_overlap_share")),
                       _hidden(r.get("ddp_comm_ms"), r.get("ddp_overlap_share"))]
                      for r in d["comm"] if not r.get("sharding")]))
+    out += report_numerics.table(d["best"])
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
                 [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
     return out

@@ -47,6 +47,7 @@ from autotune.search.loop.failfast import (
     paragraph,
 )
 from autotune.search.loop.same_training import measure_same_training
+from autotune.search.loop.speed_only import fall_back
 from autotune.search.round_spread import round_spread
 from autotune.search.setup import StopFlag, StudySetup, create_study
 
@@ -173,6 +174,8 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
         with StopFlag() as stop:
             try:
                 check_numerics(setup, study, stop)
+                # Refusals that left an answer slower: its speed-only configuration instead.
+                fall_back(setup, study, stop, _exporter(setup), confirming)
             except Interrupted:
                 log.warning("numerics check interrupted; best.yaml left unchecked")
                 code = 130 if stop.reason == "SIGINT" else 143

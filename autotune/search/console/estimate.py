@@ -50,6 +50,7 @@ from autotune.results.trials import (
 )
 from autotune.search.checks.numerics import reference_knobs
 from autotune.search.checks.scaling import SCALING_ROUNDS
+from autotune.search.checks.spread import REFERENCE_SEEDS
 from autotune.search.confirmation.confirm import only_baseline, selection_rounds, trusted_rounds
 from autotune.search.confirmation.rounds import (
     Rounds,
@@ -64,9 +65,9 @@ from autotune.search.contended import BusyMachine
 from autotune.search.round_spread import RoundSpread, expected_rounds
 from autotune.search.setup import StudySetup
 
-#: Runs of a numerics check besides one per answer checked: the reference twice (its
-#: run-to-run deviation bounds the tolerance, search/checks/numerics.py), one per batch size.
-REFERENCE_RUNS = 2
+#: Runs of a numerics check besides one per answer checked: the user's configuration at
+#: several seeds (their spread is the tolerance: search/checks/spread.py), one per batch size.
+REFERENCE_RUNS = REFERENCE_SEEDS
 #: Answers the numerics check runs before the search says which: best.yaml's, and the one
 #: that trains the same model where that differs (search/checks/numerics.py checks no other).
 ANSWERS_CHECKED = 2
@@ -364,7 +365,8 @@ def answer_leaders(study: optuna.Study, finals: list[FrozenTrial], same: list[Fr
 
 def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
     """As check_numerics runs them: each answer's trial whose knobs differ from its reference
-    once, each distinct reference twice (a refused answer's next one is not foreseen). A reference trains with the baseline's numerics at the finalist's batch size, so
+    once, each distinct reference at REFERENCE_RUNS seeds (a refused answer's next one is not
+    foreseen). A reference trains with the baseline's numerics at the finalist's batch size, so
     its steps are the baseline's scaled by the batch (``_reference_step_s``), not the
     finalist's: the README's CPU study's bf16 finalists' runs took 5-7 s each and their fp32
     references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s
@@ -383,7 +385,7 @@ def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial)
         if key not in refs:
             own_step_s = float((attrs.get("step_ms") or {}).get("median") or 0.0) / 1e3
             ref_step_s = max(own_step_s, _reference_step_s(base, int(knobs["batch_size"])))
-            total += 2 * (run_s + steps * (ref_step_s - own_step_s))
+            total += REFERENCE_RUNS * (run_s + steps * (ref_step_s - own_step_s))
         refs.add(key)
     return total
 

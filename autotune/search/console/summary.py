@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.core.tokens import TOKENS
-from autotune.results.answers import answer_words
+from autotune.results.answers import answer_words, check_figures
 from autotune.results.compile_cost import summary_lines
 from autotune.results.trust import baseline_noise
 from autotune.search.setup import StudySetup
@@ -73,11 +73,8 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
         print(f"  {doc['scaling']['words']}")
     if doc.get("sharding"):
         print(f"  sharding: {doc['sharding']['words']}")
-    for n, e in ((doc.get("numerics") or {}).get("trials") or {}).items():
-        dev = "-" if e.get("max_rel_dev") is None else f"{e['max_rel_dev']:.2%}"
-        print(f"  numerics trial {n}: " + (
-            f"ok, max loss deviation {dev} (tolerance {e['tolerance']:.2%}, "
-            f"{'/'.join(e['families'])})" if e.get("passed") else e.get("reason") or "refused"))
+    for line in numerics_lines(doc.get("numerics") or {}):
+        print(f"  {line}")
     wall = (doc.get("study") or {}).get("wall") or {}
     if wall.get("words"):
         print(f"  wall time: {wall['words']}")
@@ -88,6 +85,22 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
     print(f"  best config: {setup.out_dir / 'best.yaml'}"
           + (f" (and {setup.out_dir / other})" if other else "")
           + f"   all trials: {setup.out_dir / 'trials.csv'}")
+
+
+def numerics_lines(numerics: dict[str, Any]) -> list[str]:
+    """The numerics check's outcome (what it refused and what was exported instead), then
+    each checked trial's verdict with its figures."""
+    out = [f"numerics: {numerics['words']}"] if numerics.get("words") else []
+    for n, e in (numerics.get("trials") or {}).items():
+        fams = "/".join(e.get("families") or [])
+        if not e.get("passed"):
+            out.append(f"numerics trial {n}: {e.get('reason') or 'refused'}")
+        elif e.get("deviation") is None and e.get("max_rel_dev") is not None:  # older record
+            out.append(f"numerics trial {n}: ok, max loss deviation {e['max_rel_dev']:.2%} "
+                       f"(tolerance {e['tolerance']:.2%}, {fams})")
+        else:
+            out.append(f"numerics trial {n}: ok, {check_figures(e)}; {fams}")
+    return out
 
 
 def confirmation_lines(doc: dict[str, Any]) -> list[str]:
