@@ -161,6 +161,7 @@ def _trial(number: int, knobs: dict[str, Any], value: float, source: str = "samp
         system_attrs={"constraints": [-1.0]})
 
 
+@pytest.mark.slow  # trial subprocesses (the check's runs)
 def test_a_chaotic_recipes_bf16_run_that_trains_like_yours_is_accepted(tmp_path: Path) -> None:
     """Step by step, the bf16 run of a recipe whose first steps are chaotic drifts more than
     the AMP tolerance from the fp32 run of the same seed (the check refused such runs before);
@@ -177,6 +178,7 @@ def test_a_chaotic_recipes_bf16_run_that_trains_like_yours_is_accepted(tmp_path:
         max(DEFAULT_TOLERANCE["amp"], NOISE_MULTIPLE * entry["spread"]), abs=1e-5)
 
 
+@pytest.mark.slow  # trial subprocesses (the check's runs)
 def test_a_wrong_cast_is_refused_beyond_your_own_spread(tmp_path: Path) -> None:
     """bf16 rounds the offset logits away: the loss does not come down as yours does, at
     either seed; refused with the figures a user checks it by. The same knobs in fp32 pass."""
@@ -197,6 +199,7 @@ def test_a_wrong_cast_is_refused_beyond_your_own_spread(tmp_path: Path) -> None:
     assert ok["max_rel_dev"] < 1e-3 and len(refs) == 1, ok
 
 
+@pytest.mark.slow  # trial subprocesses (the check's runs)
 def test_a_diverging_reference_is_uninformative_not_a_refusal(tmp_path: Path) -> None:
     """Your own configuration's loss goes non-finite: its runs say nothing about another
     arithmetic, so the finalist is reported unchecked (and exported), not refused."""

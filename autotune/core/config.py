@@ -189,21 +189,24 @@ class StudyConfig:
         "best-same-training.yaml (any) or best-any-training.yaml (same) where it is another "
         "configuration."))
     numerics_steps: int = _key(10, help=(
-        "Numerics check before export (autotune/search/checks/numerics.py): each finalist's first N "
-        "optimizer steps against the baseline's numerics (same seed, data order and batch "
-        "size, and fed as the finalist is: its DataLoader workers, prefetch, pinning, so "
-        "random augmentations draw the same crops), in trial subprocesses; the reference runs "
-        "twice and the tolerance is at least twice its run-to-run deviation; beyond its "
-        "knob family's tolerance a finalist is not exported and the next one is (a finalist "
-        "that moves input stages to the device is refused without blaming a knob family: its "
-        "data differ). Deviations are in best.yaml (`numerics`) and the summary. 0: off."))
+        "Numerics check before export (autotune/search/checks/numerics.py): each exported "
+        "finalist's first N optimizer steps against your own configuration's at 3 seeds "
+        "(your numerics at the finalist's batch size, fed as the finalist is: its DataLoader "
+        "workers, prefetch, pinning), in trial subprocesses. A finalist is refused only when "
+        "its loss over the last N/2 steps lies further from your runs' mean than 3x their "
+        "seed-to-seed spread (at least its knob family's study.numerics_tolerance), at two "
+        "seeds; a non-finite loss is refused, and a reference that diverges leaves the "
+        "finalist unchecked. A refused finalist is not exported and the next one is; where "
+        "that leaves an answer slower, the refused one's speed knobs with your arithmetic "
+        "are measured, confirmed and exported (the speed-only answer). Figures in best.yaml "
+        "(`numerics`), the summary and the report. 0: off."))
     numerics_tolerance: dict[str, float] = _key(default_factory=dict, help=(
-        "Largest relative loss deviation allowed, by the knob families a configuration "
-        "changes (the loosest applies). Keys: default, amp, compile, cuda_graphs, "
-        "device_transform, tf32, attention, padding_free, comm_hook, sharding, "
-        "fsdp_param_dtype, fsdp_reduce_dtype; defaults (default 0.05, amp and fsdp_param_dtype "
-        "0.10, the others 0.05) and their measured starting points in "
-        "autotune/search/checks/numerics.py."))
+        "The least relative deviation of the loss over the last steps allowed, by the knob "
+        "families a configuration changes (the loosest applies); your own runs' spread "
+        "widens it. Keys: default, amp, compile, cuda_graphs, device_transform, tf32, "
+        "attention, padding_free, comm_hook, sharding, fsdp_param_dtype, fsdp_reduce_dtype; "
+        "defaults (default 0.05, amp and fsdp_param_dtype 0.10, the others 0.05) and their "
+        "measured starting points in autotune/search/checks/numerics.py."))
     start_from: str | None = _key(None, help=(
         "Enqueue this earlier study's best configuration right after the baseline (same "
         "storage rule as `compare_to`)."))
