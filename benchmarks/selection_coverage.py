@@ -3,7 +3,7 @@ selection and the coverage of the exported 95% interval, per design, with the co
 own code deciding (autotune/search/confirmation/simulate.py says what the windows carry).
 
     python -m benchmarks.selection_coverage [--studies 1000] [--seed 0] [--workers 2]
-        [--json FILE] [--quick]
+        [--json FILE] [--quick] [--before FILE]
 
 It measures nothing on this machine (no window runs): the windows are drawn. Each row is one
 design: k finalists at Kim and Nelson's least favourable configuration (the best ahead of the
@@ -21,8 +21,10 @@ import argparse
 import json
 import math
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from autotune.search.confirmation.simulate import (
@@ -39,16 +41,22 @@ KS = (2, 3, 5, 7)
 
 
 def designs(quick: bool = False) -> list[tuple[str, Setting]]:
-    """The rows: (name, setting)."""
-    out: list[tuple[str, Setting]] = []
-    for k in (2, 5) if quick else KS:
-        for spread in (0.03, 0.10) if quick else SPREADS:
-            for search in (False, True):
-                out.append(("lfc", Setting(lfc(k), Noise(spread), search_round=search)))
+    """The rows: (name, setting). The confirmation as it runs (no search round) over the whole
+    grid; the search's windows as round 1 (as before 2026-12-03), plain or each the best of 3
+    of its configuration's (``search_pool``), where the question was whether they may stay."""
+    ks, spreads = ((2, 5), (0.03, 0.10)) if quick else (KS, SPREADS)
+    out = [("lfc", Setting(lfc(k), Noise(spread))) for k in ks for spread in spreads]
+    for k in (2, 5):
+        for spread in (0.03, 0.10):
+            out.append(("lfc", Setting(lfc(k), Noise(spread), search_round=True)))
+    for spread in (0.03, 0.10):
+        out.append(("lfc", Setting(lfc(5), Noise(spread), search_round=True, search_pool=3)))
     for search in (False, True):
         out.append(("lfc", Setting(lfc(3), Noise(0.10), search_round=search, contended=2)))
-        out.append(("equal", Setting((2.0,) * 5, Noise(0.10), search_round=search)))
-        out.append(("equal", Setting((2.0,) * 5, Noise(0.03), search_round=search)))
+    for spread in (0.03, 0.10):
+        for search, pool in ((False, 1), (True, 1), (True, 3)):
+            out.append(("equal", Setting((2.0,) * 5, Noise(spread), search_round=search,
+                                         search_pool=pool)))
     return out
 
 
@@ -64,17 +72,32 @@ def _row(job: tuple[str, Setting, int, int]) -> dict[str, Any]:
             "setting": asdict(setting)}
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
+def _search(r: dict[str, Any]) -> str:
+    pool = int(r["setting"].get("search_pool") or 1)
+    return "no" if not r["search_round"] else "yes" if pool == 1 else f"yes, best of {pool}"
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["design"], r["k"], r["spread"], _search(r), r["contended"])
+
+
+def table(rows: list[dict[str, Any]], before: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """The rows as a markdown table; ``before``: an earlier run's rows (``--json``), shown
+    beside the rows they match."""
+    old = {_key(r): r for r in before}
     lines = ["| design | k | spread | search round 1 | contended round | studies | correct "
-             "selection (nominal 95%) | coverage (nominal 95%) | mean rounds | ended by the cap |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "selection (nominal 95%) | coverage (nominal 95%) | mean rounds | ended by the cap "
+             "| before: correct selection, coverage |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        b = old.get(_key(r))
+        was = f"{100 * b['pcs']:.1f}%, {100 * b['coverage']:.1f}%" if b else "-"
         lines.append(
             f"| {r['design']} | {r['k']} | {100 * r['spread']:.0f}% | "
-            f"{'yes' if r['search_round'] else 'no'} | {r['contended'] or '-'} | {r['studies']} | "
+            f"{_search(r)} | {r['contended'] or '-'} | {r['studies']} | "
             f"{100 * r['pcs']:.1f}% ± {100 * r['pcs_se']:.1f} | "
             f"{100 * r['coverage']:.1f}% ± {100 * r['coverage_se']:.1f} | {r['rounds']:.1f} | "
-            f"{100 * r['capped']:.0f}% |")
+            f"{100 * r['capped']:.0f}% | {was} |")
     return lines
 
 
@@ -85,6 +108,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--quick", action="store_true", help="fewer designs")
+    ap.add_argument("--before", help="an earlier run's --json, shown beside the rows")
     args = ap.parse_args()
     jobs = [(name, s, args.studies, args.seed + i) for i, (name, s) in
             enumerate(designs(args.quick))]
@@ -93,7 +117,8 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     print(f"commit {commit}")
-    print("\n".join(table(rows)))
+    before = json.loads(Path(args.before).read_text())["rows"] if args.before else []
+    print("\n".join(table(rows, before)))
     n = 100 * args.studies
     for k in (2, 5, 7):
         pair = [curse(n, k=k, search_round=s, seed=args.seed, slow_share=0.1, drift=0.035)

@@ -554,21 +554,22 @@ def test_a_disturbed_round_is_measured_again_before_the_choice(tmp_path: Path,
             "comparison") in caplog.text, caplog.text
 
 
-def test_the_search_windows_are_the_first_round(tmp_path: Path) -> None:
-    """Where the finalists' search windows are quiet and as long as a round's, they are round
-    1: the confirmation runs one round fewer and says so."""
+def test_the_search_windows_are_not_a_round(tmp_path: Path) -> None:
+    """The finalists' search windows, quiet and as long as a round's, order the finalists but
+    are not a round: they made the finalists (the winner's curse) and ran minutes apart, and
+    with them as round 1 a simulated confirmation's interval covered 88% where 3 fresh rounds'
+    covered 92% (selection.py, docs/benchmarks.md). The rounds are the confirmation's own."""
     from autotune.search.confirmation import confirm as confirm_mod
 
     figures = {"base": 100.0, "b128": 210.0, "b64": 150.0, "five": 140.0}
     setup, study, names = _served_study(tmp_path, budget_s=300, spread=0.005, searched=figures)
     seen: list[tuple[int, str]] = []
     record = confirm_mod.confirm(setup, study, 3, 3, run=_serve(names, seen, figures))
-    assert record is not None and record["search_round"] == sorted(_numbers(study, names).values())
-    assert record["rounds"] == MIN_ROUNDS and len({i for i, _ in seen}) == MIN_ROUNDS - 1
-    assert record["order"][0] == record["search_round"] and record["runs"]["0"][0] == 100.0
+    assert record is not None and "search_round" not in record
+    assert record["rounds"] == len({i for i, _ in seen}) >= MIN_ROUNDS
     from autotune.search.console.summary import confirmation_lines
     said = " ".join(confirmation_lines({"metrics": {}, "baseline": {}, "confirmation": record}))
-    assert "(the first the search's own windows)" in said
+    assert "search's own windows" not in said
 
 
 def test_each_round_says_where_the_choice_stands_and_when_it_may_end() -> None:

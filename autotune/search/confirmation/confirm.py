@@ -5,8 +5,9 @@ once at the start is exposed to whatever the machine was doing then. So after th
 ``top`` fastest distinct configurations and the baseline are measured again in rounds: each
 round runs every one of them once, in a random order (Abedi and Brecht, ICPE 2017: randomized
 multiple interleaved trials; a fixed order lets a periodic load or a warming machine favour
-one position). The finalists' own search windows are the first round where comparable
-(rounds.search_round), and the rounds of the search's race, where it raced, the next ones.
+one position). The finalists' search windows made them finalists and ran minutes apart: they
+order the finalists but are not a round (selection.py says what a simulation measured with
+them); the rounds of the search's race, where it raced, are the first ones.
 
 The rounds answer which finalist to export, not how fast each one is to +-5%: a fully
 sequential indifference-zone selection (search/confirmation/selection.py; Kim and Nelson, ACM
@@ -71,7 +72,6 @@ from autotune.search.confirmation.rounds import (
     load_summary,
     raced,
     run_round,
-    search_round,
 )
 from autotune.search.confirmation.selection import PRECISE_ROUNDS, Selection, trusted_rounds
 from autotune.search.confirmation.words import (
@@ -132,7 +132,6 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     race_rounds, race_s = len(rounds.order), sum(rounds.seconds)
     for n in trials:
         rounds.join(n)
-    rounds, from_search = search_round(setup, trials, rounds)
     active = [t.number for t in finals if t.number not in dropped] or [t.number for t in finals]
     # The selection's groups: every finalist the race left, dropped later or not (a drop is
     # for good, selection.survivors replays the rounds; one that dropped another counts).
@@ -140,13 +139,13 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     sel = terms(setup, trials.values(), len({t.number for t in finals}))
     round_s = expected_round_s(trials.values())
-    _announce(setup, base.number, active, same, runs, sel, round_s, from_search)
+    _announce(setup, base.number, active, same, runs, sel, round_s)
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
     why = None
     group = settled = candidates(trials, rounds, members, base)
     if race_rounds:  # the search raced: its rounds count, and may already be enough
         log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
-    if rounds.order:  # a finalist with no round yet (its search window not comparable) stays
+    if rounds.order:  # the race's rounds; a finalist with no round in them yet stays
         kept = eliminate(group, same, sel)
         active = [n for n in active if n in {c.number for c in kept}
                   or n not in {c.number for c in group}]
@@ -177,8 +176,6 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     record["decided"] = decided(group, same, sel, _baseline(rounds, base.number))
     record["expected_round_s"] = round(round_s, 1)
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
-    if from_search:
-        record["search_round"] = from_search
     if race_rounds:
         record["race"] = {"rounds": race_rounds, "spent_s": round(race_s, 1),
                           "dropped": sorted(dropped)}
@@ -229,7 +226,7 @@ def answers(settled: list[Candidate], same: Collection[int], sel: Selection) -> 
 
 
 def _announce(setup: StudySetup, base: int, active: list[int], same: Collection[int], runs: int,
-              sel: Selection, round_s: float, from_search: list[int]) -> None:
+              sel: Selection, round_s: float) -> None:
     """Say what the rounds compare, when they stop, and what they are expected to cost."""
     others = [n for n in active if n != base]
     prec = setup.study.confirm_precision
@@ -242,16 +239,13 @@ def _announce(setup: StudySetup, base: int, active: list[int], same: Collection[
              f"{100 * sel.noise:.1f}%" if sel.noise else "not known how",
              f", then the answers to +-{100 * prec:.0f}% (study.confirm_precision)"
              if prec is not None else "", setup.study.confirm_budget_s)
-    if from_search:
-        log.info("  round 1 is the search's own windows of trials %s (quiet, and as long as a "
-                 "round's)", ", ".join(map(str, from_search)))
     if set(same) - {base}:
         log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
                  "for the same-training answer", ", ".join(map(str, sorted(set(same) - {base}))))
     spread = setup.round_spread
     expected = (selection_rounds(spread.spread, sel, max(runs, sel.first)) if spread else 0)
     log.info("  %s", round_words(round_s, runs, setup.study.confirm_budget_s, expected,
-                                 spread.words() if spread else "", bool(from_search)))
+                                 spread.words() if spread else ""))
 
 
 def selection_rounds(spread: float, sel: Selection, least: int) -> int:

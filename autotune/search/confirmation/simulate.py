@@ -68,7 +68,11 @@ class Noise:
 class Setting:
     """One simulated study design: the finalists' true speedups over the baseline (1.0), the
     noise, whether the search's windows are round 1, which confirmation round (1-based) is
-    contended (None: none), and the study's terms."""
+    contended (None: none), and the study's terms. ``changed``: each finalist's knobs changed
+    (the tie-break among finalists within the zone; () all 1: the tie goes to the highest
+    figure, where the export's own selection favours luck most). ``search_pool``: each
+    finalist's search window is the highest of this many (a finalist the search kept among
+    others of about its speed because its window read highest; 1: a plain window)."""
 
     speedups: tuple[float, ...]
     noise: Noise = field(default_factory=Noise)
@@ -78,6 +82,8 @@ class Setting:
     confidence: float = 0.95
     runs: int = 3
     max_rounds: int = MAX_ROUNDS
+    changed: tuple[int, ...] = ()
+    search_pool: int = 1
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,11 @@ def windows(setting: Setting, studies: int, rng: np.random.Generator
     slow = rng.random(shape) < n.slow_share
     logs += np.where(slow, np.log1p(-rng.uniform(*n.slow, shape)), 0.0)
     logs[:, 0, :] += rng.normal(0.0, n.drift, (studies, len(truth)))  # the search's, apart
+    for _ in range(setting.search_pool - 1):  # the search kept the highest of its windows
+        other = (truth + rng.normal(0.0, n.spread, (studies, len(truth)))
+                 + rng.normal(0.0, n.offset, (studies, len(truth)))
+                 + rng.normal(0.0, n.drift, (studies, len(truth))))
+        logs[:, 0, 1:] = np.maximum(logs[:, 0, 1:], other[:, 1:])
     busy = np.zeros(shape, dtype=bool)
     if setting.contended is not None:
         r = setting.contended  # the confirmation's round r is index r (0 is the search's)
@@ -142,7 +153,7 @@ def windows(setting: Setting, studies: int, rng: np.random.Generator
 
 
 def _candidates(runs: dict[int, list[float | None]], busy: dict[int, list[bool]],
-                numbers: Sequence[int]) -> list[Candidate]:
+                numbers: Sequence[int], changed: Sequence[int] = ()) -> list[Candidate]:
     """The finalists as confirm.candidates builds them: each one's interval over the baseline
     on the rounds that count, its figures and contended windows."""
     out = []
@@ -150,7 +161,8 @@ def _candidates(runs: dict[int, list[float | None]], busy: dict[int, list[bool]]
         either = [a or b for a, b in zip(busy[n], busy[BASE], strict=False)]
         iv = interval_of(runs[n], runs[BASE], either)
         if iv.rounds:
-            out.append(Candidate(n, iv, 1, 0.0, tuple(runs[n]), tuple(busy[n])))
+            knobs = changed[n - 1] if changed else 1
+            out.append(Candidate(n, iv, knobs, 0.0, tuple(runs[n]), tuple(busy[n])))
     return out
 
 
@@ -189,7 +201,7 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
         for n in runs:
             runs[n].append(float(figures[0, n]))
             busy[n].append(False)
-        group = _candidates(runs, busy, numbers)
+        group = _candidates(runs, busy, numbers, setting.changed)
         active = [c.number for c in selection.racing(group, (), sel)]
         why = _stop(setting, runs, busy, group, sel)
     r = 0
@@ -199,7 +211,7 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
             measured = n == BASE or n in active
             runs[n].append(float(figures[r, n]) if measured else None)
             busy[n].append(bool(flags[r, n]) if measured else False)
-        group = _candidates(runs, busy, numbers)  # the dropped too: drops are replayed
+        group = _candidates(runs, busy, numbers, setting.changed)  # the dropped too: drops are replayed
         active = [c.number for c in selection.racing(group, (), sel)]
         why = _stop(setting, runs, busy, group, sel)
     return _outcome(setting, runs, group, sel, why)
@@ -238,13 +250,14 @@ def expected_rounds(setting: Setting, studies: int = 400, seed: int = 0) -> floa
 
 def curse(studies: int, k: int = 5, spread: float = 0.10, offset: float = 0.04,
           search_round: bool = True, seed: int = 0, slow_share: float = 0.0,
-          drift: float = 0.0) -> float:
+          drift: float = 0.0, search_pool: int = 1) -> float:
     """The winner's curse alone, vectorised: k finalists all truly 2.0x, the one whose round 1
     read fastest exported over 3 rounds (round 1 its search window, or a fresh round), and the
     coverage of its 3-round 95% interval over the baseline (results/intervals: Student's t on
     the log ratios). With ``search_round`` False the export is chosen on its search window
     alike, but its interval rests on 3 fresh rounds."""
-    setting = Setting((2.0,) * k, Noise(spread, offset, slow_share, drift=drift), max_rounds=6)
+    setting = Setting((2.0,) * k, Noise(spread, offset, slow_share, drift=drift), max_rounds=6,
+                      search_pool=search_pool)
     figures, _, _ = windows(setting, studies, np.random.default_rng(seed))
     logs = np.log(figures[:, :, 1:] / figures[:, :, :1])  # ratio to the baseline, by round
     pick = np.argmax(figures[:, 0, 1:], axis=1)  # the fastest search window

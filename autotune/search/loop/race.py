@@ -8,8 +8,8 @@ Here, after a trial whose window puts it among the finalists (results/trials.fin
 within FINALIST_BAND of the fastest of them (one that could be the best), one round of the
 confirmation's kind runs at once: those close finalists still in the race and the baseline,
 each once, in a random order (rounds.run_round). A contender is dropped by the confirmation's
-own rule (confirm.eliminate: the indifference-zone selection, on the rounds that count, the
-contenders' search windows the first where comparable), so the race and the confirmation
+own rule (confirm.eliminate: the indifference-zone selection, on the rounds that count; the
+contenders' search windows are not a round, as in the confirmation), so the race and the confirmation
 never disagree on what a round shows; its k is fixed at the most finalists the confirmation
 can hold (``most_finalists``), as KN fixes it. The rounds and the drops are kept in the study (``race``), so a killed study
 resumes with them and the confirmation starts from them: their windows count in its least
@@ -42,7 +42,7 @@ from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs
 from autotune.results.trials import baseline_trial, changes_training, finalists, over_limit
 from autotune.search.confirmation.confirm import candidates, eliminate, terms
-from autotune.search.confirmation.rounds import expected_round_s, raced, run_round, search_round
+from autotune.search.confirmation.rounds import expected_round_s, raced, run_round
 from autotune.search.loop.budget import search_stop
 from autotune.search.setup import StopFlag, StudySetup
 
@@ -89,8 +89,7 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     order = list(trials)
     random.Random(f"{study.study_name}-{setup.seed}-race-{len(rounds.order)}").shuffle(order)
     run_round(setup, trials, order, rounds, stop, run)
-    with_search, _ = search_round(setup, trials, rounds)  # compared as the confirmation will
-    cands = candidates(trials, with_search, [t.number for t in contenders], base)
+    cands = candidates(trials, rounds, [t.number for t in contenders], base)
     sel = terms(setup, trials.values(), most_finalists(setup.study.confirm_top))
     same = {n for n, t in trials.items() if not changes_training(study, t, base)}
     kept = {c.number for c in eliminate(cands, same, sel)}
