@@ -128,7 +128,8 @@ def test_the_meter_counts_steps_and_times_batches_without_a_loader(
             rt.meter().step(rt.batch_size)
     text = str(record[0].message)
     assert "meter.wrap(loader)" not in text and "unknown" not in text
-    assert "the loader is slower than measured" in text
+    # On a busy machine the cause named is the load (the meter reads it: a busy CI runner).
+    assert "the loader is slower than measured" in text or "busy with other work" in text
     summary = meter.summary()
     assert summary["steps"] == 14 and summary["data_wait_share"] > 0.2
     assert summary["between_ms"] >= 20 and summary["inside_ms"] >= 25
@@ -137,10 +138,12 @@ def test_the_meter_counts_steps_and_times_batches_without_a_loader(
 
 def test_a_meter_that_times_nothing_says_how_to_time_batches_from_a_function() -> None:
     meter = autotune.Meter(100_000.0, warmup_steps=1, window_steps=2)
-    with pytest.warns(autotune.SlowerThanMeasured, match=r"rt\.batches\(get_batch\)"):
+    with pytest.warns(autotune.SlowerThanMeasured) as record:
         for _ in range(5):
             time.sleep(0.01)
             meter.step(8)
+    text = str(record[0].message)  # on a busy machine the load is the cause it names
+    assert "rt.batches(get_batch)" in text or "busy with other work" in text
     with meter.wait():  # the context a loop of its own puts around its batch call
         time.sleep(0.01)
     assert meter._wait >= 0.01

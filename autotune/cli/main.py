@@ -65,8 +65,10 @@ def _app(cfg: DictConfig) -> None:
 
 
 def verify_main(argv: list[str]) -> int:
-    """``autotune verify <study> [--rounds N] [--steps N] [--warmup N] [--script train.py
-    [args...]]``: the realized speedup in the production path (autotune/production/verify.py)."""
+    """``autotune verify <study> [--rounds N] [--steps N] [--warmup N] [-- python train.py
+    ARGS...]``: the realized speedup in the production path (autotune/production/verify.py).
+    A study of your command (``autotune -- python train.py ...``) verifies that command
+    unless another is given; each side ends once its window is measured."""
     import argparse
 
     from autotune.cli.api import StudyError, verify
@@ -81,10 +83,16 @@ def verify_main(argv: list[str]) -> int:
                     help="run --script as this many ranks under torchrun (before --script)")
     ap.add_argument("--script", nargs=argparse.REMAINDER, default=None,
                     help="your training script and its arguments, run as they are")
+    command: list[str] | None = None
+    if "--" in argv:  # autotune verify STUDY -- python train.py ARGS...
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
+        if command and Path(command[0]).name.startswith("python"):
+            command = command[1:]
     a = ap.parse_args(argv)
     try:
         result = verify(a.study, rounds=a.rounds, steps=a.steps, warmup=a.warmup,
-                        script=a.script or None, nproc_per_node=a.nproc_per_node)
+                        script=command or a.script or None, nproc_per_node=a.nproc_per_node)
     except (StudyError, ValueError) as exc:
         fail(str(exc))
         return 2
@@ -116,7 +124,7 @@ def follow_main(argv: list[str]) -> int:
 #: dispatches through this table only, so a subcommand cannot exist without its --help line
 #: (``verify`` and ``follow`` had none until 2026-12-01: tests/test_help.py).
 SUBCOMMANDS: dict[str, tuple[Callable[[list[str]], int], str, str]] = {
-    "verify": (verify_main, "STUDY [--rounds N] [--script train.py ARGS...]",
+    "verify": (verify_main, "STUDY [--rounds N] [-- python train.py ARGS...]",
                "the speedup realized in your training: the study's best.yaml against your "
                "own settings, in rounds (--script: your own script, run as it is)"),
     "follow": (follow_main, "STUDY_DIR",
@@ -135,6 +143,35 @@ def subcommands_block() -> str:
     return "\n".join(lines)
 
 
+def script_overrides(argv: list[str]) -> list[str]:
+    """``autotune [overrides] -- python train.py ARGS...``: the overrides, and the command as
+    the script workload's (workloads/script.py), its name the script's and its working
+    directory this one; without ``--``, ``argv`` as it is."""
+    if "--" not in argv:
+        return argv
+    cut = argv.index("--")
+    command = argv[cut + 1:]
+    if not command:
+        fail("`autotune ... --` needs the command you train with after it: "
+             "`autotune [overrides] -- python train.py ARGS...`")
+    from autotune.core.workload import WorkloadError
+    from autotune.workloads.script import check_command, script_of
+
+    try:
+        command = check_command(command)
+    except WorkloadError as exc:
+        fail(str(exc))
+    name = Path(script_of(command)).stem.replace(".", "-")
+    return [*argv[:cut], "workload._target_=autotune.workloads.script.ScriptWorkload",
+            f"++workload.command=[{','.join(_quoted(a) for a in command)}]",
+            f"++workload.cwd={_quoted(os.getcwd())}", f"++workload.name={_quoted(name)}"]
+
+
+def _quoted(text: str) -> str:
+    """A string as one quoted Hydra override value: quotes escaped, no interpolation."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${") + "'"
+
+
 def main() -> None:
     if sys.argv[1:2] in (["--version"], ["-V"]):
         print(f"autotune {__version__}")
@@ -147,7 +184,7 @@ def main() -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
-    sys.argv[1:] = force_workload_args(sys.argv[1:])
+    sys.argv[1:] = force_workload_args(script_overrides(sys.argv[1:]))
     if not any(a.startswith("-") for a in sys.argv[1:]):  # a study, not --help or --cfg
         start_server_soon()  # after sys.path has the working directory: trials inherit it
     check_overrides(sys.argv[1:])

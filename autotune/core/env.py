@@ -156,6 +156,11 @@ def probe(requested: str, timeout_s: float = 120.0) -> Env:
     return Env.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+#: Set on a script's discovery run (workloads/script.py): where the script's ``autotune.Runtime``
+#: writes the settings its calls passed and the knobs they reach (production/settings.py).
+DISCOVER_ENV = "AUTOTUNE_DISCOVER"
+
+
 def child_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a child: our import path, so user workloads found by the driver
     (installed, on PYTHONPATH, or in the working directory) are found by the child too."""

@@ -20,7 +20,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,10 @@ from autotune.production.best import BestConfig
 TOLERANCE = 0.15
 #: Where a meter writes its summary when the process exits (set by ``autotune verify``).
 OUT_ENV = "AUTOTUNE_METER_OUT"
+#: ``WARMUP,STEPS`` (set by ``autotune verify`` on a script's side): the meter's warm-up and
+#: one window of that many steps, after which the run ends, its summary written: a side of
+#: verify's rounds is its window, not the script's whole run.
+WINDOW_ENV = "AUTOTUNE_METER_WINDOW"
 #: The machine's load is read at a window's end at most this often: a reading (a few /proc
 #: reads, 1.5 ms on this project's 2-core VM) at every 50 steps of a fast GPU loop would cost
 #: it more; at most every 0.25 s it is under 1% of the host's time, and the summary's reading
@@ -44,22 +48,60 @@ class SlowerThanMeasured(UserWarning):
     """The production run is slower than the study's confirmed figure."""
 
 
+def distributed_barrier() -> None:
+    """Under torchrun every rank reaches its window's end at the same step: wait for the
+    others, so that no rank ends while another is in a collective with it."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+class Timed:
+    """``meter.wrap(loader)``: iterates the loader, each wait for a batch timed for the
+    meter; ``len()`` is the loader's (a recipe's ``MetricLogger.log_every`` reads it)."""
+
+    def __init__(self, loader: Iterable[Any], meter: Meter):
+        self.loader, self.meter = loader, meter
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.loader)
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.meter._waited(time.perf_counter() - t)
+            yield batch
+
+
 class Meter:
     """Samples/sec of the user's loop against ``expected`` (the study's confirmed figure).
 
     ``knobs``/``device``/``memory_limit_gb`` feed the diagnosis rules that name the cause."""
 
-    def __init__(self, expected_samples_per_sec: float, *, knobs: dict[str, Any] | None = None,
-                 device: str = "cpu", memory_limit_gb: float | None = None,
-                 measured_data_wait: float | None = None, warmup_steps: int = 20,
-                 window_steps: int = 50, tolerance: float = TOLERANCE):
-        if expected_samples_per_sec <= 0:
+    def __init__(self, expected_samples_per_sec: float | None, *,
+                 knobs: dict[str, Any] | None = None, device: str = "cpu",
+                 memory_limit_gb: float | None = None, measured_data_wait: float | None = None,
+                 warmup_steps: int = 20, window_steps: int = 50, tolerance: float = TOLERANCE,
+                 on_step: Callable[[int, float, Any], None] | None = None):
+        if expected_samples_per_sec is not None and expected_samples_per_sec <= 0:
             raise ValueError(f"expected_samples_per_sec={expected_samples_per_sec!r}: must be > 0 "
                              "(best.yaml's metrics.samples_per_sec)")
         if warmup_steps < 0 or window_steps < 1 or not 0 < tolerance < 1:
             raise ValueError(f"warmup_steps={warmup_steps} (>= 0), window_steps={window_steps} "
                              f"(>= 1), tolerance={tolerance} (between 0 and 1) are not all valid")
-        self.expected = float(expected_samples_per_sec)
+        #: None: nothing to compare with (a script's own run before any study, or a trial).
+        self.expected = None if expected_samples_per_sec is None else float(expected_samples_per_sec)
+        #: Each step's samples, wait for its batch and loss go here too (a script trial's
+        #: window, production/settings.py).
+        self.on_step = on_step
+        self._wait_all = 0.0  # every wait since the run began
+        self._wait_seen = 0.0  # ... up to the last step given to on_step
         self.knobs = dict(knobs or {})
         self.device, self.memory_limit_gb = device, memory_limit_gb
         self.measured_data_wait = measured_data_wait
@@ -81,6 +123,10 @@ class Meter:
         # window's start to the latest reading at a window's end.
         self._load0: Snapshot | None = None
         self._load1: Snapshot | None = None
+        self._end_at: int | None = None  # the step after which the run ends (WINDOW_ENV)
+        if os.environ.get(WINDOW_ENV):
+            warm, steps = (int(v) for v in os.environ[WINDOW_ENV].split(","))
+            self.warmup_steps, self.window_steps, self._end_at = warm, steps, warm + steps
         if os.environ.get(OUT_ENV) and os.environ.get("RANK", "0") == "0":  # one writer per run
             atexit.register(self.write_summary, os.environ[OUT_ENV])
 
@@ -96,18 +142,15 @@ class Meter:
                    memory_limit_gb=doc.get("memory_limit_gb"),
                    measured_data_wait=best.metrics.get("data_wait_share"), **kwargs)
 
-    def wrap(self, loader: Iterable[Any]) -> Iterator[Any]:
-        """Yield the loader's batches, timing how long the loop waits for each (host clock)."""
+    def wrap(self, loader: Iterable[Any]) -> Timed:
+        """The loader's batches, timing how long the loop waits for each (host clock); its
+        ``len()`` is the loader's, for a loop that logs its progress by it."""
         self._wrapped = True
-        it = iter(loader)
-        while True:
-            t = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            self._wait += time.perf_counter() - t
-            yield batch
+        return Timed(loader, self)
+
+    def _waited(self, seconds: float) -> None:
+        self._wait += seconds
+        self._wait_all += seconds
 
     @contextlib.contextmanager
     def wait(self) -> Iterator[None]:
@@ -119,11 +162,16 @@ class Meter:
         try:
             yield
         finally:
-            self._wait += time.perf_counter() - t
+            self._waited(time.perf_counter() - t)
 
-    def step(self, batch_size: int) -> None:
+    def step(self, batch_size: int, loss: Any = None) -> None:
         """Count one training step of ``batch_size`` samples. Costs a clock read; every
-        ``window_steps`` steps after warm-up the window's figure is compared."""
+        ``window_steps`` steps after warm-up the window's figure is compared. ``loss``: the
+        step's loss (a tensor is read only where needed): a study of your script compares
+        configurations' losses with it (the numerics check)."""
+        if self.on_step is not None:
+            waited, self._wait_seen = self._wait_all - self._wait_seen, self._wait_all
+            self.on_step(int(batch_size) * distributed.world_size(), waited, loss)
         self.steps += 1
         if self.steps <= self.warmup_steps:
             if self.steps == self.warmup_steps:
@@ -148,6 +196,7 @@ class Meter:
             self._total_wait += self._wait
             self._total_steps += self._counted
             slow = (self.warning is None and self.samples_per_sec is not None
+                    and self.expected is not None
                     and self.samples_per_sec < (1 - self.tolerance) * self.expected)
             if slow or self._load1 is None or time.monotonic() - self._load1.at >= LOAD_EVERY_S:
                 last, self._load1 = self._load1 or self._load0, snapshot()
@@ -155,6 +204,18 @@ class Meter:
                     self.warning = self._message(between(last, self._load1) if last else None)
                     warnings.warn(self.warning, SlowerThanMeasured, stacklevel=2)
             self._start(now)
+        if self._end_at is not None and self.steps >= self._end_at:
+            self._end_run()
+
+    def _end_run(self) -> None:
+        """verify's side has its window: the summary written, the run ends here (its
+        evaluation and saving are not what verify measures)."""
+        from autotune.measure.script_window import end_process
+
+        if os.environ.get(OUT_ENV) and os.environ.get("RANK", "0") == "0":
+            self.write_summary(os.environ[OUT_ENV])
+        distributed_barrier()
+        end_process(0)
 
     def summary(self) -> dict[str, Any]:
         """samples/sec over every full window since warm-up (not only the last), the mean
@@ -192,10 +253,10 @@ class Meter:
             self._load0 = snapshot()
 
     def _message(self, load: dict[str, Any] | None) -> str:
-        rate = self.samples_per_sec or 0.0
+        rate, expected = self.samples_per_sec or 0.0, self.expected or 0.0
         head = (f"autotune meter: this run trains at {rate:,.1f} samples/s over its last "
-                f"{self.window_steps} steps, {100 * (1 - rate / self.expected):.0f}% below the "
-                f"study's confirmed {self.expected:,.1f} samples/s.")
+                f"{self.window_steps} steps, {100 * (1 - rate / expected):.0f}% below the "
+                f"study's confirmed {expected:,.1f} samples/s.")
         if load and load.get("contended"):  # the study's figure is a quiet machine's
             return (f"{head} Likely cause: the machine was busy with other work while it ran: "
                     f"{'; '.join(load.get('reasons') or [])}; the study measured its windows "

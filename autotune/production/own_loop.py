@@ -38,6 +38,7 @@ from autotune.core.stages import Stage, run_device_stages
 from autotune.core.training import AMP_DTYPES, compile_model, set_optimizer_impl
 from autotune.production import batch_source
 from autotune.production.best import BestConfig
+from autotune.production.settings import AMP_NAMES, Source
 
 
 class MeasuredAutocast(contextlib.ContextDecorator):
@@ -70,6 +71,7 @@ class OwnLoop:
     device: torch.device
     stages: list[Stage]
     best: BestConfig
+    source: Source  # where the knobs come from (production/settings.py)
     _meter: Any  # the run's Meter, once rt.meter() made it
 
     def _override(self, knob: str, have: Any, want: Any, where: str) -> None:
@@ -82,6 +84,10 @@ class OwnLoop:
     def batch_size(self) -> int:
         """The measured batch size (``knobs.batch_size``), for a loop that makes its own
         batches: ``get_batch`` reading ``rt.batch_size`` and ``meter.step(rt.batch_size)``."""
+        if self.knobs.get("batch_size") is None:
+            raise ValueError("rt.batch_size: no batch size is set: with no best.yaml the Runtime "
+                             "runs your script's own settings; give yours with "
+                             "rt.loader_kwargs(batch_size=...)")
         return int(self.knobs["batch_size"])
 
     def batches(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,6 +126,10 @@ class OwnLoop:
         optimizer_impl=default leaves it as built, as the study's workload built it. Refused
         (ValueError, naming what the class takes) where the optimizer's class has no such
         argument or has already stepped."""
+        group = optimizer.param_groups[0] if optimizer.param_groups else {}
+        self.source.optimizer = type(optimizer).__name__
+        self.source.setting("optimizer_impl", "fused" if group.get("fused") else
+                            "foreach" if group.get("foreach") else "default")
         try:
             return set_optimizer_impl(optimizer, self.knobs)
         except ValueError as exc:
@@ -131,10 +141,12 @@ class OwnLoop:
         threads were measured (no workers, or no ``cpu_threads`` knob)."""
         return worker_init(self.knobs, then)
 
-    def compile(self, model: nn.Module) -> Callable[..., Any]:
+    def compile(self, model: nn.Module, mode: str | None = None) -> Callable[..., Any]:
         """What the loop calls for the forward: ``torch.compile(model, mode=...)`` as measured,
         or ``model`` itself (compile=off, or already compiled). Keep ``model`` for
-        ``state_dict()``, evaluation and checkpoints."""
+        ``state_dict()``, evaluation and checkpoints. ``mode``: your script's own
+        (``"default"``, ``"reduce-overhead"``...; None: eager), its run before any study."""
+        self.source.setting("compile", mode or "off")
         return compile_model(model, self.knobs)
 
     def to_device(self, inputs: Any, targets: Any = None, *,
@@ -144,7 +156,9 @@ class OwnLoop:
         ``transform_split`` put on the device (given to ``rt.dataloader(stages=)``), your
         ``device_transform`` where the study sent uint8 (``transfer_dtype``), and 4-D inputs
         in ``channels_last`` where measured."""
-        non_blocking = bool(self.knobs["non_blocking"])
+        non_blocking = bool(self.source.setting("non_blocking", False))
+        if isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
+            self.source.image_inputs = True
         split = int(self.knobs.get("transform_split", len(self.stages)))
         device_stages = self.stages[split:]
         if not (device_stages and device_stages[0].host_input):  # decode_jpeg reads host bytes
@@ -162,7 +176,7 @@ class OwnLoop:
             inputs = tree.channels_last(inputs)
         return inputs, targets
 
-    def autocast(self) -> MeasuredAutocast:
+    def autocast(self, dtype: torch.dtype | None = None) -> MeasuredAutocast:
         """The forward and the loss under the measured mixed precision
         (``torch.autocast(device, dtype)``, disabled for amp=off) and SDPA's pinned backend
         (the ``attention`` knob's ``sdpa_*`` values). Run the backward outside it, as
@@ -170,7 +184,13 @@ class OwnLoop:
         ``rt.attention_backend()``: the recomputed forward needs the same backend).
 
         The context can be kept and entered again, as nanoGPT keeps its ``ctx``:
-        ``ctx = rt.autocast()`` once, then ``with ctx:`` at every step."""
+        ``ctx = rt.autocast()`` once, then ``with ctx:`` at every step. ``dtype``: your
+        script's own mixed precision (``torch.bfloat16``; None: full precision), its run
+        before any study."""
+        if dtype not in AMP_NAMES:
+            raise ValueError(f"rt.autocast(dtype={dtype!r}): your own precision is one of "
+                             "None (full precision), torch.bfloat16, torch.float16")
+        self.source.setting("amp", AMP_NAMES[dtype])
         dtype = AMP_DTYPES.get(str(self.knobs["amp"]))
         return MeasuredAutocast(self.device.type, dtype, self.knobs, self._no_graph_here)
 
@@ -185,10 +205,11 @@ class OwnLoop:
         are the same for every precision (bf16 has fp32's range and needs no scaling)."""
         return torch.amp.GradScaler(self.device.type, enabled=self.knobs["amp"] == "fp16")
 
-    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
         """``optimizer.zero_grad(set_to_none=...)`` as measured: freed (None) or zeroed in
-        place."""
-        optimizer.zero_grad(set_to_none=bool(self.knobs["set_to_none"]))
+        place. ``set_to_none``: your script's own (torch's default, True)."""
+        self.source.optimizer = self.source.optimizer or type(optimizer).__name__
+        optimizer.zero_grad(set_to_none=bool(self.source.setting("set_to_none", set_to_none)))
 
     def _no_graph_here(self) -> None:
         """A whole-step CUDA Graph is captured by ``rt.wrap(...).step()`` only: a loop of its

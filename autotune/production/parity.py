@@ -178,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = rt.model(workload.model())
     opt = build_optimizer(workload, model, **rt.optimizer_kwargs())
     run = rt.wrap(model, opt, workload.loss, loader=loader,
-                  device_transform=workload.device_transform, split_batch=workload.split_batch)
+                  device_transform=workload.device_transform, split_batch=workload.split_batch,
+                  max_grad_norm=workload.max_grad_norm)
     clock = StepClock(args.warmup, rt.device)
     batch = int(rt.knobs["batch_size"])
     while len(clock.ends) < args.warmup + args.steps:

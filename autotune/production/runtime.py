@@ -52,16 +52,18 @@ from autotune.core.training import (
     with_padding,
 )
 from autotune.core.workload import Workload
-from autotune.production.best import BestConfig, best_from_document, load_best
+from autotune.production.best import BestConfig
 from autotune.production.meter import Meter
 from autotune.production.own_loop import OwnLoop
 from autotune.production.ranks import Ranks
+from autotune.production.settings import BEST_ENV, neutral_knobs, resolve
 
 log = logging.getLogger("autotune")
 
-#: A best.yaml that replaces the one the script names (``autotune verify --script`` runs the
-#: user's unchanged script once with the original configuration, once with the exported one).
-BEST_ENV = "AUTOTUNE_BEST"
+__all__ = ["BEST_ENV", "KnobOverridden", "Runtime"]
+#: The DataLoader arguments a script gives ``rt.loader_kwargs`` as its own values.
+LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor",
+                "persistent_workers")
 
 
 class KnobOverridden(UserWarning):
@@ -145,21 +147,16 @@ class Runtime(OwnLoop, Ranks):
     Process-wide knobs (TF32, cuDNN autotuning, the host allocator, the CPU threads) are
     applied now: build the Runtime before the DataLoader forks its workers."""
 
-    def __init__(self, best: BestConfig | str | os.PathLike[str] | Mapping[str, Any],
+    def __init__(self, best: BestConfig | str | os.PathLike[str] | Mapping[str, Any] | None = None,
                  device: str | torch.device = "auto"):
-        override = os.environ.get(BEST_ENV)
-        if override:  # autotune verify --script: this side's configuration, script unchanged
-            best = override
-        if isinstance(best, (str, os.PathLike)):
-            best = load_best(best)
-        elif not isinstance(best, BestConfig):
-            best = best_from_document(_plain(best), "the given configuration")
+        #: Where the knobs come from (production/settings.py): best.yaml, a script trial's
+        #: window, or, with no best.yaml, the values the script's own calls pass.
+        self.source = resolve(best)
+        best = self.source.best
         self.best = best
-        self.knobs: dict[str, Any] = dict(best.knobs)
+        self.knobs: dict[str, Any] = best.knobs  # the source's own: a script's values land here
         self.device = torch.device(_resolve_device(device, best))
-        #: Micro-batches per optimizer step where the study kept a global batch
-        #: (``study.keep_global_batch``): best.yaml's ``grad_accum``, 1 when absent.
-        self.grad_accum = int(best.document.get("grad_accum") or 1)
+        self._grad_accum = int(best.document.get("grad_accum") or 1)
         self._warned: set[str] = set()
         self._meter: Meter | None = None
         #: The input stages given to ``dataloader(stages=)``: ``wrap`` runs their device part.
@@ -167,12 +164,36 @@ class Runtime(OwnLoop, Ranks):
         #: A rank under torchrun of a study that measured ranks (best.yaml ``launch``): pinned
         #: to its share of the node's cores first, as the trial's rank was, then its threads.
         self.cores = self._pin_rank()
-        apply_process_knobs(self.knobs)
+        if self.source.mode != "own":  # a script's own run keeps the process as it is
+            apply_process_knobs(self.knobs)
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimizer step where the study kept a global batch
+        (``study.keep_global_batch``): best.yaml's ``grad_accum``, 1 when absent (and in a
+        script's own run)."""
+        self.source.grad_accum_read = True
+        return self._grad_accum
 
     # --- the loader --------------------------------------------------------------------------
-    def loader_kwargs(self) -> dict[str, Any]:
+    def loader_kwargs(self, **own: Any) -> dict[str, Any]:
         """The DataLoader arguments the study measured (batch size, workers, pinning,
-        prefetch, persistence), as the trial's loader got them."""
+        prefetch, persistence), as the trial's loader got them. ``own``: your script's own
+        values (``rt.loader_kwargs(batch_size=32, num_workers=2)``), which it runs with
+        before any study and which the study takes as its baseline; measured values replace
+        them."""
+        bad = sorted(set(own) - set(LOADER_KNOBS))
+        if bad:
+            raise TypeError(f"rt.loader_kwargs() got {', '.join(bad)}: it takes your own "
+                            f"values of {', '.join(LOADER_KNOBS)}; pass the DataLoader's other "
+                            "arguments to the DataLoader itself")
+        neutral = neutral_knobs()
+        for key in LOADER_KNOBS:  # the DataLoader's every knob is reached by these arguments
+            self.source.setting(key, own.get(key, neutral[key]))
+        if self.knobs.get("batch_size") is None:
+            raise ValueError("rt.loader_kwargs(): no batch size: with no best.yaml the "
+                             "Runtime runs your script's own settings, so give yours "
+                             "(rt.loader_kwargs(batch_size=32, num_workers=2))")
         return loader_kwargs(self.knobs)
 
     def dataloader(self, dataset: Dataset, *, stages: Sequence[Stage] | None = None,
@@ -249,6 +270,7 @@ class Runtime(OwnLoop, Ranks):
         (as in the trials); an already compiled model is kept, with a warning if the study
         measured it otherwise (``compiled_mode``; where the mode cannot be told, the warning
         says so)."""
+        self.source.setting("channels_last", False)
         if _compiled(model):
             mode, want = compiled_mode(model), self.knobs["compile"]
             if mode is None:
@@ -258,14 +280,20 @@ class Runtime(OwnLoop, Ranks):
                 self._override("compile", mode, want, "the model (already compiled)")
         return place_model(model, self.knobs, self.device, checkpoint_layers)
 
-    def optimizer_kwargs(self) -> dict[str, Any]:
-        """``foreach=`` / ``fused=`` as measured (``{}``: torch's default)."""
+    def optimizer_kwargs(self, **own: Any) -> dict[str, Any]:
+        """``foreach=`` / ``fused=`` as measured (``{}``: torch's default); ``own``: your
+        script's own (``fused=True``), run before any study and the study's baseline."""
+        self.source.setting("optimizer_impl", _impl_name(own))
         return optimizer_kwargs(self.knobs)
 
     def optimizer(self, cls: Callable[..., torch.optim.Optimizer], params: Iterable[Any],
                   **kwargs: Any) -> torch.optim.Optimizer:
         """``cls(params, **kwargs, **measured)``; an implementation flag the class does not
         take is left out with a warning; one the caller passes wins, with a warning."""
+        self.source.optimizer = getattr(cls, "__name__", "")
+        if self.source.mode != "best":  # the script's own flags are its baseline's
+            own: dict[str, Any] = {k: kwargs.pop(k) for k in ("fused", "foreach") if k in kwargs}
+            self.source.setting("optimizer_impl", _impl_name(own))
         measured = self.optimizer_kwargs()
         try:
             accepted = inspect.signature(cls).parameters
@@ -298,7 +326,8 @@ class Runtime(OwnLoop, Ranks):
              loader: DataLoader | None = None,
              device_transform: Callable[[Any], Any] | None = None,
              split_batch: Callable[[Any], tuple[Any, Any]] | None = None,
-             stages: Sequence[Stage] | None = None) -> Training:
+             stages: Sequence[Stage] | None = None,
+             max_grad_norm: float | None = None) -> Training:
         """The trials' own step object around the user's model, optimizer and loss:
         ``run.to_device(inputs, targets)`` (transfer dtype, non_blocking), then
         ``run.step(inputs, targets)`` (device transform, memory format, autocast, GradScaler,
@@ -310,7 +339,9 @@ class Runtime(OwnLoop, Ranks):
         mapping (labels inside, targets None), or as ``split_batch`` says; without
         ``loss_fn`` the loss is the model's own (``outputs.loss`` / ``outputs["loss"]``).
         ``stages``: the input stages, where ``rt.dataloader(stages=)`` did not give them:
-        ``prepare`` runs those after ``transform_split`` on the device, as the trial did."""
+        ``prepare`` runs those after ``transform_split`` on the device, as the trial did.
+        ``max_grad_norm``: the gradients' norm is clipped to it in each step, after the
+        GradScaler unscales them (as the trials' ``Workload.max_grad_norm``)."""
         if stages is not None:
             self.stages = list(stages)
         if self.stages:  # a split these stages do not allow: the error names the valid ones
@@ -329,15 +360,20 @@ class Runtime(OwnLoop, Ranks):
                 self.device.type:  # not placed by rt.model() yet
             model = self.model(model)
         parts = _UserParts(loss_fn, device_transform, split_batch, stages=self.stages)
-        return Training.around(parts, self.knobs,
-                               self.device, model, optimizer, loader, grad_accum=self.grad_accum)
+        run = Training.around(parts, self.knobs, self.device, model, optimizer, loader,
+                              grad_accum=self.grad_accum)
+        run.max_grad_norm = max_grad_norm
+        return run
 
     def meter(self, **kwargs: Any) -> Meter:
         """The run's production meter against the study's confirmed samples/sec (see
         ``Meter``), made at the first call (``kwargs``: its settings, e.g. ``warmup_steps``);
         later calls return the same one, so ``rt.meter().step(n)`` in a loop counts into it
         and ``rt.batches`` times each batch for it."""
-        if self._meter is None:
+        if self._meter is None and self.source.mode != "best":  # no figure to compare with
+            self._meter = Meter(None, knobs=self.knobs, device=self.device.type,
+                                on_step=self.source.on_step, **kwargs)
+        elif self._meter is None:
             self._meter = Meter.from_best(self.best, device=self.device.type, **kwargs)
         elif kwargs:
             raise ValueError(f"rt.meter({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): "
@@ -365,20 +401,13 @@ class Runtime(OwnLoop, Ranks):
             "your code to apply the measured value.", KnobOverridden, stacklevel=3)
 
 
+def _impl_name(flags: Mapping[str, Any]) -> str:
+    """The ``optimizer_impl`` value of an optimizer's ``fused=`` / ``foreach=`` arguments."""
+    return "fused" if flags.get("fused") else "foreach" if flags.get("foreach") else "default"
+
+
 def _takes_kwargs(params: Mapping[str, inspect.Parameter]) -> bool:
     return any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _plain(node: Mapping[str, Any]) -> dict[str, Any]:
-    """A Hydra/OmegaConf node or a mapping as plain Python data."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(node, DictConfig):
-            return dict(OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover - omegaconf comes with hydra, a core dependency
-        pass
-    return dict(node)
 
 
 def _resolve_device(device: str | torch.device, best: BestConfig) -> str:

@@ -38,7 +38,8 @@ from autotune.core.env import child_environ
 from autotune.core.files import atomic_write
 from autotune.core.tokens import SAMPLES, TOKENS
 from autotune.core.workload import build_workload
-from autotune.production.meter import OUT_ENV
+from autotune.measure.script_trial import SCRIPT_TARGET
+from autotune.production.meter import OUT_ENV, WINDOW_ENV
 from autotune.production.runtime import BEST_ENV
 from autotune.results.intervals import Interval, counted_rounds, paired_speedup
 
@@ -143,6 +144,10 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     folder = path.parent / f"verify{tag}"
     folder.mkdir(exist_ok=True)
     request = _baseline_request(path.parent, doc)
+    cwd = None
+    if script is None and request["workload"].get("_target_") == SCRIPT_TARGET:
+        # A study of the user's own command: both sides run that command, where it ran.
+        script, cwd = list(request["workload"]["command"][1:]), request["workload"].get("cwd")
     configs = {"baseline": _baseline_config(doc, request, folder), "exported": path}
     window = request["window"]
     steps = steps or max(20, 2 * int(window["measure_steps"]))
@@ -178,7 +183,8 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
         rng.shuffle(order)
         for side in order:
             figures[side].append(_run_side(command, side, configs[side], folder / f"{i}-{side}",
-                                           bool(script), key))
+                                           bool(script), key, window=(warmup, steps),
+                                           cwd=cwd))
             busy = _busy_words(figures[side][-1])
             log.info("verify round %d %s: %.1f %s%s", i + 1, side, figures[side][-1][key], unit,
                      f" (beside other work: {busy})" if busy else "")
@@ -266,12 +272,15 @@ def _rate_key(doc: dict[str, Any]) -> tuple[str, str]:
 
 
 def _run_side(command: list[str], side: str, config: Path, out: Path,
-              script: bool, key: str = "samples_per_sec") -> dict[str, Any]:
+              script: bool, key: str = "samples_per_sec", window: tuple[int, int] = (20, 50),
+              cwd: str | None = None) -> dict[str, Any]:
     result = out.with_suffix(".json")
     result.unlink(missing_ok=True)
-    if script:  # the user's script as it is: Runtime and Meter read these two variables
+    if script:  # the user's script as it is: Runtime and Meter read these variables, and
+        # its meter ends the run once its window is measured (meter.WINDOW_ENV)
         full = [sys.executable, *command]
         env = child_environ({BEST_ENV: str(config.resolve()), OUT_ENV: str(result.resolve()),
+                             WINDOW_ENV: f"{window[0]},{window[1]}",
                              **_rank_environment(command, config)})
     else:
         full = [*command, "--side", side, "--config", str(config), "--out", str(result)]
@@ -279,12 +288,19 @@ def _run_side(command: list[str], side: str, config: Path, out: Path,
                if k not in (BEST_ENV, OUT_ENV)}
     with out.with_suffix(".log").open("w") as logf:
         proc = subprocess.run(full, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                              cwd=os.getcwd())
+                              cwd=cwd or os.getcwd(), stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not result.exists():
         tail = out.with_suffix(".log").read_text()[-1500:]
         raise VerifyError(f"the {side} side exited with code {proc.returncode} without a "
                           f"result (log: {out.with_suffix('.log')}):\n{tail}")
     figures: dict[str, Any] = json.loads(result.read_text())
+    if script and not figures.get("samples_per_sec"):
+        raise VerifyError(
+            f"the {side} side's run ended after {figures.get('steps', 0)} steps, before its "
+            f"window: verify measures {window[0]} warm-up and {window[1]} measured steps per "
+            "side (--warmup, --steps); give the command more steps (its --max_steps or epochs), "
+            "or verify fewer; its script must step autotune's Meter (rt.meter(), "
+            f"meter.step(n)). Log: {out.with_suffix('.log')}")
     if not figures.get("samples_per_sec"):
         raise VerifyError(f"the {side} side measured no samples/sec ({figures}): a script must "
                           "step autotune's Meter (rt.meter(), meter.step(n)) past its warm-up.")
