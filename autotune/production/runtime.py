@@ -142,7 +142,11 @@ class Runtime(OwnLoop, Ranks):
 
     ``best``: a path to best.yaml, a ``BestConfig`` (``load_best``), or a mapping with its
     ``knobs`` (e.g. the node a Hydra app gets from ``+autotune=best``); the environment
-    variable AUTOTUNE_BEST, where set, names the one to use instead. ``device``: where
+    variable AUTOTUNE_BEST, where set, names the one to use instead. Without either (``best``
+    None), each call returns the value your script passes it (``rt.loader_kwargs(batch_size=32,
+    num_workers=2)``, ``rt.autocast()``...): the script trains as written, and ``autotune --
+    python train.py`` takes those values as its baseline and runs its trials through the same
+    calls (production/settings.py). ``device``: where
     to train; ``"auto"`` is the study's device type where available here, else the CPU.
     Process-wide knobs (TF32, cuDNN autotuning, the host allocator, the CPU threads) are
     applied now: build the Runtime before the DataLoader forks its workers."""
