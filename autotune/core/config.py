@@ -108,8 +108,8 @@ class StudyConfig:
         "Stop trials early that cannot beat the best (Optuna pruner + measured ceilings)."))
     confirm_runs: int = _key(3, help=(
         "After the search, the finalists and the baseline are measured again in rounds (each "
-        "once per round, in a random order; search/confirmation/confirm.py; the finalists' own "
-        "search windows are the first round where comparable): at least this many rounds (an "
+        "once per round, in a random order; search/confirmation/confirm.py; the finalists' "
+        "search windows order them but are not a round): at least this many rounds (an "
         "interval needs 3), then until one finalist is left or those left lie within "
         "`indifference` of each other (a fully sequential selection, Kim and Nelson 2001), or "
         "`confirm_budget_s`. 0 rounds = report the search figures."))
