@@ -557,8 +557,8 @@ def test_a_disturbed_round_is_measured_again_before_the_choice(tmp_path: Path,
 def test_the_search_windows_are_not_a_round(tmp_path: Path) -> None:
     """The finalists' search windows, quiet and as long as a round's, order the finalists but
     are not a round: they made the finalists (the winner's curse) and ran minutes apart, and
-    with them as round 1 a simulated confirmation's interval covered 88% where 3 fresh rounds'
-    covered 92% (selection.py, docs/benchmarks.md). The rounds are the confirmation's own."""
+    with them as round 1 a simulated confirmation's interval covered 88.4% where fresh rounds'
+    covered 90.3% (selection.py, docs/benchmarks.md). The rounds are the confirmation's own."""
     from autotune.search.confirmation import confirm as confirm_mod
 
     figures = {"base": 100.0, "b128": 210.0, "b64": 150.0, "five": 140.0}
