@@ -96,6 +96,39 @@ def test_with_a_best_yaml_the_measured_values_replace_the_scripts_own(cpu_env: o
     assert kwargs["batch_size"] == 64 and kwargs["num_workers"] == 1
 
 
+def test_a_best_yaml_the_study_has_not_written_yet_runs_the_scripts_own_settings(
+        tmp_path: Path) -> None:
+    """A script that names the file its study will write (nanoGPT's train.py) runs before
+    the study with its own values, and rt.setting gives a line of its own the value."""
+    rt = autotune.Runtime(str(tmp_path / "studies" / "x" / "best.yaml"), device="cpu")
+    assert rt.source.mode == "own"
+    assert rt.setting("batch_size", 12) == 12 and rt.batch_size == 12
+    with pytest.raises(ValueError, match="not a knob"):
+        rt.setting("batchsize", 12)
+
+
+def test_a_trial_window_in_the_process_wins_over_the_best_yaml_the_script_names(
+        tmp_path: Path, cpu_env: object) -> None:
+    from autotune.core.config import WindowConfig
+    from autotune.core.space import build_space
+    from autotune.measure import script_window
+    from autotune.measure.protocol import TrialRequest
+    from autotune.workloads.mlp import MLPWorkload
+
+    knobs = build_space(cpu_env, MLPWorkload(), {}).baseline  # type: ignore[arg-type]
+    best = tmp_path / "best.yaml"
+    best.write_text(json.dumps({"schema": 1, "knobs": {**knobs, "batch_size": 8}}))
+    req = TrialRequest(workload={}, knobs={**knobs, "batch_size": 48}, device="cpu",
+                       window=WindowConfig())
+    script_window.start(req, tmp_path / "result.json")
+    try:
+        rt = autotune.Runtime(str(best), device="cpu")
+        assert rt.source.mode == "trial" and rt.setting("batch_size", 12) == 48
+    finally:
+        script_window._current = None
+    assert autotune.Runtime(str(best), device="cpu").batch_size == 8
+
+
 def test_the_own_settings_need_a_batch_size_and_name_what_is_valid() -> None:
     rt = autotune.Runtime(device="cpu")
     with pytest.raises(ValueError, match="give yours"):

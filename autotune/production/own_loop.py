@@ -80,6 +80,16 @@ class OwnLoop:
     def _say_once(self, key: str, text: str, warn: bool) -> None:
         raise NotImplementedError  # Runtime's: a KnobOverridden warning, or a log line
 
+    def setting(self, knob: str, own: Any) -> Any:
+        """The value of ``knob`` for this run, for a line of your own that applies it:
+        ``own`` (your script's value) before any study, the trial's in a study of your script,
+        the measured one with a best.yaml. ``batch_size = rt.setting("batch_size", 12)`` for
+        a loop whose batches come from a function (nanoGPT's ``get_batch``)."""
+        if knob not in self.knobs:
+            raise ValueError(f"rt.setting({knob!r}, ...): not a knob; knobs: "
+                             f"{', '.join(sorted(self.knobs))}")
+        return self.source.setting(knob, own)
+
     @property
     def batch_size(self) -> int:
         """The measured batch size (``knobs.batch_size``), for a loop that makes its own

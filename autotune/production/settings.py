@@ -20,6 +20,7 @@ script's defaults, which the measured values replace.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,8 @@ from autotune.production.best import BestConfig, best_from_document, load_best
 #: A best.yaml that replaces the one the script names (``autotune verify --script`` runs the
 #: user's unchanged script once with the original configuration, once with the exported one).
 BEST_ENV = "AUTOTUNE_BEST"
+log = logging.getLogger("autotune")
+
 #: Knobs of the whole process, applied by ``Runtime()`` itself: reached by any script that
 #: builds one before its DataLoader and model.
 PROCESS_KNOBS = ("tf32", "cudnn_benchmark", "expandable_segments", "host_allocator",
@@ -116,11 +119,11 @@ def neutral_knobs() -> dict[str, Any]:
 
 
 def resolve(best: Any) -> Source:
-    """The source of a ``Runtime(best)``: AUTOTUNE_BEST, then ``best``, then a script trial's
-    window in this process, then the script's own values (with ``best`` None)."""
-    override = os.environ.get(BEST_ENV)
-    if override or best is not None:
-        return Source("best", as_best(override or best))
+    """The source of a ``Runtime(best)``. A script trial's window in this process comes first
+    (the trial is the measurement of its knobs, whatever best.yaml the script names), then a
+    discovery run (the script's own values), then AUTOTUNE_BEST, then ``best``; with none, or
+    a best.yaml path that does not exist yet (a script that names the file its study will
+    write), the script's own values."""
     window = script_window.current()
     if window is not None:
         doc = {"schema": 1, "knobs": dict(window.req.knobs),
@@ -128,7 +131,14 @@ def resolve(best: Any) -> Source:
                "device": {"type": torch.device(window.req.device).type}}
         return Source("trial", best_from_document(doc, "this trial's configuration"),
                       window=window)
+    discover = os.environ.get(DISCOVER_ENV) or None
+    override = os.environ.get(BEST_ENV)
+    if discover is None and (override or best is not None):
+        if override or not isinstance(best, (str, os.PathLike)) or os.path.exists(best):
+            return Source("best", as_best(override or best))
+        log.info("autotune: %s does not exist yet: this run uses your script's own "
+                 "settings (autotune -- python <your script> writes it)", best)
     doc = {"schema": 1, "knobs": neutral_knobs(), "metrics": {},
            "device": {"type": "cuda" if torch.cuda.is_available() else "cpu"}}
     return Source("own", best_from_document(doc, "your script's own settings"),
-                  discover=os.environ.get(DISCOVER_ENV) or None)
+                  discover=discover)
