@@ -15,6 +15,7 @@ import pytest
 
 from autotune.results.export import best_document
 from autotune.results.record import set_study_attrs
+from autotune.results.report_html import write_report
 from autotune.search.checks.numerics import check_numerics
 from autotune.search.checks.speed_only import speed_only_knobs
 from autotune.search.confirmation import confirm as confirm_mod
@@ -91,6 +92,13 @@ def test_every_numerics_finalist_refused_exports_the_speed_only_answer(tmp_path:
     assert any(line.startswith("numerics trial 1: refused: its loss over the last 5 of 10 "
                                "steps lies ") for line in lines), lines
     assert fall_back(setup, study) is None  # once
+    # The report says it too: the outcome in its headline, each trial's figures in a table.
+    write_report(study, tmp_path, "sqlite://")
+    report = (tmp_path / "report.md").read_text()
+    assert f"- Numerics check: {words}" in report
+    assert "## Numerics check (each checked trial's loss over the last 5 of its first 10 " \
+           "steps against your configuration's at several seeds" in report
+    assert "| 1 | amp | " in report and "would have given 4.00x" in report
 
 
 @pytest.mark.parametrize("refused_faster", [True, False])
