@@ -119,3 +119,19 @@ def test_the_report_states_the_check(tmp_path: Path, refused_faster: bool) -> No
     assert rows[0][5] == ("599.00%, 371.00%" if refused_faster else "2.00%")
     assert rows[0][6] == ("refused: planted; would have given 4.00x (one search window each)"
                           if refused_faster else "passed")
+
+
+def test_speedup_none_names_its_real_reason() -> None:
+    """Without a confirmation, your own configuration kept beside slower trials is not "the
+    only one measured to the end"."""
+    from autotune.results.answers import speedup_words
+
+    study = optuna.create_study(direction="maximize")
+    base = {"batch_size": 16, "amp": "off"}
+    study.add_trial(_trial(0, base, 100.0, source="baseline"))
+    assert speedup_words(study.trials[0], study.trials[0], {}, study) == (
+        "none: your own configuration (trial 0) is the only one measured to the end")
+    study.add_trial(_trial(1, {**base, "batch_size": 32}, 90.0))
+    assert speedup_words(study.trials[0], study.trials[0], {}, study) == (
+        "none: no configuration read faster than yours (trial 0) by more than its windows' "
+        "noise")
