@@ -264,3 +264,17 @@ def test_the_command_line_refuses_a_command_that_is_not_python(tmp_path: Path) -
     proc = run_cli(["--", "bash", "train.sh"], tmp_path, timeout=120)
     assert proc.returncode == 2
     assert "runs a Python training command" in proc.stdout + proc.stderr
+
+
+def test_a_script_that_hangs_in_its_window_is_ended_as_stalled(tmp_path: Path) -> None:
+    """Past the discovery run's two steps the script stops stepping (a read that never
+    returns): the trial's watchdog ends it as stalled, with its loader workers."""
+    _script(tmp_path, SCRIPT.replace("step += 1", "step += 1\n        if step == 4: time.sleep(3600)")
+            .replace("import argparse, sys", "import argparse, sys, time"))
+    since = time.time()
+    proc = run_cli(["study.n_trials=1", *BARE_ARGS, "window.stall_s=5", "--", "python",
+                    "train.py"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "stalled" in out.lower(), out[-3000:]
+    assert not leftover_trials(since, tmp_path)
