@@ -31,7 +31,7 @@ run (a crash here) is reported as unchecked and does not block the export.
 
 A refused finalist is not exported and the next one is; where that leaves an answer slower
 than a refused one, its speed-only configuration is measured and confirmed
-(search/checks/speed_only.py), so that a faster answer that keeps the user's arithmetic is
+(search/checks/speed_only.py says which, search/loop/speed_only.py runs it), so that a faster answer that keeps the user's arithmetic is
 never thrown away with the refused ones.
 """
 
@@ -175,7 +175,8 @@ class _Check:
 
     def save(self) -> None:
         self.record["trials"] = self.results
-        self.record["references"] = {k: r.as_dict() for k, r in self.references.items()}
+        self.record["references"] = {k: r.as_dict() for k, r in self.references.items()
+                                     if not r.error}  # a run that failed is tried again
         set_study_attrs(self.study, {"numerics": self.record})
 
     def refused(self) -> list[int]:

@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial
 from autotune.core.config import sized
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.search.checks.scaling import SCALING_ROUNDS
+from autotune.search.checks.spread import REFERENCE_SEEDS
 from autotune.search.console.estimate import Estimate, compile_searched, estimate, revised
 from autotune.search.console.progress import clock_text
 from autotune.search.setup import StudySetup
@@ -46,8 +47,8 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
                         "study.race)" if setup.study.race else ""))
     if setup.study.numerics_steps:
         parts.append(f"a numerics check ({setup.study.numerics_steps} steps of each configuration "
-                     "to export, the next only if one is refused, and twice of your "
-                     "configuration at its batch size)")
+                     "to export, the next only if one is refused, and your configuration "
+                     f"at its batch size at {REFERENCE_SEEDS} seeds)")
     if setup.launch.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")
