@@ -3,6 +3,8 @@ fix ahead of the sampler, records why, sizes it from the measurement, and steps 
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import optuna
@@ -99,8 +101,11 @@ def test_agent_steers_from_the_least_over_trial_while_none_fits_the_memory_limit
     from autotune.search.loop.agent import propose
     from autotune.workloads.gpt import GPTWorkload
 
-    space = build_space(ranked(cpu_env, LaunchConfig(nproc_per_node=2)), GPTWorkload().cpu_sized(),
-                        {})
+    # A CPU with native bf16 (AVX512-BF16 or AMX), where amp=bf16 is searched: the subject is
+    # the agent's rule, which the host this suite runs on must not decide.
+    bf16_cpu = dataclasses.replace(cpu_env, bf16=True)
+    space = build_space(ranked(bf16_cpu, LaunchConfig(nproc_per_node=2)),
+                        GPTWorkload().cpu_sized(), {})
     shard = {"knob": "sharding", "value": "full_shard", "why": "each rank holds a shard",
              "with": {"host_allocator": "release"}}
     study = optuna.create_study(direction="maximize")
