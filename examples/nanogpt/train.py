@@ -25,7 +25,7 @@ args = ap.parse_args()
 
 # The configuration, as nanoGPT's train.py keeps it.
 rt = autotune.Runtime("studies/nanogpt/best.yaml")  # or AUTOTUNE_BEST, as verify sets it
-batch_size, block_size = rt.batch_size, 64
+batch_size, block_size = rt.setting("batch_size", 16), 64
 learning_rate, min_lr, warmup_iters = 1e-3, 1e-4, 20
 weight_decay, beta1, beta2, grad_clip = 0.1, 0.9, 0.95, 1.0
 eval_iters, log_interval = 10, 50
@@ -102,6 +102,6 @@ for it in range(args.steps + 1):
     scaler.step(optimizer)
     scaler.update()
     rt.zero_grad(optimizer)
-    rt.meter().step(batch_size)
+    rt.meter().step(batch_size, loss=loss)
     if it % log_interval == 0:
         print(f"iter {it}: loss {loss.item():.4f}")
