@@ -79,3 +79,8 @@ def test_help_lists_every_command_main_dispatches_and_every_console_script(tmp_p
     for name in SUBCOMMANDS:  # each answers its own --help
         sub = run_cli([name, "--help"], tmp_path)
         assert sub.returncode == 0 and f"usage: autotune {name}" in sub.stdout, name
+
+
+def test_help_shows_the_command_that_tunes_a_launched_script(tmp_path: Path) -> None:
+    proc = run_cli(["--help"], tmp_path)
+    assert "autotune [overrides] -- python train.py ARGS..." in proc.stdout
