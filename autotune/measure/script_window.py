@@ -63,6 +63,12 @@ class ScriptWindow:
         self._load0: Snapshot | None = None
         self.progress.beat("compile", 0, force=True)
 
+    def meter_made(self) -> None:
+        """The script made its meter, just before its loop: the first step's seconds (its
+        compile and start-up cost) count from here, not from the script's imports and data."""
+        if self._first_s is None:
+            self._t0 = time.perf_counter()
+
     @property
     def warmup(self) -> int:
         return max(1, sized(self.win.warmup_steps))

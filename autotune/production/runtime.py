@@ -377,6 +377,8 @@ class Runtime(OwnLoop, Ranks):
         if self._meter is None and self.source.mode != "best":  # no figure to compare with
             self._meter = Meter(None, knobs=self.knobs, device=self.device.type,
                                 on_step=self.source.on_step, **kwargs)
+            if self.source.window is not None:
+                self.source.window.meter_made()
         elif self._meter is None:
             self._meter = Meter.from_best(self.best, device=self.device.type, **kwargs)
         elif kwargs:
