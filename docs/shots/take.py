@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 #: What decides how report.html looks: its renderer and the modules that build its parts.
 RENDERER = ["autotune/results/report_html.py", "autotune/results/report_plots.py",
             "autotune/results/report_loader.py", "autotune/results/report_data.py",
-            "autotune/results/compare.py"]
+            "autotune/results/compare.py", "autotune/results/report_numerics.py"]
 #: The README's workload at CPU sizes, 6 trials and a short confirmation: a study whose report
 #: has a path to its best, a speedup with its interval and finalists (the mlp study taken before
 #: 2026-11-27 had its baseline as the only finalist: a report with nothing to show).
