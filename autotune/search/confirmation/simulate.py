@@ -27,11 +27,11 @@ confirmation's are), on the log of its figure:
 The windows are drawn for all studies at once (numpy); each study is then decided by the
 selection (selection.py), the stop rule (confirm.decided) and the export (choose.decide) that a
 study runs, on ``Candidate`` objects built as confirm.candidates builds them. The search's own
-windows may be round 1 (``Setting.search_round``): the finalists' windows from the search, one
-per finalist, drawn as any other window; the export then favours the finalist whose search
-window read high (the winner's curse), which is the effect measured. A finalist that stood out
-among many trials is more favoured still; that selection of the finalists from the search is
-not drawn here, so the effect measured is the least it is.
+windows may be round 1 (``Setting.search_round``, as the confirmation took them until
+2026-12-03): one per finalist, drawn as any other window, or the best of ``search_pool`` of
+its configuration's (the search kept the one that read highest); the export then favours the
+finalist whose search window read high (the winner's curse), which is the effect measured.
+The race and the same-training group are not drawn (their rules are tested directly).
 """
 
 from __future__ import annotations
