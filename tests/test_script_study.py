@@ -278,3 +278,46 @@ def test_a_script_that_hangs_in_its_window_is_ended_as_stalled(tmp_path: Path) -
     assert proc.returncode != 0
     assert "stalled" in out.lower(), out[-3000:]
     assert not leftover_trials(since, tmp_path)
+
+
+#: A DDP script, as torchrun launches it: its own process group, rt.ddp for the model.
+DDP_SCRIPT = '''
+import torch, torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+import autotune
+
+rt = autotune.Runtime()
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+x = torch.randn(1024, 32); y = (x @ torch.ones(32, 4)).argmax(1)
+loader = DataLoader(TensorDataset(x, y), shuffle=True, drop_last=True,
+                    **rt.loader_kwargs(batch_size=16, num_workers=0))
+model = rt.ddp(rt.model(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+meter = rt.meter()
+for epoch in range(1000):
+    for inputs, targets in meter.wrap(loader):
+        loss = nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward(); opt.step(); rt.zero_grad(opt)
+        meter.step(len(targets), loss=loss)
+open("finished", "w").write("the end of the run")
+'''
+
+
+def test_a_script_launched_as_two_ranks_is_tuned_under_the_launcher(tmp_path: Path) -> None:
+    """launch.nproc_per_node=2: each trial runs the command as 2 ranks under torch's launcher
+    (gloo here), each rank's window ending at the same step (one decision at each chunk
+    edge), the trial's figure every rank's samples; none runs past its window."""
+    _script(tmp_path, DDP_SCRIPT)
+    since = time.time()
+    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", *BARE_ARGS, "--", "python",
+                    "train.py"], tmp_path, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    folder = tmp_path / "studies" / "train-cpu-2ranks"
+    result = json.loads((folder / "trials" / "0" / "result.json").read_text())
+    assert result["outcome"] == "ok", result
+    assert sorted(r["rank"] for r in result["ranks"]) == [0, 1]
+    assert not (tmp_path / "finished").exists(), "a rank ran the script past its window"
+    assert not leftover_trials(since, tmp_path)

@@ -20,7 +20,7 @@ def main(request_path: str, result_path: str) -> int:
     req = TrialRequest.read(Path(request_path))
     from autotune.measure.script_trial import is_script
 
-    if is_script(req):  # the user's own command is the trial (autotune -- python train.py)
+    if is_script(req) and not launched(req):  # the user's own command (autotune -- python ...)
         from autotune.measure.script_trial import run as run_script
 
         return run_script(req, Path(result_path))

@@ -168,6 +168,7 @@ def rank_main(request_path: str, result_path: str) -> None:
 
     from autotune.core.distributed import pin_rank
     from autotune.measure import window
+    from autotune.measure.script_trial import is_script
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     local_world = int(os.environ["LOCAL_WORLD_SIZE"])
@@ -177,9 +178,11 @@ def rank_main(request_path: str, result_path: str) -> None:
     cuda = req.device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(local)
-    dist.init_process_group(
-        "nccl" if cuda else "gloo",
-        timeout=timedelta(seconds=(req.launch or LaunchConfig()).collective_timeout_s))
+    script = is_script(req)  # the user's own command: it makes its process group itself
+    if not script:
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            timeout=timedelta(seconds=(req.launch or LaunchConfig()).collective_timeout_s))
     mine = dataclasses.replace(
         req, device=f"cuda:{local}" if cuda else req.device,
         progress_path=req.progress_path if rank == 0 else str(rank_path(req.progress_path or "", rank)),
@@ -187,11 +190,17 @@ def rank_main(request_path: str, result_path: str) -> None:
                     else str(rank_path(req.trace_path, rank))),
         ceilings={**req.ceilings, "compute": False})
     out = rank_path(result_path, rank)
-    window.run(mine, out)
+    if script:  # ends this rank's process at its window's end; returns where the script did
+        from autotune.measure.script_trial import run as run_script
+
+        run_script(mine, out, rank=True)
+    else:
+        window.run(mine, out)
     done = WindowResult.read(out)
     if done.outcome not in ("ok", "compile_fallback"):
         raise RankFailed(f"rank {rank}: {done.outcome}: {done.error}")
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 _stack_file: Any = None

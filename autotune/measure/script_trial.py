@@ -20,7 +20,7 @@ from typing import Any
 
 from autotune.core.files import atomic_write
 from autotune.measure.protocol import TrialRequest, WindowResult
-from autotune.measure.script_window import ScriptWindow, start
+from autotune.measure.script_window import ScriptWindow, WindowEnded, start
 from autotune.measure.window import is_oom
 
 #: The workload of a script study (workloads/script.py): its spec's ``_target_``.
@@ -31,9 +31,10 @@ def is_script(req: TrialRequest) -> bool:
     return str(req.workload.get("_target_", "")) == SCRIPT_TARGET
 
 
-def run(req: TrialRequest, result_path: Path) -> int:
-    """Run the script under this trial's window; write a result where the window did not."""
-    window = start(req, result_path)
+def run(req: TrialRequest, result_path: Path, rank: bool = False) -> int:
+    """Run the script under this trial's window; write a result where the window did not.
+    ``rank``: one rank under the launcher, whose window ends by returning here."""
+    window = start(req, result_path, unwind=rank)
     command = [str(a) for a in req.workload["command"]]
     cwd = req.workload.get("cwd")
     if cwd:
@@ -41,6 +42,8 @@ def run(req: TrialRequest, result_path: Path) -> int:
     try:
         _run_command(command)
         outcome, error = "crash", _ended_early(window, "returned")
+    except WindowEnded:  # a rank's window is measured, its result written
+        return 0
     except SystemExit as exc:
         outcome, error = "crash", _ended_early(window, f"exited with code {exc.code!r}")
     except KeyboardInterrupt:

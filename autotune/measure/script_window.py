@@ -43,8 +43,11 @@ DISCOVER_STEPS = 2
 class ScriptWindow:
     """One trial's window over the steps a user's script reports."""
 
-    def __init__(self, req: TrialRequest, result_path: Path):
+    def __init__(self, req: TrialRequest, result_path: Path, unwind: bool = False):
         self.req, self.result_path = req, result_path
+        #: A rank under the launcher ends by unwinding to its entry (WindowEnded), whose
+        #: return the launcher waits for; a trial of one process ends at once (end_process).
+        self.unwind = unwind
         self.win = req.window
         self.device = torch.device(req.device)
         self.clock = Clock(self.device)
@@ -120,7 +123,7 @@ class ScriptWindow:
             self.clock.sync(self.device)
             self.result.warmup_s = time.perf_counter() - self._t0
             self._load0 = snapshot()
-            self._chunks = _Chunks(self.win, self.clock, None)
+            self._chunks = _Chunks(self.win, self.clock, _agreement())
 
     def _numerics_step(self, loss: float | None) -> None:
         if loss is None:
@@ -171,7 +174,23 @@ class ScriptWindow:
         res.optimizer = res.optimizer or self.optimizer
         res.peak_memory_gb = _peak_gb(self.device)
         atomic_write(self.result_path, res.to_json(), durable=False)
+        if self.unwind:
+            end_children()
+            raise WindowEnded(outcome)
         end_process(0)
+
+
+def _agreement() -> Any:
+    """Ranks of a launched script (its own process group): one decision at each chunk edge
+    (measure/comm.agree), so that every rank ends its window at the same step and none is
+    left in a collective with a rank that ended."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return None
+    from autotune.measure.comm import agree
+
+    return agree
 
 
 def _peak_gb(device: torch.device) -> float:
@@ -180,20 +199,15 @@ def _peak_gb(device: torch.device) -> float:
     return peak_rss_bytes() / 2**30
 
 
+class WindowEnded(BaseException):
+    """A launched rank's window is measured: unwinds the script to the rank's entry (not an
+    Exception, so that a script's ``except Exception`` does not take it for its own)."""
+
+
 def end_process(code: int) -> None:
     """Stop here: kill this process's children (DataLoader workers), flush, exit without
-    running the script's remaining code, its ``finally`` blocks or its atexit hooks. The
-    DataLoader's SIGCHLD handler, which raises in the loop when a worker dies, is put back
-    to the default first: here the workers' end is ours."""
-    try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        children = psutil.Process().children(recursive=True)
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        psutil.wait_procs(children, timeout=5)
-    except BaseException:  # noqa: BLE001 - the process ends here whatever happens
-        pass
+    running the script's remaining code, its ``finally`` blocks or its atexit hooks."""
+    end_children()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -202,13 +216,28 @@ def end_process(code: int) -> None:
     os._exit(code)
 
 
+def end_children() -> None:
+    """Kill this process's children (DataLoader workers). The DataLoader's SIGCHLD handler,
+    which raises in the loop when a worker dies, is put back to the default first: here the
+    workers' end is ours."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        children = psutil.Process().children(recursive=True)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(children, timeout=5)
+    except BaseException:  # noqa: BLE001 - the process ends whatever happens here
+        pass
+
+
 _current: ScriptWindow | None = None
 
 
-def start(req: TrialRequest, result_path: Path) -> ScriptWindow:
+def start(req: TrialRequest, result_path: Path, unwind: bool = False) -> ScriptWindow:
     """Make this process's window (the script's Runtime finds it with ``current()``)."""
     global _current
-    _current = ScriptWindow(req, result_path)
+    _current = ScriptWindow(req, result_path, unwind)
     return _current
 
 

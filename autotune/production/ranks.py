@@ -14,6 +14,7 @@ from torch import nn
 
 from autotune.core import distributed, sharding
 from autotune.production.best import BestConfig
+from autotune.production.settings import Source
 
 
 class Ranks:
@@ -22,6 +23,7 @@ class Ranks:
     knobs: dict[str, Any]
     device: Any
     best: BestConfig
+    source: Source
 
     def _override(self, knob: str, have: Any, want: Any, where: str) -> None:
         raise NotImplementedError  # Runtime's: one KnobOverridden warning per knob
@@ -41,6 +43,8 @@ class Ranks:
         Where the study measured a sharded model, DDP is used as asked, with a warning:
         ``rt.parallel`` applies whichever was measured."""
         self._launched("rt.ddp()")
+        for knob in DDP_KNOBS:  # DDP's own defaults are a script's own values
+            self.source.setting(knob, self.source.neutral(knob))
         if sharding.sharded(self.knobs):
             self._override("sharding", "no_shard (rt.ddp)", self.knobs["sharding"],
                            "the script's rt.ddp() call")
@@ -70,12 +74,18 @@ class Ranks:
         return distributed.wrap(model, self.knobs, self.device, layers=layers)
 
     def _launched(self, call: str) -> None:
-        if distributed.world_size() <= 1:
+        if distributed.world_size() <= 1 and self.source.discover is None:  # (a discovery
+            # run is one rank of its own: autotune -- python train.py reads its calls)
             raise ValueError(f"{call}: no process group of several ranks is initialized: "
                              "launch with torchrun and call torch.distributed."
                              "init_process_group() first (best.yaml's launch.torchrun)")
         atexit.unregister(_let_gloo_threads_finish)
         atexit.register(_let_gloo_threads_finish)
+
+
+#: The DistributedDataParallel knobs ``rt.ddp`` applies (core/distributed.ddp).
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "batched_grad_copy", "static_graph",
+             "broadcast_buffers", "comm_hook", "accumulation_no_sync")
 
 
 def _let_gloo_threads_finish() -> None:

@@ -70,6 +70,11 @@ class Source:
             return value
         return self.best.knobs.get(knob, value)
 
+    def neutral(self, knob: str) -> Any:
+        """The value that changes nothing of ``knob`` (its ``off``): a script's own where it
+        passes none, as DDP's defaults are for ``rt.ddp``."""
+        return neutral_knobs()[knob]
+
     def on_step(self, samples: int, wait_s: float, loss: float | None) -> None:
         """Each step the meter counts: a trial's window, or a discovery run's end."""
         if self.window is not None:

@@ -51,10 +51,6 @@ class ScriptWorkload(Workload):
     verifier = "script"  # autotune verify runs the command itself (production/verify.py)
     pads_batches = False
     pads_to_multiple = False
-    not_launchable = ("a script's trials run as one process for now: launch.nproc_per_node "
-                      "applies to a Workload class (tune the script as one process, or write "
-                      "its Workload: docs/guide/own-workload.md)")
-
     def __init__(self, command: list[str], cwd: str | None = None, name: str | None = None):
         self.cwd = str(Path(cwd or os.getcwd()).resolve())
         self.command = check_command([str(a) for a in command], self.cwd)
@@ -131,10 +127,22 @@ def discover(command: list[str], cwd: str) -> dict[str, Any]:
     return _found[key]
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _discovery_run(command: list[str], cwd: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="autotune-discover-") as tmp:
         out = Path(tmp, "found.json")
-        env = child_environ({DISCOVER_ENV: str(out)})
+        # As one rank of a launch (torchrun's variables, a world of one): a script that
+        # makes its own process group (env://) starts here as it does under the launcher.
+        env = child_environ({DISCOVER_ENV: str(out), "RANK": "0", "LOCAL_RANK": "0",
+                             "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
         try:
             proc = subprocess.run([sys.executable, *command[1:]], cwd=cwd, env=env,
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True,
