@@ -321,3 +321,19 @@ def test_a_script_launched_as_two_ranks_is_tuned_under_the_launcher(tmp_path: Pa
     assert sorted(r["rank"] for r in result["ranks"]) == [0, 1]
     assert not (tmp_path / "finished").exists(), "a rank ran the script past its window"
     assert not leftover_trials(since, tmp_path)
+
+
+def test_a_script_trial_is_profiled_after_its_window_for_the_diagnosis(tmp_path: Path) -> None:
+    """The window's profiler capture, over the script's own steps after its window: a Chrome
+    trace in the trial's folder and its summary, which the diagnosis reads."""
+    _script(tmp_path)
+    proc = run_cli(["study.n_trials=1", *BARE_ARGS, "window.profile=true", "--", "python",
+                    "train.py"], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    trial = tmp_path / "studies" / "train-cpu" / "trials" / "0"
+    result = json.loads((trial / "result.json").read_text())
+    assert result["outcome"] == "ok" and "error" not in result["trace"], result["trace"]
+    assert result["trace"]["steps"] >= 1 and Path(result["trace"]["trace_path"]).exists()
+    assert "diagnosis:" in out
+    assert not (tmp_path / "saved").exists()

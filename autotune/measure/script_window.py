@@ -64,6 +64,7 @@ class ScriptWindow:
         self._units: list[float] = []
         self._wait_s = 0.0
         self._load0: Snapshot | None = None
+        self._profiler: Profiled | None = None
         self.progress.beat("compile", 0, force=True)
 
     def meter_made(self) -> None:
@@ -90,6 +91,9 @@ class ScriptWindow:
     def step(self, samples: int, wait_s: float, loss: float | None) -> None:
         """One step of the script's loop. Ends the process once the window is measured."""
         self.steps += 1
+        if self._profiler is not None:
+            self._profile_step()
+            return
         if self.numerics:
             self._numerics_step(loss)
             return
@@ -165,7 +169,21 @@ class ScriptWindow:
         if self._load0 is not None:
             res.contention = between(self._load0, snapshot())
         res.final_loss = self._check(loss, "the measured window") if loss is not None else None
+        if self.win.profile and self.req.trace_path:
+            self._profiler = Profiled(self.device, sized(self.win.profile_steps),
+                                      self.req.trace_path)
+            return
         self.end("ok")
+
+    def _profile_step(self) -> None:
+        """A step under the profiler after the window (measure/profiling.py's capture, over
+        the script's own steps); its summary is what the diagnosis reads of the trace."""
+        assert self._profiler is not None
+        self.progress.beat("profile", self.steps, force=True)
+        if self._profiler.step():
+            self.result.trace = self._profiler.summary
+            self.result.extras_s += self._profiler.seconds
+            self.end("ok")
 
     def end(self, outcome: str, error: str = "") -> None:
         """Write the result and end the trial's process here, its loader workers with it."""
@@ -178,6 +196,50 @@ class ScriptWindow:
             end_children()
             raise WindowEnded(outcome)
         end_process(0)
+
+
+class Profiled:
+    """torch.profiler over the script's next steps: one warm-up step, then ``steps`` recorded,
+    the Chrome trace written and summarized (diagnose/trace_summary.py). Never fails the
+    trial: a failed capture is ``{"error": ...}``, as the window's own capture says it."""
+
+    def __init__(self, device: torch.device, steps: int, trace_path: str):
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self.steps, self.path, self.done = max(1, steps), Path(trace_path), 0
+        self.summary: dict[str, Any] = {}
+        self.t0 = time.perf_counter()
+        self.seconds = 0.0
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.prof = profile(activities=activities, profile_memory=True, record_shapes=False,
+                            schedule=schedule(wait=0, warmup=1, active=self.steps, repeat=1),
+                            on_trace_ready=lambda p: p.export_chrome_trace(str(self.path)))
+        self.prof.start()
+
+    def step(self) -> bool:
+        """One step done; True once the capture is over (its summary then set)."""
+        self.done += 1
+        self.prof.step()
+        if self.done < 1 + self.steps:
+            return False
+        try:
+            self.prof.stop()
+            import json
+
+            if not self.path.exists():  # the schedule's cycle did not complete: what there is
+                self.prof.export_chrome_trace(str(self.path))
+
+            from autotune.diagnose.trace_summary import summarize_trace
+
+            trace = json.loads(self.path.read_text())
+            self.summary = {**summarize_trace(trace, self.steps), "trace_path": str(self.path)}
+        except Exception as exc:  # noqa: BLE001 - the summary is evidence; never fail the trial
+            self.summary = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        self.seconds = time.perf_counter() - self.t0
+        return True
 
 
 def _agreement() -> Any:
