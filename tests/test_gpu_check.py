@@ -27,7 +27,8 @@ def _rehearse(tmp_path: Path, script: Path = SCRIPT,
     return proc, out
 
 
-STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile", "race", "finetune")
+STEPS = ("study", "lm", "tests", "jpeg", "ncu", "figures", "compile", "race", "finetune",
+         "script")
 
 
 def _status(summary: str) -> dict[str, str]:
@@ -148,3 +149,13 @@ def test_the_finetune_step_lists_what_imports_and_returns_its_study(tmp_path: Pa
     for knob in ("knobs.liger_kernel", "knobs.attention", "knobs.optimizer"):
         assert f"not importable on cpu: {knob}" in log, log[-3000:]
     assert "padding_free" in log
+
+
+def test_the_script_step_tunes_a_launched_script_and_verifies_it(tmp_path: Path) -> None:
+    """The script step (autotune -- python examples/script_train.py ..., then autotune verify
+    on the same command): its study and verify.json come back in script.tgz."""
+    proc, out = _rehearse(tmp_path, STEPS="script", TOTAL_S="600", BUDGET_script="500")
+    summary = (out / "summary.txt").read_text()
+    assert _status(summary) == {"script": "PASS"}, summary + proc.stdout[-2000:]
+    names = _names(out / "script.tgz")
+    assert "studies/gpu-script/best.yaml" in names and "studies/gpu-script/verify.json" in names

@@ -36,6 +36,10 @@
 #            on the machine (else said, and left out); the numerics check on (off in the
 #            rehearsal, as for every step). tokens/s per trial in its trials.csv. A loan's own:
 #            STEPS="finetune" TOTAL_S=200 timeout 220 bash .ci/gpu/gpu_check.sh (not measured).
+#   script   the training a user launches, tuned as it is: autotune -- python
+#            examples/script_train.py (its own loader, batch 128 and 2 workers, its own steps as
+#            the trials' windows), then autotune verify running the same command. Never run on
+#            a GPU yet: STEPS="script" TOTAL_S=170 timeout 190 bash .ci/gpu/gpu_check.sh.
 #   race     the README's study twice on the same seed (python -m benchmarks.race): every
 #            confirmation round after the search, then the finalists raced during it
 #            (study.race=true); 12 trials each, the study step's windows (capped at 5 s), the
@@ -94,6 +98,8 @@ if [ "$DRY" = 1 ]; then
     RACE=(--set study.n_trials=2 --set study.confirm_top=2 --set study.confirm_budget_s=8
           --set study.numerics_steps=0)
     FINETUNE=(--trials 2 --set study.confirm_runs=0 --set study.numerics_steps=0 --no-train)
+    SCRIPT=(study.n_trials=2 study.confirm_runs=0 study.numerics_steps=0)
+    VERIFY=(--rounds 1 --warmup 2 --steps 8)
 else
     DEVICE=cuda
     # The README's main command with the window capped at 5 s (an input-bound batch of 256 at
@@ -113,6 +119,10 @@ else
     RACE=(--set study.n_trials=12)
     FINETUNE=(--trials 8 --set study.confirm_runs=0 --set study.timeout_s=150
               --set window.measure_seconds=3)
+    # Not yet run on a GPU: the script's own loader (batch 128, 2 workers) and steps.
+    SCRIPT=(study.n_trials=6 study.confirm_top=2 study.confirm_runs=3 study.confirm_budget_s=30
+            study.timeout_s=90)
+    VERIFY=(--rounds 3)
 fi
 # Measured (docs/benchmarks.md): on one H100 (2026-11-26) the copy and install 8 s, study
 # 129-143 s, jpeg 41-48 s, ncu 44 s. On one H200 (2026-11-28): setup 8-9 s, study 122 s, lm
@@ -122,7 +132,7 @@ fi
 # machine by .ci/gpu/gpu_loan.sh.
 : "${BUDGET_study:=135}" "${BUDGET_lm:=100}" "${BUDGET_tests:=100}" "${BUDGET_jpeg:=50}"
 : "${BUDGET_ncu:=47}" "${BUDGET_figures:=3}" "${BUDGET_compile:=220}" "${BUDGET_race:=560}"
-: "${BUDGET_finetune:=180}"
+: "${BUDGET_finetune:=180}" "${BUDGET_script:=150}"
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
@@ -174,6 +184,16 @@ pack() {
 study_step() {
     rm -rf studies/gpu-resnet18
     autotune workload=resnet18 study.name=gpu-resnet18 "${STUDY[@]}" "${WINDOW[@]}" knobs.compile=off
+}
+
+# The training a user launches, tuned as it is (autotune -- python ...): a plain script whose
+# trials are the script itself, then autotune verify running the same command, each side
+# ending at its window.
+script_step() {
+    rm -rf studies/gpu-script
+    autotune study.name=gpu-script "${SCRIPT[@]}" "${WINDOW[@]}" -- \
+        python examples/script_train.py --epochs 100000 -b 128 -j 2 \
+        && "$PY" -m autotune verify studies/gpu-script "${VERIFY[@]}"
 }
 
 # The old and the new path side by side, the studies kept for the archive (best.yaml, trials.csv).
@@ -393,8 +413,9 @@ for step in $STEPS; do
         compile) run_step compile; pack compile studies/gpu-compile ;;
         race) run_step race; pack race studies/race/*/best.yaml studies/race/*/trials.csv ;;
         finetune) run_step finetune; pack finetune studies/gpu-finetune ;;
+        script) run_step script; pack script studies/gpu-script ;;
         figures) run_step figures ;;
-        *) say "$step: SKIP: unknown step (study lm tests jpeg ncu compile race finetune figures)" ;;
+        *) say "$step: SKIP: unknown step (study lm tests jpeg ncu compile race finetune script figures)" ;;
     esac
 done
 say "total: ${SECONDS}s"
