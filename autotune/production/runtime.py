@@ -53,6 +53,7 @@ from autotune.core.training import (
 )
 from autotune.core.workload import Workload
 from autotune.production.best import BestConfig
+from autotune.production.compiled import COMPILE_MODES, compiled, compiled_mode
 from autotune.production.meter import Meter
 from autotune.production.own_loop import OwnLoop
 from autotune.production.ranks import Ranks
@@ -60,7 +61,7 @@ from autotune.production.settings import BEST_ENV, neutral_knobs, resolve
 
 log = logging.getLogger("autotune")
 
-__all__ = ["BEST_ENV", "KnobOverridden", "Runtime"]
+__all__ = ["BEST_ENV", "COMPILE_MODES", "KnobOverridden", "Runtime", "compiled_mode"]
 #: The DataLoader arguments a script gives ``rt.loader_kwargs`` as its own values.
 LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor",
                 "persistent_workers")
@@ -68,38 +69,6 @@ LOADER_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor",
 
 class KnobOverridden(UserWarning):
     """The user's code sets a knob to another value than the one measured: theirs stands."""
-
-
-def _compiled(model: Any) -> bool:
-    return isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
-
-
-#: torch.compile's modes, as the ``compile`` knob names them.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def compiled_mode(model: Any) -> str | None:
-    """The torch.compile mode of an already compiled model, or None where it cannot be told.
-
-    torch 2.14's ``OptimizedModule`` keeps no mode attribute: the mode survives only as the
-    inductor options it set (``torch._inductor.list_mode_options``) on the backend wrapper
-    the module's dynamo context holds. The mode is the one whose options are all there (the
-    most specific such); another backend than inductor, or private attributes that moved in
-    another torch version, give None."""
-    try:
-        from torch._inductor import list_mode_options
-
-        backend = model.dynamo_ctx.callback._torchdynamo_orig_backend._torchdynamo_orig_backend
-        wrapper: Any = getattr(backend, "__wrapped__", None)
-        if type(wrapper).__name__ != "_TorchCompileInductorWrapper":
-            return None
-        config = dict(wrapper.config)
-        dynamic = getattr(wrapper, "dynamic", None)
-        fits = [m for m in COMPILE_MODES
-                if all(config.get(k) == v for k, v in list_mode_options(m, dynamic).items())]
-    except Exception:  # noqa: BLE001 - private torch internals: unknown rather than wrong
-        return None
-    return max(fits, key=lambda m: len(list_mode_options(m, dynamic))) if fits else None
 
 
 class _UserParts(Workload):
@@ -275,7 +244,7 @@ class Runtime(OwnLoop, Ranks):
         measured it otherwise (``compiled_mode``; where the mode cannot be told, the warning
         says so)."""
         self.source.setting("channels_last", False)
-        if _compiled(model):
+        if compiled(model):
             mode, want = compiled_mode(model), self.knobs["compile"]
             if mode is None:
                 self._override("compile", "an already compiled model whose mode cannot be told "
