@@ -64,8 +64,8 @@ Three departures, each said where it acts:
 
 What the stated levels are worth, measured by simulate.py on the confirmation's own code
 (docs/benchmarks.md, "The confirmation's stated levels, simulated"): at KN's least favourable
-configuration the best is kept 95% of the time where the rounds end decided (3% windows, or
-2 finalists), and less where the cap ends them first (10% windows and 5 finalists: ~80%).
+configuration the best is kept 95% of the time where the rounds end decided (3% windows, up to
+5 finalists), and less where the cap ends them first (10% windows: 90% at 2 finalists, ~80% at 5).
 The exported 95% interval covers ~95% where one finalist is ahead; among finalists all within
 the zone of each other it covers 90-92%: the rounds stop when the pairs' intervals read narrow
 (a stop that favours a low variance) and the export is one of several tied.
