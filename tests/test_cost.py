@@ -135,12 +135,10 @@ def test_a_first_window_measured_again_beside_a_load_sets_the_estimate_as_one_wi
     assert pinned.phases()["search"] == pytest.approx(2.0 + 6 * one)
     assert f"re-measurements ~{again:.0f} s" in busy.words()
     assert "re-measurements" not in passed.words()
-    # The windows after the search are sized from one window, not three and two waits; a load
-    # that stays leaves the search's windows contended, so they are no round of the
-    # confirmation's (rounds.search_round), where a quiet first window's are.
+    # The windows after the search are sized from one window, not three and two waits; the
+    # search's windows are no round of the confirmation's, quiet or not.
     assert busy.round_s == pytest.approx(quiet.round_s)
-    assert (busy.search_round, quiet.search_round, passed.search_round) == (0, 1, 1)
-    assert busy.confirm_s == pytest.approx(quiet.confirm_s + quiet.round_s)
+    assert busy.confirm_s == pytest.approx(quiet.confirm_s)
     assert busy.numerics_s == pytest.approx(quiet.numerics_s) and busy.numerics_s > 0
     assert "measured 3 times" in busy.words() and "5 more x 4.0 s" in busy.words()
     assert busy.as_dict()["first_trial_remeasured"] == 2
@@ -193,10 +191,10 @@ def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_i
     est = estimate(setup, 8, 3, 2.0, 5.0, first)
     rounds = selection_rounds(spread, Selection(0.05, 0.95, 3, 0.01), 3)
     per_round = 4 * (5.0 - 1.0)  # 3 finalists and the baseline, each a window less its extras
-    assert est.confirm_rounds == rounds and est.search_round == 1
-    assert est.confirm_s == pytest.approx((rounds - 1) * per_round)
+    assert est.confirm_rounds == rounds
+    assert est.confirm_s == pytest.approx(rounds * per_round)  # no round from the search
     assert est.confirm_max_s == 2000.0
-    assert f"{rounds} rounds (the first from the search's windows)" in est.words(), est.words()
+    assert f"{rounds} rounds of ~" in est.words(), est.words()
     # A budget shorter than those rounds bounds the confirmation's cost: the whole rounds that
     # fit in it (3 of 16 s in 50 s: a round that would end past it is not started).
     cut = estimate(setup.with_study(confirm_budget_s=50.0), 8, 3, 2.0, 5.0, first)
@@ -236,12 +234,13 @@ def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_i
     assert ran[len(ran) // 2] <= rounds and ran[-1] <= 1.5 * rounds, (ran, rounds)
 
 
-def test_the_revised_estimate_counts_the_least_rounds_of_a_finalist_the_search_round_lacks(
+def test_the_revised_estimate_counts_every_least_round_as_the_confirmations(
         cpu_env: Env) -> None:
-    """The least rounds count per finalist: the search's windows shorten them only where they
-    hold every finalist's. A 4-layer GPT study whose two finalists' windows could not stand as
-    round 1 ran 3 more rounds (371 s) where the revised estimate, counting the search's round
-    for all, said ~300 s, its budget (2026-12-01)."""
+    """The search's windows are no round of the confirmation's (selection.py: they made the
+    finalists), so its least rounds are all its own, whatever the finalists' windows were: a
+    4-layer GPT study whose two finalists' windows could not stand as round 1 ran 3 rounds
+    (371 s) where the revised estimate, counting the search's round, said ~300 s
+    (2026-12-01)."""
     from optuna.distributions import IntDistribution
 
     from autotune.search.console.estimate import revised
@@ -263,9 +262,8 @@ def test_the_revised_estimate_counts_the_least_rounds_of_a_finalist_the_search_r
         return s
 
     per_round = 3 * 8.0  # two finalists and the baseline, each a window less its extras
-    # Every window as long as a round's: the search's is round 1, two rounds are left.
-    assert revised(setup, study(5.0), 3)["confirmation"] == pytest.approx(2 * per_round)
-    # The fastest finalist's window was three times a round's: it needs all three.
+    # Every window as long as a round's, or the fastest's three times a round's: three rounds.
+    assert revised(setup, study(5.0), 3)["confirmation"] == pytest.approx(3 * per_round)
     assert revised(setup, study(30.0), 3)["confirmation"] == pytest.approx(3 * per_round)
 
 

@@ -99,9 +99,9 @@ def test_the_estimate_counts_the_rounds_the_spread_needs_up_to_the_budget(
     assert "at rounds spread +-11% (a test)" in noisy.words()
     assert noisy.as_dict()["round_spread"] == {"spread": 0.11, "source": "a test"}
     quiet = estimate(setup(0.01), 12, 3, 0.0, 8.5, {**first, "ceiling_noise": {"window": 0.005}})
-    assert quiet.confirm_rounds == 3 and quiet.confirm_s == pytest.approx(60.0)
-    assert ("confirmation ~60 s (3 rounds (the first from the search's windows) of ~30 s at "
-            "rounds spread +-1%") in quiet.words(), quiet.words()
+    assert quiet.confirm_rounds == 3 and quiet.confirm_s == pytest.approx(90.0)
+    assert ("confirmation ~90 s (3 rounds of ~30 s at rounds spread +-1%"
+            in quiet.words()), quiet.words()
 
 
 def test_the_rounds_cost_says_what_the_spread_expects() -> None:

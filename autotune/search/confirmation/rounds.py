@@ -8,13 +8,9 @@ lists aligned by round (None where a configuration sat a round out or its window
 is what the paired intervals (choose.interval_of) need; it travels in the study's attributes,
 so the search's race hands its rounds to the confirmation (``raced``).
 
-The finalists' own search windows are the confirmation's first round where they are
-comparable with its windows (``search_round``): measured to the end as the confirmation's
-windows are (the same window settings: a window measures until its steps and least seconds, or
-its limit), and quiet. So the rounds start from data, not from zero. That round is not
-interleaved (its windows ran minutes apart) and each finalist is a finalist because its window
-read high, so it favours the luckiest by its luck: one round of several, said in the record
-(``search_round``) and in the summary.
+The finalists' own search windows are no round: they made the finalists (each a finalist
+because its window read high) and ran minutes apart, not interleaved, so they only order the
+finalists (search/confirmation/selection.py says what the simulation measured of them).
 """
 
 from __future__ import annotations
@@ -27,10 +23,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.core.config import sized
 from autotune.measure.protocol import TrialRequest, WindowResult, figure_only
 from autotune.results.record import study_attrs, trial_attrs
-from autotune.results.trials import measured
 from autotune.search.setup import StopFlag, StudySetup
 
 
@@ -108,42 +102,6 @@ class Rounds:
                    loads=list(d.get("loads") or []), order=[list(o) for o in d.get("order") or []],
                    failures=list(d.get("failures") or []),
                    seconds=[float(s) for s in d.get("seconds") or []])
-
-
-def comparable(setup: StudySetup, t: FrozenTrial) -> bool:
-    """Whether ``t``'s search window can stand as a confirmation window: measured cleanly,
-    quiet (not contended), and as long as this run's windows measure (at least half its least
-    seconds; at most its limit, or its least steps where those take longer, and a chunk of
-    steps over it: a window of a resumed study's other settings is not). A 4-layer GPT's
-    batch-64 trials took 4.3-5.0 s a step, so their 4 least steps ran 18-20 s past the CPU's
-    5 s limit: their search windows, as long as their rounds' would be, were refused, and a
-    third round the first stage did not need ran for them (2026-12-01, docs/benchmarks.md)."""
-    a = trial_attrs(t)
-    if not measured(t) or t.value is None or (a.get("contention") or {}).get("contended"):
-        return False
-    w = setup.window
-    step_s = float((a.get("step_ms") or {}).get("median") or 0.0) / 1e3
-    measure_s = float(a.get("measure_s") or 0.0)
-    longest = max(float(sized(w.measure_seconds)), sized(w.min_measure_steps) * step_s)
-    return (measure_s >= 0.5 * float(w.min_measure_seconds or 0.0) and measure_s > 0
-            and measure_s <= longest + 2 * step_s + 0.5)
-
-
-def search_round(setup: StudySetup, trials: dict[int, FrozenTrial], rounds: Rounds
-                 ) -> tuple[Rounds, list[int]]:
-    """``rounds`` with the search windows of ``trials`` as a first round (None for one that is
-    not ``comparable``), and the trials whose windows it holds ([]: none, and no round
-    added). A round of fewer than two windows compares nothing and is not added."""
-    figures = {n: float(t.value) for n, t in trials.items()
-               if t.value is not None and comparable(setup, t)}
-    if len(figures) < 2:
-        return rounds, []
-    out = Rounds(list(rounds.runs),
-                 runs={n: [figures.get(n), *v] for n, v in rounds.runs.items()},
-                 contended={n: [False, *v] for n, v in rounds.contended.items()},
-                 loads=list(rounds.loads), order=[sorted(figures), *rounds.order],
-                 failures=list(rounds.failures), seconds=[0.0, *rounds.seconds])
-    return out, sorted(figures)
 
 
 def raced(study: optuna.Study) -> tuple[Rounds, set[int]]:

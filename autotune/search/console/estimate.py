@@ -10,8 +10,8 @@ A first window read beside another load is measured again (search/contended.py);
 trials are then counted at one window of it, not at all of them (``_one_window``).
 
 The confirmation is at least ``study.confirm_runs`` rounds of the finalists and the baseline
-(no more windows a round than there are trials), the first of them the search's own windows
-(rounds.search_round: no time of its own), then as many as its selection needs where the
+(no more windows a round than there are trials; the search's own windows order the finalists
+but are no round: selection.py says why), then as many as its selection needs where the
 finalists lie within the zone of each other (confirm.selection_rounds: their triangle's close
 at the spread the rounds are expected to have, search/round_spread.py: an earlier
 confirmation's on this device, else the device kind's), and with study.confirm_precision as
@@ -19,7 +19,7 @@ many as an interval that narrow needs, never more than its budget allows: the ti
 rounds are inside it (before 2026-12-01 a tie got up to half the budget again, and the two
 studies that had one ran 35% and 39% past their stated wall time). One finalist clearly ahead
 ends the rounds sooner, which is not known before them: the estimate is the rounds' bound. The numerics check runs each finalist and the
-reference twice, each a start-up and its steps (the first window's steps: the finalists' are
+reference at three seeds, each a start-up and its steps (the first window's steps: the finalists' are
 re-estimated as the search ends). A compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The first window is the
@@ -54,7 +54,6 @@ from autotune.search.checks.spread import REFERENCE_SEEDS
 from autotune.search.confirmation.confirm import only_baseline, selection_rounds, trusted_rounds
 from autotune.search.confirmation.rounds import (
     Rounds,
-    comparable,
     expected_round_s,
     figure_window_s,
     raced,
@@ -116,7 +115,6 @@ class Estimate:
     confirm_rounds: int = 0
     round_s: float = 0.0
     spread: RoundSpread | None = None
-    search_round: int = 0  # 1: the finalists' search windows are expected to be round 1
     # The same-training trial after the search (search/loop/same_training.py): one more window
     # where the space lets the best change what is trained. It is the search's time: left
     # out, a 5-trial study's search ran 21% over its estimate (test_cost, idle, 2026-12-01).
@@ -170,12 +168,10 @@ class Estimate:
         if not n or not each:
             return f"at most {self.confirm_max_s:.0f} s"
         at = f" at {self.spread.words()}" if self.spread else ""
-        run = max(0, n - self.search_round)
-        first = " (the first from the search's windows)" if self.search_round else ""
-        if run * each > self.confirm_s + 1:
-            return (f"the budget: {n} rounds{first} of ~{each:.0f} s{at} would take "
-                    f"~{run * each:.0f} s{bound}")
-        return f"{n} rounds{first} of ~{each:.0f} s{at}{bound}"
+        if n * each > self.confirm_s + 1:
+            return (f"the budget: {n} rounds of ~{each:.0f} s{at} would take "
+                    f"~{n * each:.0f} s{bound}")
+        return f"{n} rounds of ~{each:.0f} s{at}{bound}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"expected_s": round(self.total_s, 1), "first_trial_s": round(self.trial_s, 2),
@@ -200,15 +196,12 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     windows = max(1, min(setup.study.confirm_top + 1, n_trials))
     noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
     rounds = _rounds(setup, confirm_runs, noise, windows - 1)
-    # The finalists' search windows stand as round 1 where quiet (rounds.search_round): the
-    # first window's own is the one known now.
-    paid = 1 if confirm_runs and not (first.get("contention") or {}).get("contended") else 0
     remeasured, each_s = _one_window(first, trial_s)
     remeasure_s = _remeasure_s(first, n_trials, remeasured, each_s)
     # A confirmation window runs no ceilings, profiles or all-reduce probe (protocol.figure_only).
     window_s = max(each_s - float(first.get("extras_s") or 0.0), 0.0)
     per_round = windows * window_s
-    confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round, searched=paid)
+    confirm_s = _confirm_s(setup, confirm_runs, rounds, per_round)
     confirm_max_s = max(confirm_s, setup.study.confirm_budget_s)
     numerics_s = (ANSWERS_CHECKED * (1 + REFERENCE_RUNS)
                   * numerics_run_s(first, window_s, setup.study.numerics_steps))
@@ -219,7 +212,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
                     confirm_max_s if confirm_runs else 0.0, numerics_s,
                     compile_searched(setup) and not compiled, scaling_s, remeasured,
                     each_s if remeasured else None, remeasure_s, rounds, per_round,
-                    setup.round_spread if confirm_runs else None, paid,
+                    setup.round_spread if confirm_runs else None,
                     int(bool(n_trials) and may_change_training(setup)))
 
 
@@ -292,23 +285,17 @@ def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> 
 
 
 def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
-               raced_rounds: int = 0, raced_s: float = 0.0, searched: int = 0,
-               searched_least: int | None = None) -> float:
+               raced_rounds: int = 0, raced_s: float = 0.0) -> float:
     """At least confirm_runs rounds; past them, rounds stop before one would end past the
     budget. Where the search raced (search/loop/race.py), its ``raced_rounds`` count in the least
-    rounds and the ``raced_s`` they took in the budget; ``searched`` (1): the first round is the
-    search's own windows, which takes no time of the confirmation's. The least rounds count
-    per finalist, so the search's round shortens them only where it holds every finalist's
-    window and the baseline's (``searched_least``, default ``searched``): in a 4-layer GPT
-    study two finalists' windows were not comparable, a fourth round ran, and the confirmation
-    took 371 s where this estimate, counting the search's round for all, said ~300 s
-    (2026-12-01). Past the least, whole rounds run while the next one ends within the budget
+    rounds and the ``raced_s`` they took in the budget. The search's own windows are no round
+    (they made the finalists: selection.py), so every round is the confirmation's time. Past
+    the least, whole rounds run while the next one ends within the budget
     (confirm._stop_reason), so a budget-bound confirmation takes the rounds that fit in it, not
     all of it: at 86c598e a GPT study's confirmation took 265 s where this said ~283 s
     (docs/benchmarks.md)."""
-    paid = searched if searched_least is None else searched_least
-    least = max(confirm_runs - raced_rounds - paid, 0)
-    wanted = max(rounds - searched - raced_rounds, 0)
+    least = max(confirm_runs - raced_rounds, 0)
+    wanted = max(rounds - raced_rounds, 0)
     room = max(0.0, setup.study.confirm_budget_s - raced_s)
     fit = math.floor(room / per_round) if per_round > 0 else wanted
     return max(least, min(wanted, fit)) * per_round
@@ -334,13 +321,10 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
         noises = [window_noise(t) for t in trials]
         noise = max(noises) if min(noises) > 0 else 0.0  # confirm.terms before any round
         race, _ = raced(study)  # the search's race: its rounds and seconds count (race.py)
-        usable = [comparable(setup, t) for t in trials]
-        searched = 1 if sum(usable) >= 2 else 0
         out["confirmation"] = _confirm_s(setup, confirm_runs,
                                          _rounds(setup, confirm_runs, noise, len(finals)),
                                          expected_round_s(trials), _raced_least(race, finals, base),
-                                         sum(race.seconds), searched,
-                                         searched if all(usable) else 0)
+                                         sum(race.seconds))
     if setup.study.numerics_steps:
         out["numerics check"] = _numerics_s(setup, leaders, base)
     if setup.launch.scaling:
