@@ -206,7 +206,11 @@ def plan(setup: StudySetup, est: Estimate, n_trials: int) -> tuple[int, float, s
     before most of it is spent."""
     assert setup.study.time_budget_s is not None
     after = first_after(setup, est)
-    confirm_s = float(math.floor(planned_confirm_s(setup, after)))
+    # Whole seconds, never below the least rounds' cost (they are never cut): a floor below it
+    # let the trials fill the fraction of a second the rounds then overran by (183.4 s for a
+    # 183 s budget once the search's windows were no longer a round).
+    confirm_s = float(max(math.floor(planned_confirm_s(setup, after)),
+                          math.ceil(after.confirm_least_s)))
     first_s = est.trial_each_s
     room = setup.study.time_budget_s - est.setup_s - after.fixed_s - confirm_s
     fit = max(1, min(n_trials, int(room // first_s) if first_s > 0 else n_trials))
