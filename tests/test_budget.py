@@ -68,8 +68,7 @@ def test_the_wall_time_a_plan_states_fits_in_its_budget(cpu_env: Env) -> None:
     est = clock.refit(fit, confirm_s)
     assert est is not None and fit < 12
     # The plan takes whole seconds, never below the least rounds (of one finalist here), which
-    # are never cut; and
-    # past them whole rounds run while the next one ends within the seconds planned.
+    # are never cut; past them whole rounds run while the next one ends within the seconds.
     assert confirm_s - est.round_s < est.confirm_s <= confirm_s + 1.0, (est.confirm_s, confirm_s)
     assert est.total_s <= 183.0, est.words()
 
