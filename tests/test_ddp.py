@@ -97,7 +97,11 @@ def test_a_launched_study_runs_every_trial_as_ranks_and_its_torchrun_line_runs(
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
     assert "as 2 ranks under torchrun" in check.stdout
     verified = json.loads((tmp_path / "studies" / "ddp" / "verify.json").read_text())
-    assert all(len(verified["figures"][side]) == 1 for side in ("baseline", "exported"))
+    # One round asked; a round with a side beside other work (steal on this VM: 9-15% in a
+    # run of 2026-12-03) is measured again, up to one more.
+    rounds = 1 + len(verified["disturbed"])
+    assert all(len(verified["figures"][side]) == min(rounds, 2)
+               for side in ("baseline", "exported")), verified["disturbed"]
 
 
 #: What each fault's trial records: its outcomes, and a pattern its reason matches. Rank 0
