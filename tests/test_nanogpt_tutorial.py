@@ -74,13 +74,13 @@ def test_the_tutorial_runs_as_written_and_under_verify(tmp_path: Path) -> None:
          tmp_path)
     verified = json.loads((best.parent / "verify.json").read_text())
     assert verified["how"].startswith("train.py, your script")
-    for side in ("baseline", "exported"):
-        (fig,) = verified["figures"][side]
-        assert fig["samples_per_sec"] > 0 and fig["data_wait_share"] is not None, fig
-        assert fig["between_ms"] > 0 and fig["inside_ms"] > 0
+    for side in ("baseline", "exported"):  # one round, another where a side ran beside a load
+        for fig in verified["figures"][side]:
+            assert fig["samples_per_sec"] > 0 and fig["data_wait_share"] is not None, fig
+            assert fig["between_ms"] > 0 and fig["inside_ms"] > 0
     logs = [p.read_text() for p in sorted((best.parent / "verify").glob("*.log"))]
     # Each side ends once its window is measured: the evaluation at step 72 never runs.
-    assert len(logs) == 2 and not any("step 72:" in log for log in logs), logs
+    assert len(logs) >= 2 and not any("step 72:" in log for log in logs), logs
     said = "".join(logs)  # (a SlowerThanMeasured warning on a busy machine names a cause)
     assert "meter.wrap" not in said and "KnobOverridden" not in said, said[-3000:]
     assert "is not timed" not in said, said[-3000:]

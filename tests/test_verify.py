@@ -73,9 +73,9 @@ def test_verify_runs_a_users_own_script_unchanged(study: Path, tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((folder / "verify.json").read_text())
     assert out["how"].startswith("train_plain.py")
-    for side in ("baseline", "exported"):
-        (fig,) = out["figures"][side]
-        assert fig["samples_per_sec"] > 0 and fig["steps"] == 23
+    for side in ("baseline", "exported"):  # one round, another where a side ran beside a load
+        for fig in out["figures"][side]:
+            assert fig["samples_per_sec"] > 0 and fig["steps"] == 23
 
 
 def test_a_shortfall_names_what_the_production_path_adds() -> None:
