@@ -4,7 +4,6 @@ fix ahead of the sampler, records why, sizes it from the measurement, and steps 
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 
 import optuna

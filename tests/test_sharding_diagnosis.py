@@ -5,7 +5,6 @@ tests/test_launched_honest.py measure real ranks)."""
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any
 
 from autotune.cli.app import ranked
