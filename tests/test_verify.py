@@ -105,8 +105,9 @@ import os, runpy, shutil, signal, subprocess, sys, time
 hog = None
 if os.environ["AUTOTUNE_METER_OUT"].endswith("0-exported.json"):
     n = os.cpu_count() or 1
-    one = (f"stress-ng --cpu {n} --timeout 120s --quiet" if shutil.which("stress-ng") else
-           " & ".join([f"{sys.executable} -c 'while True: pass'"] * n))
+    # Bounded in time too: the side ends at its window (os._exit), past this finally.
+    one = (f"stress-ng --cpu {n} --timeout 30s --quiet" if shutil.which("stress-ng") else
+           " & ".join([f"timeout 30 {sys.executable} -c 'while True: pass'"] * n))
     hog = subprocess.Popen(["sh", "-c", one + " >/dev/null 2>&1 &"], start_new_session=True)
     hog.wait()
     time.sleep(1.0)  # spinning before the loop starts
