@@ -330,3 +330,24 @@ def test_hf_tune_on_an_sfttrainer_measures_tokens_exports_an_sftconfig_and_verif
     result = autotune.verify(folder, rounds=1, steps=2, warmup=1)
     assert result.realized.rounds == 1 and result.realized.point > 0
     assert [f["grad_accum"] for f in result.figures["baseline"]] == [4]  # the user's own
+
+
+def test_the_users_trainer_still_trains_after_tune_and_the_tuned_arguments_build_one(
+        llama: str, tmp_path: Path) -> None:
+    """hf.tune's TrainingArguments are made beside the user's Trainer, which the user may
+    train as it is (its answer was "keep your settings"): a new TrainingArguments resets
+    accelerate's process-wide state, and that Trainer's train() then failed."""
+    from trl import SFTTrainer
+
+    trainer = users_sft_trainer(llama, str(tmp_path / "out"), max_length=None)
+    workload, _ = _ship(trainer, tmp_path / "shipped")
+    best = {"knobs": _knobs(workload, batch_size=4), "device": {"type": "cpu"}}
+    result = hf.HFTuned(best, trainer.args, trainer.data_collator)  # what hf.tune returns
+    trainer.args.max_steps = 1
+    assert trainer.train().global_step == 1
+    tuned = result.training_args
+    assert tuned.per_device_train_batch_size == 4 and tuned is result.training_args
+    tuned.max_steps = 1
+    other = SFTTrainer(model=trainer.model, args=tuned, train_dataset=trainer.train_dataset,
+                       processing_class=trainer.processing_class)
+    assert other.train().global_step == 1

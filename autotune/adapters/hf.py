@@ -27,6 +27,7 @@ autotune/adapters/hf_workload.py; both write ``training_args.yaml``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,7 +70,16 @@ class HFTuned:
     answer) and ``same_training()`` (the answer that trains the same model as yours)."""
 
     best: BestConfig
-    training_args: Any
+    own_args: Any
+    collator: Any = None
+
+    @functools.cached_property
+    def training_args(self) -> Any:
+        """Made when first read, not by ``tune``: transformers resets accelerate's
+        process-wide state whenever TrainingArguments are made, so a Trainer built before
+        them trains again only after ``apply(trainer)`` (or as a new Trainer built from
+        them). ``tune`` itself leaves the Trainer it was given ready to train as it is."""
+        return tuned_arguments(self.own_args, self.best, self.collator)
 
     def apply(self, trainer: Any) -> Any:
         return apply(trainer, self.best)
@@ -108,10 +118,10 @@ def tune(trainer: Any, overrides: Sequence[str] = (), *, ship_weights: bool = Fa
         best = tune_study(list(overrides), workload=trainer_parts(trainer, ship_weights), **kwargs)
     except StudyError as exc:
         if exc.best is not None:
-            exc.tuned = HFTuned(exc.best, tuned_arguments(trainer.args, exc.best,
-                                                                  trainer.data_collator))
+            exc.tuned = HFTuned(exc.best, trainer.args, trainer.data_collator)
         raise
-    return HFTuned(best, tuned_arguments(trainer.args, best, trainer.data_collator))
+    return HFTuned(best, trainer.args, trainer.data_collator)
+
 
 
 def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
