@@ -11,8 +11,8 @@ confirmation's are), on the log of its figure:
 
 - the window-to-window spread (``Noise.spread``, 3% on a quiet GPU to 17% on a busy 2-core
   CPU): normal, independent between windows;
-- a per-process offset (``Noise.offset``, ~4% measured by benchmarks/warm_rounds): normal, one
-  per window, shared by the window's two halves, so the window's own noise (its halves, which
+- a per-process offset (``Noise.offset``, ~4%: docs/benchmarks.md, "Warm processes for the
+  confirmation's rounds"): normal, one per window, shared by the window's two halves, so the window's own noise (its halves, which
   the selection's first stage reads as ``Selection.noise``) does not see it;
 - the search's windows ran minutes apart, not interleaved: each carries a drift of its own
   (``Noise.drift``; docs/benchmarks.md records speedups moving 5-10% between periods minutes
