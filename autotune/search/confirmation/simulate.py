@@ -12,8 +12,9 @@ confirmation's are), on the log of its figure:
 - the window-to-window spread (``Noise.spread``, 3% on a quiet GPU to 17% on a busy 2-core
   CPU): normal, independent between windows;
 - a per-process offset (``Noise.offset``, ~4%: docs/benchmarks.md, "Warm processes for the
-  confirmation's rounds"): normal, one per window, shared by the window's two halves, so the window's own noise (its halves, which
-  the selection's first stage reads as ``Selection.noise``) does not see it;
+  confirmation's rounds"): normal, one per window, shared by the window's two halves, so the
+  window's own noise (its halves, which the selection's first stage reads as
+  ``Selection.noise``) does not see it;
 - the search's windows ran minutes apart, not interleaved: each carries a drift of its own
   (``Noise.drift``; docs/benchmarks.md records speedups moving 5-10% between periods minutes
   apart, a ratio's 5% being two windows' 3.5% each), where a confirmation round's drift hits
