@@ -309,6 +309,14 @@ class Config:
     workers: Any = _key(1, help=(
         'Parallel trial workers in this invocation: an int, or "auto" = one per visible GPU. '
         "More than one needs PostgreSQL/MySQL or journal: storage."))
+    tracking: Any = _key(default_factory=list, help=(
+        "Experiment trackers the finished study is published to (autotune/results/tracking.py): "
+        "a list of `mlflow`, `tensorboard`, `wandb` (`tracking=[mlflow,wandb]`; one name alone "
+        "too). One parent run for the study (the answers' speedups with their 95% intervals, "
+        "the nightly verdict, best.yaml and the report as artifacts) and one per trial. Where "
+        "each one writes is its own environment's (MLFLOW_TRACKING_URI, WANDB_MODE, "
+        "AUTOTUNE_TENSORBOARD_DIR); a tracker not installed or not reachable is said once and "
+        "never fails the study. `autotune track STUDY` publishes a stored study afterwards."))
     study: StudyConfig = _key(default_factory=StudyConfig, help="The search (study.*).")
     window: WindowConfig = _key(default_factory=WindowConfig, help=(
         "One trial's training window (window.*)."))
@@ -318,6 +326,32 @@ class Config:
         "Per knob: null searches the knob's valid domain; a value pins it; a list narrows it."))
     launch: LaunchConfig = _key(default_factory=LaunchConfig, help=(
         "How each trial is launched (launch.*)."))
+
+    def __post_init__(self) -> None:
+        self.tracking = tracker_names(self.tracking)
+
+
+#: The experiment trackers ``tracking`` may name (autotune/results/tracking.py publishes to each).
+TRACKERS = ("mlflow", "tensorboard", "wandb")
+
+
+def tracker_names(value: Any) -> list[str]:
+    """``tracking`` as a list of tracker names: a list, or one name alone (``tracking=mlflow``),
+    each checked here because the key is typed ``Any`` to take both forms; a ValueError naming
+    the valid trackers otherwise (the command line's composition says it as a usage error)."""
+    if value is None or isinstance(value, str):
+        names = [value] if value else []
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        names = [value]
+    wrong = [n for n in names if n not in TRACKERS]
+    if wrong:
+        raise ValueError(
+            f"tracking={value!r}: {', '.join(repr(n) for n in wrong)} is not an experiment "
+            f"tracker autotune publishes to. Valid trackers: {', '.join(TRACKERS)} "
+            "(tracking=[mlflow,tensorboard,wandb], or one name alone); [] publishes to none")
+    return list(dict.fromkeys(str(n) for n in names))
 
 
 
