@@ -224,7 +224,7 @@ def _hand_made(nsight: dict[str, object] | None, loader: bool = True) -> tuple[o
     return study, d
 
 
-def test_report_shows_the_loader_profile_and_nsight_omitted() -> None:
+def test_report_shows_the_loader_profile_and_no_nsight_on_a_cpu_study() -> None:
     from autotune.results.report_html import markdown, render_html
 
     study, d = _hand_made(CPU_NSIGHT)
@@ -238,14 +238,15 @@ def test_report_shows_the_loader_profile_and_nsight_omitted() -> None:
     for label in ("baseline (trial 0)", "best (trial 1)"):
         assert label in page
     assert "mydata/folder.py:42" in page and "cProfile" in page
-    assert "Nsight (device side)" in page and "the study ran on cpu" in page
+    # A CPU study's report has no section for a GPU tool (best.yaml says why it has none).
+    assert "Nsight" not in page
     md = markdown(d)
     assert "61% JPEG decode (PIL open+load)" in md  # the hot frame, its share
     assert "`__getitem__` is at `mydata/folder.py:42`" in md  # the dataset's __getitem__
     assert "\\<lambda\\>" in md and "<lambda>" not in md  # text, not an HTML tag
     assert "cProfile" in md
-    assert "## Nsight (device side)" in md and CPU_NSIGHT["omitted"] in md
-    assert md.index("## Diagnosis") < md.index("## Loader profile") < md.index("## Nsight")
+    assert "Nsight" not in md
+    assert md.index("## Diagnosis") < md.index("## Loader profile")
     md0 = markdown(d0)  # an older study: no loader_profile, no section, no chart named
     assert "## Loader profile" not in md0 and "where the loader" not in md0
 
@@ -259,6 +260,7 @@ def test_report_shows_the_nsight_commands_of_a_cuda_study() -> None:
     kernel = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>(int)"
     ns = nsight_commands(doc, "autotune.workloads.mlp.MLPWorkload", [{"name": kernel, "ms_per_step": 1.5}])
     study, d = _hand_made(ns, loader=False)
+    d["best"]["device"] = doc["device"]
     page = render_html(study, d)
     import html as html_lib
 
@@ -440,7 +442,12 @@ def test_the_path_to_the_best_ends_at_the_exported_trial() -> None:
     assert rows[-1]["exported"] == "fastest" and rows[-1]["changed"] == {"batch_size": [64, 128]}
     from autotune.results.report_data import gather
 
-    assert "exported: the confirmation rounds' fastest" in markdown(gather(faster, "sqlite:///x"))
+    md = markdown(gather(faster, "sqlite:///x"))
+    assert "exported: the confirmation rounds' fastest" in md
+    # The confirmed speedup beside the search's, and what the export changes from yours.
+    assert rows[-1]["confirmed"].startswith("1.40x (") and "confirmed" not in rows[0]
+    assert "| 1.40x (" in md
+    assert "Changed knobs: batch_size: 32 → 128" in md
 
     slower = _confirmed_study({"0": base, "1": [130.0, 131.0, 129.0, 130.0],
                                "2": [120.0, 121.0, 119.0, 120.0]})
@@ -462,3 +469,26 @@ def test_a_best_above_its_ceiling_within_the_noise_is_said_so() -> None:
         study, d = _hand_made(CPU_NSIGHT)
         d["best"]["fraction_of_ceiling"] = fraction
         assert said in markdown(d), markdown(d)[:1500]
+
+
+def test_a_report_written_after_verify_shows_the_realized_speedup(tmp_path: Path) -> None:
+    """verify.json (what ``autotune verify`` writes beside best.yaml) in the report's headline,
+    each answer's under its file's name."""
+    from autotune.production.verify import Verified
+    from autotune.results.intervals import paired_speedup
+    from autotune.results.report_html import write_report
+
+    study = _confirmed_study({"0": [100.0, 101.0, 99.0, 100.0], "1": [130.0, 131.0, 129.0, 130.0],
+                              "2": [140.0, 141.0, 139.0, 140.0]})
+    realized = paired_speedup([131.0, 133.0, 130.0], [100.0, 101.0, 99.0])
+    done = Verified(realized, 1.4, "1.40x, 95% CI 1.38-1.42x, 4 rounds",
+                    how="train.py, your script, as it is", counted=[0, 1, 2])
+    (tmp_path / "verify.json").write_text(json.dumps(done.as_dict()))
+    (tmp_path / "verify-best-same-training.json").write_text("{not json")  # left out
+    write_report(study, tmp_path, "sqlite:///x")
+    md = (tmp_path / "report.md").read_text()
+    line = next(ln for ln in md.splitlines() if "Verified in your training" in ln)
+    assert "(best.yaml): realized 1.31x, 95% CI 1.30-1.32x" in line and "train.py, your script" in line
+    assert "94% of the study's" in line
+    assert "best-same-training" not in md
+    assert "Verified in your training (best.yaml)" in (tmp_path / "report.html").read_text()

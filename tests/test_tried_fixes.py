@@ -51,11 +51,12 @@ def test_each_fix_says_what_the_study_measured_of_it(space: Any) -> None:
     _add(study, space, {"batch_size": 64}, 50000.0)  # measured slower
     doc = best_document(study, "")
     assert doc is not None and doc["best_trial"] == 0
-    fixes = doc["diagnosis"]["fixes"]
-    assert fixes[0] == ("num_workers=1 + persistent_workers=True (measured in trial 1: pruned: "
+    # Measured no faster: no longer advice, but what the study measured of it.
+    tried = doc["diagnosis"]["tried"]
+    assert tried[0] == ("num_workers=1 + persistent_workers=True (measured in trial 1: pruned: "
                         "loader ceiling 35,433.4 samples/s is below the best trial's 63,173.4)")
-    assert fixes[1] == "batch_size=64 (measured in trial 2: 0.79x this trial, search windows)"
-    assert fixes[2] == "amp=bf16"  # not measured: advice still
+    assert tried[1] == "batch_size=64 (measured in trial 2: 0.79x this trial, search windows)"
+    assert doc["diagnosis"]["fixes"] == ["amp=bf16"]  # not measured: advice still
     # A trial that changes the fix's knob and another is not the fix measured (num_workers: a
     # knob every CPU searches; amp is searched only where the CPU has native bf16).
     study2 = optuna.create_study(direction="maximize")
@@ -63,5 +64,20 @@ def test_each_fix_says_what_the_study_measured_of_it(space: Any) -> None:
     _add(study2, space, {"batch_size": 64, "num_workers": 2}, 90.0)
     doc2 = best_document(study2, "")
     assert doc2 is not None and doc2["diagnosis"]["fixes"][1] == "batch_size=64"
+    assert "tried" not in doc2["diagnosis"]
+    # A fix measured faster than this trial stays advice, with its figure.
+    study3 = optuna.create_study(direction="maximize")
+    _add(study3, space, {}, 100.0, source="baseline", diagnosis=diagnosis)
+    _add(study3, space, {"batch_size": 64}, 120.0)
+    _add(study3, space, {"num_workers": 1, "persistent_workers": True, "prefetch_factor": 2},
+         80.0)
+    doc3 = best_document(study3, "")
+    assert doc3 is not None and doc3["best_trial"] == 1
+    yours = doc3["baseline_diagnosis"]
+    assert yours["fixes"][0].startswith("batch_size=64 (measured in trial 1: 1.20x")
+    assert [f.split(" (")[0] for f in yours["tried"]] == [
+        "num_workers=1 + persistent_workers=True"]
+    report = markdown(gather(study3, ""))  # the report's table: advice and tried apart
+    assert "measured already, no faster" in report and "0.80x this trial" in report
     # The report's diagnosis table shows the same words.
     assert "measured in trial 1: pruned" in markdown(gather(study, ""))

@@ -49,7 +49,7 @@ from autotune.results.trials import (
     rate,
     training_setting,
 )
-from autotune.results.tried_fixes import fix_words
+from autotune.results.tried_fixes import split_fixes
 from autotune.results.trust import could_not_measure, load_statement, window_loads
 
 SCHEMA = 1
@@ -251,8 +251,9 @@ def _verdict(t: FrozenTrial, trials: list[FrozenTrial]) -> dict[str, Any] | None
     d = trial_attrs(t).get("diagnosis")
     if not d:
         return None
+    advice, tried = split_fixes(trials, t, d.get("fixes", []))
     return {"bottleneck": d.get("bottleneck"), "summary": d.get("summary"),
-            "fixes": [fix_words(trials, t, f) for f in d.get("fixes", [])]}
+            "fixes": advice, **({"tried": tried} if tried else {})}
 
 
 def pruning_savings(study: optuna.Study) -> dict[str, Any]:

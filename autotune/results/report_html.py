@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import logging
 import re
 import sys
@@ -27,6 +28,7 @@ from autotune.core.files import atomic_write
 from autotune.results import report_loader, report_numerics
 from autotune.results.compare import compare_html, compare_markdown, compare_studies
 from autotune.results.report_data import gather
+from autotune.results.report_nsight import nsight_html, nsight_markdown
 from autotune.results.report_plots import figures
 from autotune.results.storage import StorageError, open_storage, redact
 
@@ -84,9 +86,13 @@ def headline(d: dict[str, Any]) -> list[str]:
                     else " (search figures)"))
     if unit == "tokens/s":
         lines.append(_padding_line(b, m))
+    lines.append("Changed knobs: " + (_knobs(d.get("changed") or {}) if d.get("changed")
+                                      else "none (your configuration)"))
     if (best.get("training") or {}).get("words"):
         lines.append(f"Training: {best['training']['words']}")
     lines += report_numerics.headline(best)
+    lines += [f"Verified in your training ({name}): {words}"
+              for name, words in (d.get("verified") or {}).items()]
     if conf.get("tie_settling"):
         lines.append(f"Tie with the leader: {conf['tie_settling']['words']}")
     if conf.get("tie"):
@@ -159,16 +165,18 @@ def _reach(fraction: float | None) -> str:
 def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) for every table of the report."""
     unit = d.get("unit") or "samples/s"
-    out = [("Path to the best (each trial that raised the best, search figures)",
+    out = [("Path to the best (each trial that raised the best: search figures, one window "
+            "each; the confirmation's paired rounds where the trial was a finalist)",
             ["trial", "source", "knobs changed", unit, "window spread", "gain",
-             "vs baseline", "bottleneck"],
+             "vs baseline", "confirmed vs baseline (95% CI)", "bottleneck"],
             [[str(r["trial"]), r["source"] + EXPORTED.get(r.get("exported") or "", ""),
               _knobs(r["changed"]),
               _f(r["samples_per_sec"]) + (f" ({_f(100 * r['padding_share'], '.0f', '%')} padding)"
                                           if r.get("padding_share") is not None else ""),
               (_f(100 * r["spread"], ".1f", "%") if r.get("spread") is not None else "-")
               + (" (contended)" if r.get("contended") else ""),
-              _f(r["gain"], ".2f", "x"), _f(r["vs_baseline"], ".2f", "x"), r["bottleneck"] or "-"]
+              _f(r["gain"], ".2f", "x"), _f(r["vs_baseline"], ".2f", "x"),
+              r.get("confirmed") or "-", r["bottleneck"] or "-"]
              for r in d["path"]])]
     best = d["best"] or {}
     diag = []
@@ -178,8 +186,10 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
             evidence = ", ".join(f"{k}={_figure(x)}"
                                  for k, x in (ev or {}).items() if x is not None and k != "device")
             diag.append([label, v.get("bottleneck") or "-", v.get("summary") or "",
-                         "; ".join(v.get("fixes") or []) or "-", evidence])
-    out.append(("Diagnosis", ["trial", "bottleneck", "verdict", "fixes", "evidence"], diag))
+                         "; ".join(v.get("fixes") or []) or "-",
+                         "; ".join(v.get("tried") or []) or "-", evidence])
+    out.append(("Diagnosis", ["trial", "bottleneck", "verdict", "fixes",
+                              "measured already, no faster", "evidence"], diag))
     out.append((f"Finalists' confirmation rounds ({unit}; speedup over the baseline, 95% CI)",
                 ["trial", "runs", "median", "spread", "speedup", "contended windows", ""],
                 [[str(r["trial"]), ", ".join(_f(x) for x in r["runs"]), _f(r["median"]),
@@ -222,46 +232,6 @@ def tables(d: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     out += report_numerics.table(d["best"])
     out.append(("Pruned, failed and infeasible trials", ["trial", "state", "reason"],
                 [[str(r["trial"]), r["state"], r["reason"]] for r in d["failures"]]))
-    return out
-
-
-# -- the Nsight commands (best.yaml's ``nsight``, autotune/results/nsight.py) ----------------------
-NSYS_INTRO = ("Timeline of one trial of the exported configuration (Nsight Systems; the step's "
-              "phases are NVTX ranges in the domain autotune). Run from the folder that holds "
-              "studies/; each command runs its trial in a study of its own (this study's name "
-              "and -nsys, -ncu1, ...), to be removed before that command runs again:")
-NCU_INTRO = "The best trial's top kernels by GPU time, each profiled by Nsight Compute:"
-
-
-def nsight_markdown(d: dict[str, Any]) -> list[str]:
-    ns = (d["best"] or {}).get("nsight")
-    if not ns:
-        return []
-    out = ["## Nsight (device side)", ""]
-    if "omitted" in ns:
-        return [*out, f"No Nsight commands: {ns['omitted']}.", ""]
-    out += [NSYS_INTRO, "", "```", ns["nsys"], "```", ""]
-    if ns.get("ncu"):
-        out += [NCU_INTRO, ""]
-    for k in ns.get("ncu") or []:
-        out += [f"- `{k['kernel']}`: {_f(k.get('ms_per_step'), '.3f', ' ms/step')}", "",
-                "```", k["command"], "```", ""]
-    return out
-
-
-def nsight_html(d: dict[str, Any]) -> str:
-    ns = (d["best"] or {}).get("nsight")
-    if not ns:
-        return ""
-    out = "<h2>Nsight (device side)</h2>"
-    if "omitted" in ns:
-        return out + f"<p>No Nsight commands: {html.escape(ns['omitted'])}.</p>"
-    out += f"<p>{html.escape(NSYS_INTRO)}</p><pre>{html.escape(ns['nsys'])}</pre>"
-    if ns.get("ncu"):
-        out += f"<p>{html.escape(NCU_INTRO)}</p>"
-    for k in ns.get("ncu") or []:
-        out += (f"<p><code>{html.escape(str(k['kernel']))}</code>: "
-                f"{_f(k.get('ms_per_step'), '.3f', ' ms/step')}</p><pre>{html.escape(k['command'])}</pre>")
     return out
 
 
@@ -333,10 +303,30 @@ def write_report(study: optuna.Study, out_dir: Path, storage_url: str,
     """Write report.html and report.md into ``out_dir``; return the HTML's path. ``compare``:
     the comparison with an earlier study (autotune.results.compare), shown side by side."""
     d = gather(study, redact(storage_url))
+    d["verified"] = verified(out_dir)
     atomic_write(out_dir / "report.md", markdown(d, compare_markdown(compare) if compare else ""))
     path = out_dir / "report.html"
     atomic_write(path, render_html(study, d, compare_html(compare) if compare else ""))
     return path
+
+
+def verified(out_dir: Path) -> dict[str, str]:
+    """What ``autotune verify`` measured of each answer in the user's own training, from the
+    verify*.json it wrote beside best.yaml ({file: words}); a report written after it shows
+    the realized speedup beside the study's. A file that cannot be read is left out."""
+    out: dict[str, str] = {}
+    for path in sorted(out_dir.glob("verify*.json")):
+        try:
+            v = json.loads(path.read_text())
+            answer = "best.yaml" if path.stem == "verify" else path.stem[len("verify-"):] + ".yaml"
+            ratio = f": {v['ratio']:.0%} of the study's" if v.get("ratio") is not None else ""
+            out[answer] = (f"realized {v['realized_text']} ({v.get('how') or 'verify'}); the "
+                           f"study measured {v.get('study_text') or v.get('study_speedup')}"
+                           f"{ratio}" + ("" if v.get("quiet", True) else
+                                         "; some rounds ran beside other work"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,14 @@ def _runs_fix(knobs: Mapping[str, Any], base: Mapping[str, Any], fix: Mapping[st
 def measured(trials: Sequence[FrozenTrial], t: FrozenTrial, fix: Mapping[str, Any]) -> str | None:
     """What the study measured of ``fix`` applied to ``t``: the first trial that ran it, in
     words (None: no trial did)."""
+    seen = _measure(trials, t, fix)
+    return seen[0] if seen else None
+
+
+def _measure(trials: Sequence[FrozenTrial], t: FrozenTrial, fix: Mapping[str, Any]
+             ) -> tuple[str, float] | None:
+    """``measured``'s words and the ratio of the trial that ran the fix to ``t`` (0.0 where it
+    gave none: pruned, failed, over the limit)."""
     base = trial_attrs(t).get("knobs") or {}
     for other in trials:
         attrs = trial_attrs(other)
@@ -44,17 +52,26 @@ def measured(trials: Sequence[FrozenTrial], t: FrozenTrial, fix: Mapping[str, An
         if other.number == t.number or knobs is None or not _runs_fix(knobs, base, fix):
             continue
         if feasible(other) and other.value and t.value:
-            return (f"measured in trial {other.number}: {other.value / t.value:.2f}x this "
-                    "trial, search windows")
+            ratio = other.value / t.value
+            return (f"measured in trial {other.number}: {ratio:.2f}x this trial, search "
+                    "windows", ratio)
         if other.state == TrialState.COMPLETE and over_limit(other):
-            return f"measured in trial {other.number}: over the memory limit"
+            return f"measured in trial {other.number}: over the memory limit", 0.0
         if other.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
             why = str(attrs.get("reason") or other.state.name.lower())
-            return f"measured in trial {other.number}: {why}"
+            return f"measured in trial {other.number}: {why}", 0.0
     return None
 
 
-def fix_words(trials: Sequence[FrozenTrial], t: FrozenTrial, fix: Mapping[str, Any]) -> str:
-    """A fix as ``knob=value [+ knob=value]``, with what the study measured of it."""
-    seen = measured(trials, t, fix)
-    return fix_text(fix) + (f" ({seen})" if seen else "")
+def split_fixes(trials: Sequence[FrozenTrial], t: FrozenTrial,
+                fixes: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """``t``'s fixes as (advice, tried): advice is what no trial ran or what ran faster than
+    ``t``; tried is what a trial measured no faster (slower, pruned, failed, over the limit),
+    with what it measured. A vision recipe's report suggested channels_last for its best
+    where two trials had measured it at 0.74x and 0.93x: measured, it is no longer advice."""
+    advice, tried = [], []
+    for fix in fixes:
+        seen = _measure(trials, t, fix)
+        words = fix_text(fix) + (f" ({seen[0]})" if seen else "")
+        (advice if seen is None or seen[1] > 1.0 else tried).append(words)
+    return advice, tried
