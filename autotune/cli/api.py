@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.cli.app import USER_ERRORS, prepare
+from autotune.cli.app import USER_ERRORS, prepare, publish_study
 from autotune.cli.compose import compose_config
 from autotune.cli.config import Config
 from autotune.cli.crash import UsageError
@@ -119,6 +119,7 @@ def tune(overrides: Sequence[str] = (), *,
         except USER_ERRORS as exc:
             raise ConfigError(" ".join(str(exc).split())) from None
         code = run_study(setup, opened, trials, workers)
+        publish_study(cfg.tracking, setup, opened)  # tracking=[...]: as the command line does
     path = setup.out_dir / "best.yaml"
     best = load_best(path, check_environment=False) if path.exists() and code != NOTHING_EXPORTED else None
     return _result(code, best, setup.out_dir)

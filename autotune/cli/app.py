@@ -210,12 +210,38 @@ def run(cfg: Config, overrides: list[str]) -> int:
         fail(str(exc))
         return 2
     try:
-        return run_study(setup, storage, n_trials, workers)
+        code = run_study(setup, storage, n_trials, workers)
     except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
         return explain(exc, setup.out_dir, str(setup.storage))
     finally:
         if spans_nodes(setup.launch):  # the other nodes' followers exit (measure/nodes.py)
             (setup.out_dir / NODES_STOP_FILE).write_text(f"study {setup.name} ended\n")
+    publish_study(cfg.tracking, setup, storage)
+    return code
+
+
+def publish_study(trackers: list[str], setup: StudySetup, storage: Any) -> None:
+    """The study as it ended (finished, interrupted or regressed) to the experiment trackers
+    ``tracking`` names (results/tracking.py), with the nightly verdict where study.compare_to
+    found the earlier study. Nothing here changes the exit code: a tracker's trouble is one
+    warning line, and the study's results stand in its folder and storage."""
+    if not trackers:
+        return
+    import optuna
+
+    from autotune.results.compare import compare_studies
+    from autotune.results.tracking import publish
+
+    try:
+        study = optuna.load_study(study_name=setup.name, storage=storage)
+        comparison: dict[str, Any] | None = (
+            compare_studies(study, *setup.compare, setup.study.regression_pct) if setup.compare
+            else {"missing": setup.nightly_missing} if setup.nightly_missing else None)
+        publish(study, setup.out_dir, str(setup.storage), trackers, comparison)
+    except Exception as exc:  # noqa: BLE001 - publishing never costs the study its result
+        log.warning("tracking: the study was not published (%s: %s); `autotune track %s "
+                    "tracking=[%s]` publishes it later", type(exc).__name__,
+                    redact(" ".join(str(exc).split()))[:300], setup.out_dir, ",".join(trackers))
 
 
 def objective_words(run_steps: int | None) -> str:

@@ -119,6 +119,52 @@ def follow_main(argv: list[str]) -> int:
     return follow(study_dir)
 
 
+def track_main(argv: list[str]) -> int:
+    """``autotune track STUDY tracking=[mlflow,tensorboard,wandb]``: publish a stored study,
+    finished or still running, to experiment trackers (autotune/results/tracking.py), as a
+    study with ``tracking=...`` does at its end. Where each tracker writes is its own
+    environment's: MLFLOW_TRACKING_URI, WANDB_MODE / WANDB_API_KEY, AUTOTUNE_TENSORBOARD_DIR.
+    Exit code 1 when a tracker could not take it (said in one line), 2 on a usage error."""
+    import argparse
+
+    from autotune.core.config import StudyConfig, tracker_names
+    from autotune.results.compare import CompareError, compare_studies
+    from autotune.results.tracking import publish, stored_study
+
+    ap = argparse.ArgumentParser(prog="autotune track", description=track_main.__doc__)
+    ap.add_argument("study", help="the study's folder (holding study.db) or its name under "
+                                  "studies/")
+    ap.add_argument("tracking", help="tracking=[mlflow,tensorboard,wandb], or one name")
+    ap.add_argument("--storage", help="its Optuna storage URL, when not the folder's study.db "
+                                      "(default: $AUTOTUNE_STORAGE)")
+    ap.add_argument("--name", help="the study's name in that storage (default: the folder's)")
+    ap.add_argument("--compare-to", help="an earlier study: its nightly verdict as a tag")
+    ap.add_argument("--compare-storage", help="its storage URL, when not this study's")
+    ap.add_argument("--regression-pct", type=float, default=StudyConfig().regression_pct)
+    a = ap.parse_args(argv)
+    try:
+        names = tracker_names(_tracking_value(a.tracking))
+        study, folder, url = stored_study(a.study, a.storage, a.name)
+        comparison = None
+        if a.compare_to:
+            other = a.compare_storage or a.storage or (
+                f"sqlite:///{folder.parent / a.compare_to / 'study.db'}")
+            comparison = compare_studies(study, a.compare_to, other, a.regression_pct)
+    except (ValueError, CompareError) as exc:
+        fail(str(exc))
+        return 2
+    done = publish(study, folder, url, names, comparison)  # one line per tracker, logged
+    return 1 if any(w.startswith("not published") for w in done.values()) else 0
+
+
+def _tracking_value(text: str) -> str | list[str]:
+    """``tracking=[mlflow,wandb]`` (the study's own override) or ``mlflow`` as names."""
+    value = text.removeprefix("tracking=").strip()
+    if value.startswith("[") and value.endswith("]"):
+        return [n.strip().strip("'\"") for n in value[1:-1].split(",") if n.strip()]
+    return value
+
+
 #: Every command besides a study (``autotune key=value ...``): its name, its entry, and its
 #: usage and purpose as ``autotune --help`` lists them (``subcommands_block``). ``main``
 #: dispatches through this table only, so a subcommand cannot exist without its --help line
@@ -127,6 +173,9 @@ SUBCOMMANDS: dict[str, tuple[Callable[[list[str]], int], str, str]] = {
     "verify": (verify_main, "STUDY [--rounds N] [-- python train.py ARGS...]",
                "the speedup realized in your training: the study's best.yaml against your "
                "own settings, in rounds (--script: your own script, run as it is)"),
+    "track": (track_main, "STUDY tracking=[mlflow,tensorboard,wandb]",
+              "publish a stored study, finished or running, to experiment trackers: a parent "
+              "run for the study, one per trial, best.yaml and the report as artifacts"),
     "follow": (follow_main, "STUDY_DIR",
                "on each node but the driver's, run this node's ranks of a study over "
                "several nodes (launch.nnodes)"),
