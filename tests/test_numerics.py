@@ -72,6 +72,17 @@ def test_diverging_configuration_is_refused(tmp_path: Path) -> None:
     assert "numerics trial" in proc.stdout and "refused: its loss over the last" in proc.stdout
     # The outcome in words: what was refused, what it would have given, what was exported.
     assert "numerics: refused by the numerics check" in proc.stdout
+    # Checked as soon as it led the rounds, and measured in no round after that one.
+    study = optuna.load_study(study_name="num",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'num' / 'study.db'}")
+    conf = study.user_attrs["confirmation"]
+    refused = {int(n): r for n, r in (conf.get("refused") or {}).items()}
+    assert set(refused) == {int(n) for n, e in checked.items() if e["passed"] is False}, conf
+    for n, after in refused.items():
+        assert len([v for v in conf["runs"][str(n)] if v is not None]) <= after
+        assert len(conf["runs"][str(conf["baseline_trial"])]) >= after
+    assert "and the numerics check refused it: the rounds go on without it" in proc.stderr + \
+        proc.stdout
 
 
 def _losses(knobs: dict, spec: dict, out: Path) -> list[float]:

@@ -165,7 +165,7 @@ def study_run(study: optuna.Study, out_dir: Path, storage_url: str,
                  (trial_attrs(base).get("knobs") or {} if base else {}).items()}}
     n = counts(study)
     metrics = _metrics({f"baseline.{figure}": ((doc or {}).get("baseline") or {}).get(figure),
-                        **{k if k == "trials" else f"trials.{k}": v for k, v in n.items()}})
+                        **{f"trials.{'total' if k == 'trials' else k}": v for k, v in n.items()}})
     answers, tags = answer_metrics(study, storage_url)
     night_metrics, night_tags = nightly_tags(comparison)
     return StudyRun(

@@ -69,7 +69,8 @@ def split_fixes(trials: Sequence[FrozenTrial], t: FrozenTrial,
     ``t``; tried is what a trial measured no faster (slower, pruned, failed, over the limit),
     with what it measured. A vision recipe's report suggested channels_last for its best
     where two trials had measured it at 0.74x and 0.93x: measured, it is no longer advice."""
-    advice, tried = [], []
+    advice: list[str] = []
+    tried: list[str] = []
     for fix in fixes:
         seen = _measure(trials, t, fix)
         words = fix_text(fix) + (f" ({seen[0]})" if seen else "")

@@ -30,7 +30,7 @@ from autotune.results.report_html import write_report
 from autotune.results.storage import is_sqlite, open_storage
 from autotune.results.trials import counts
 from autotune.results.trust import could_not_measure
-from autotune.search.checks.numerics import check_numerics
+from autotune.search.checks.numerics import check_numerics, vetting
 from autotune.search.checks.scaling import measure_scaling
 from autotune.search.confirmation.confirm import confirm
 from autotune.search.confirmation.rounds import raced
@@ -165,7 +165,10 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
         clock.phase("confirmation")
         with StopFlag() as stop:
             try:
-                confirm(confirming, study, confirm_runs, confirming.study.confirm_top, stop)
+                # The numerics check runs on each answer's leader as soon as it leads.
+                vet = vetting(setup, study, stop) if setup.study.numerics_steps else None
+                confirm(confirming, study, confirm_runs, confirming.study.confirm_top, stop,
+                        vet=vet)
             except Interrupted:
                 log.warning("confirmation interrupted; best.yaml keeps the search figures")
                 code = 130 if stop.reason == "SIGINT" else 143

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +156,21 @@ def check_numerics(setup: StudySetup, study: optuna.Study, stop: StopFlag | None
     check.record["words"] = outcome_words(study, check.record)
     check.save()
     return check.record
+
+
+def vetting(setup: StudySetup, study: optuna.Study, stop: StopFlag | None = None
+            ) -> Callable[[int], bool]:
+    """The check of one trial by number, for the confirmation to run on each answer's leader
+    as soon as it leads (search/confirmation/vet.py): False where refused. Its verdicts are
+    saved in the study's record, where check_numerics finds them after the rounds."""
+    check = _Check(setup, study, stop)
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+
+    def vet(number: int) -> bool:
+        check.trial(by_number[number])
+        return check.results[str(number)].get("passed") is not False
+
+    return vet
 
 
 class _Check:

@@ -74,18 +74,21 @@ from autotune.search.confirmation.rounds import (
     run_round,
 )
 from autotune.search.confirmation.selection import PRECISE_ROUNDS, Selection, trusted_rounds
+from autotune.search.confirmation.vet import vet_leaders
 from autotune.search.confirmation.words import (
     MAX_ROUNDS,
+    announce,
     busy_words,
     progress_words,
     race_words,
-    round_words,
+    selection_rounds,
 )
 from autotune.search.setup import StopFlag, StudySetup
 
 log = logging.getLogger("autotune")
 
-__all__ = ["PRECISE_ROUNDS", "confirm", "eliminate", "terms", "trusted_rounds"]
+__all__ = ["PRECISE_ROUNDS", "confirm", "eliminate", "selection_rounds", "terms",
+           "trusted_rounds"]
 
 
 def eliminate(cands: list[Candidate], same: Collection[int], sel: Selection) -> list[Candidate]:
@@ -110,9 +113,14 @@ def terms(setup: StudySetup, trials: Collection[FrozenTrial], systems: int) -> S
 
 def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
             stop: StopFlag | None = None,
-            run: Callable[..., WindowResult] = run_window) -> dict[str, Any] | None:
+            run: Callable[..., WindowResult] = run_window,
+            vet: Callable[[int], bool] | None = None) -> dict[str, Any] | None:
     """Measure the finalists and the baseline in rounds; record and return the confirmation
-    (``run``: how a window is measured; the strategy benchmark serves stored windows)."""
+    (``run``: how a window is measured; the strategy benchmark serves stored windows).
+    ``vet``: the numerics check of a trial (False: refused), run on each answer's leader as
+    soon as it leads, so that the rounds go on without a finalist that could not be exported
+    (search/checks/numerics.py's ``vetting``); before, the check ran after the rounds and a
+    vision recipe spent 3 minutes of them on finalists it then refused."""
     base = baseline_trial(study)
     finals = finalists(study, max(1, top))
     if runs < 1 or not finals or base is None:
@@ -139,8 +147,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     rng = random.Random(f"{study.study_name}-{setup.seed}")
     sel = terms(setup, trials.values(), len({t.number for t in finals}))
     round_s = expected_round_s(trials.values())
-    _announce(setup, base.number, active, same, runs, sel, round_s)
+    announce(setup, base.number, active, same, runs, sel, round_s)
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
+    refused: dict[int, int] = {}  # refused by the numerics check: trial -> its round
     why = None
     group = settled = candidates(trials, rounds, members, base)
     if race_rounds:  # the search raced: its rounds count, and may already be enough
@@ -159,6 +168,12 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         run_round(setup, trials, order, rounds, stop, run)
         group = candidates(trials, rounds, members, base)
         settled = eliminate(group, same, sel)
+        out = vet_leaders(vet, answers(settled, same, sel), base.number, refused,
+                          len(rounds.order))
+        if out:
+            members = [n for n in members if n not in out]
+            group = candidates(trials, rounds, members, base)
+            settled = eliminate(group, same, sel)
         gone = sorted(set(active) - {c.number for c in settled})
         active = [c.number for c in settled]
         why = _stop_reason(setup, rounds, group, same, sel, runs, base.number, round_s)
@@ -172,6 +187,8 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     every = candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why, setup, sel,
                      group)
+    if refused:
+        record["refused"] = {str(n): r for n, r in refused.items()}
     decide_same(record, group, same, sel)
     record["decided"] = decided(group, same, sel, _baseline(rounds, base.number))
     record["expected_round_s"] = round(round_s, 1)
@@ -223,37 +240,6 @@ def answers(settled: list[Candidate], same: Collection[int], sel: Selection) -> 
         other = pick(selection.survivors(own, sel), sel)[0]
         out += [other] if other is not out[0] else []
     return out
-
-
-def _announce(setup: StudySetup, base: int, active: list[int], same: Collection[int], runs: int,
-              sel: Selection, round_s: float) -> None:
-    """Say what the rounds compare, when they stop, and what they are expected to cost."""
-    others = [n for n in active if n != base]
-    prec = setup.study.confirm_precision
-    log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
-             "least %d, then until one is left or those left lie within %.0f%% of each other "
-             "(study.indifference; correct selection %.0f%%, windows %s noisy)%s, or %.0fs",
-             ", ".join(map(str, others)), base,
-             ", itself a finalist" if len(others) < len(active) else "", runs,
-             100 * sel.zone, 100 * sel.confidence,
-             f"{100 * sel.noise:.1f}%" if sel.noise else "not known how",
-             f", then the answers to +-{100 * prec:.0f}% (study.confirm_precision)"
-             if prec is not None else "", setup.study.confirm_budget_s)
-    if set(same) - {base}:
-        log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
-                 "for the same-training answer", ", ".join(map(str, sorted(set(same) - {base}))))
-    spread = setup.round_spread
-    expected = (selection_rounds(spread.spread, sel, max(runs, sel.first)) if spread else 0)
-    log.info("  %s", round_words(round_s, runs, setup.study.confirm_budget_s, expected,
-                                 spread.words() if spread else ""))
-
-
-def selection_rounds(spread: float, sel: Selection, least: int) -> int:
-    """The rounds the selection is expected to take at rounds of this spread, at the gap
-    between two finalists that takes longest (selection.hardest), at least ``least``, at most
-    MAX_ROUNDS. One finalist clearly ahead ends them sooner; that is not known before the
-    rounds, so the estimate says the longest, which the budget caps."""
-    return min(MAX_ROUNDS, max(least, selection.hardest(spread ** 2, sel, least)))
 
 
 def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:

@@ -9,6 +9,7 @@ silent all the while in a log. A line per round shows where that time goes and w
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
 
@@ -17,6 +18,9 @@ from autotune.search.confirmation import selection
 from autotune.search.confirmation.choose import Candidate
 from autotune.search.confirmation.selection import Selection
 from autotune.search.round_spread import MAX_ROUNDS
+from autotune.search.setup import StudySetup
+
+log = logging.getLogger("autotune")
 
 
 def round_words(round_s: float, runs: int, budget_s: float, expected: int = 0,
@@ -155,3 +159,34 @@ def race_words(rounds_run: int, race_s: float, cands: Sequence[Candidate],
             f"{', '.join(map(str, sorted(dropped)))}" if dropped else "")
     return (f"from the search's race: {rounds_run} round(s), {race_s:.0f}s, counted in the "
             f"rounds and the budget: {'; '.join(parts) or 'no finalist measured yet'}{gone}")
+
+
+def announce(setup: StudySetup, base: int, active: list[int], same: Collection[int], runs: int,
+              sel: Selection, round_s: float) -> None:
+    """Say what the rounds compare, when they stop, and what they are expected to cost."""
+    others = [n for n in active if n != base]
+    prec = setup.study.confirm_precision
+    log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
+             "least %d, then until one is left or those left lie within %.0f%% of each other "
+             "(study.indifference; correct selection %.0f%%, windows %s noisy)%s, or %.0fs",
+             ", ".join(map(str, others)), base,
+             ", itself a finalist" if len(others) < len(active) else "", runs,
+             100 * sel.zone, 100 * sel.confidence,
+             f"{100 * sel.noise:.1f}%" if sel.noise else "not known how",
+             f", then the answers to +-{100 * prec:.0f}% (study.confirm_precision)"
+             if prec is not None else "", setup.study.confirm_budget_s)
+    if set(same) - {base}:
+        log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
+                 "for the same-training answer", ", ".join(map(str, sorted(set(same) - {base}))))
+    spread = setup.round_spread
+    expected = (selection_rounds(spread.spread, sel, max(runs, sel.first)) if spread else 0)
+    log.info("  %s", round_words(round_s, runs, setup.study.confirm_budget_s, expected,
+                                 spread.words() if spread else ""))
+
+
+def selection_rounds(spread: float, sel: Selection, least: int) -> int:
+    """The rounds the selection is expected to take at rounds of this spread, at the gap
+    between two finalists that takes longest (selection.hardest), at least ``least``, at most
+    MAX_ROUNDS. One finalist clearly ahead ends them sooner; that is not known before the
+    rounds, so the estimate says the longest, which the budget caps."""
+    return min(MAX_ROUNDS, max(least, selection.hardest(spread ** 2, sel, least)))
