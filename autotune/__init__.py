@@ -35,9 +35,10 @@ if TYPE_CHECKING:
         tune,
         verify,
     )
+    from autotune.core.optimizer_impl import apply_optimizer_impl
     from autotune.core.shipping import CannotTravel
     from autotune.core.stages import Stage
-    from autotune.core.training import Training, apply_optimizer_impl
+    from autotune.core.training import Training
     from autotune.core.workload import Workload, WorkloadError
     from autotune.production.best import BestConfig, load_best
     from autotune.production.environment_check import EnvironmentChanged

@@ -55,8 +55,9 @@ from autotune.adapters.hf_workload import (
 )
 from autotune.core import sequences
 from autotune.core.host import apply_process_knobs, worker_init
+from autotune.core.optimizer_impl import apply_optimizer_impl, optimizer_kwargs
 from autotune.core.shipping import ToShip
-from autotune.core.training import apply_optimizer_impl, optimizer_kwargs, with_padding
+from autotune.core.training import with_padding
 from autotune.production.best import BestConfig, load_best
 
 __all__ = ["HFTrainerWorkload", "HFTuned", "HFWorkload", "apply", "training_arguments_kwargs",

@@ -9,7 +9,7 @@ defaults and each parameter group's hyper-parameters with its parameters by name
 A trial builds that class over its own model's parameters of those names; the implementation
 flags (``fused=``/``foreach=``) are the ``optimizer_impl`` knob's, searched within what the
 class takes. ``apply`` keeps the instance and sets the measured flags on it in place
-(core/training.apply_optimizer_impl). The scheduler is not part of the step's cost and is
+(core/optimizer_impl.apply_optimizer_impl). The scheduler is not part of the step's cost and is
 not sent. An optimizer over tensors the model does not hold cannot be rebuilt: refused, said.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.core.training import apply_optimizer_impl
+from autotune.core.optimizer_impl import apply_optimizer_impl
 from autotune.core.workload import WorkloadError
 
 #: Constructor flags that are the optimizer_impl knob's, not the user's hyper-parameters.

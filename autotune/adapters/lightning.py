@@ -47,12 +47,9 @@ from autotune.adapters.lightning_workload import (
 )
 from autotune.adapters.lightning_workload import trainer_kwargs as lightning_trainer_kwargs
 from autotune.core.host import apply_process_knobs, worker_init
+from autotune.core.optimizer_impl import set_optimizer_impl
 from autotune.core.shipping import ToShip
-from autotune.core.training import (
-    loader_kwargs,
-    set_optimizer_impl,
-    with_padding,
-)
+from autotune.core.training import loader_kwargs, with_padding
 from autotune.production.best import BestConfig
 from autotune.production.runtime import KnobOverridden
 
@@ -199,7 +196,7 @@ def _restore(obj: Any, name: str) -> None:
 
 def _optimizers_with(module: Any, knobs: dict[str, Any]) -> None:
     """``configure_optimizers`` wrapped: what it returns (schedulers and all), with each
-    optimizer's implementation set in place (training.set_optimizer_impl, as in the trials)."""
+    optimizer's implementation set in place (optimizer_impl.set_optimizer_impl, as in the trials)."""
     original = _own(module, "configure_optimizers")
 
     def configure_optimizers(self: Any) -> Any:

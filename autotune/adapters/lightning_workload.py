@@ -42,8 +42,9 @@ from autotune.adapters import (
 )
 from autotune.adapters.ddp import ddp_strategy, launched, strategy_document
 from autotune.core.batch import measure_shapes, tensors
+from autotune.core.optimizer_impl import optimizer_kwargs, set_optimizer_impl
 from autotune.core.shipping import Shipped
-from autotune.core.training import loader_kwargs, optimizer_kwargs, set_optimizer_impl
+from autotune.core.training import loader_kwargs
 from autotune.core.workload import Workload, WorkloadError
 
 #: Trainer(precision=...) values and the amp knob they are.
@@ -236,7 +237,7 @@ class LightningWorkload(Workload):
 
     def optimizer(self, params: Iterable[nn.Parameter], **impl: Any) -> torch.optim.Optimizer:
         """``configure_optimizers``' one optimizer, with autotune's foreach=/fused= set on it
-        in place (training.set_optimizer_impl: what prepare_module does in production)."""
+        in place (optimizer_impl.set_optimizer_impl: what prepare_module does in production)."""
         module = self.step_module.module
         found = optimizers_in(module.configure_optimizers())
         if len(found) != 1:

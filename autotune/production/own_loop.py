@@ -34,8 +34,9 @@ from torch import nn
 from autotune.core import batch as tree
 from autotune.core import sequences
 from autotune.core.host import worker_init
+from autotune.core.optimizer_impl import set_optimizer_impl
 from autotune.core.stages import Stage, run_device_stages
-from autotune.core.training import AMP_DTYPES, compile_model, set_optimizer_impl
+from autotune.core.training import AMP_DTYPES, compile_model
 from autotune.production import batch_source
 from autotune.production.best import BestConfig
 from autotune.production.settings import AMP_NAMES, Source

@@ -42,12 +42,12 @@ from torch.utils.data import DataLoader, Dataset
 
 from autotune.core import distributed, sequences
 from autotune.core.host import apply_process_knobs, worker_init
+from autotune.core.optimizer_impl import optimizer_kwargs
 from autotune.core.stages import Stage, check_split
 from autotune.core.training import (
     Training,
     input_dataset,
     loader_kwargs,
-    optimizer_kwargs,
     place_model,
     with_padding,
 )

@@ -37,7 +37,7 @@ API: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = [
         ("autotune.core.training.Training", {})]),
     ("What you implement", [
         ("autotune.core.workload.Workload", {}),
-        ("autotune.core.training.apply_optimizer_impl", {}),
+        ("autotune.core.optimizer_impl.apply_optimizer_impl", {}),
         ("autotune.core.stages.Stage", {})]),
     ("The framework adapters", [
         ("autotune.adapters.hf", {"members": ["tune", "apply", "HFTuned", "tuned_arguments",
