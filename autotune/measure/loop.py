@@ -76,7 +76,8 @@ def measured_loop(run: Training, batches: Batches, clock: Clock, win: WindowConf
                       force=report_chunks(clock, chunks.edges, progress, host.units))
         if at_edge:
             chunks.decide(len(marks), now)
-        if chunks.finishing and batches.closed_group(group) and len(marks) >= group:
+        if chunks.finishing and batches.closed_group(group) and len(marks) >= group \
+                and run.at_cycle_edge:  # whole accumulation cycles (window._to_edges)
             break
     clock.sync(run.device)
     elapsed = time.perf_counter() - chunks.start

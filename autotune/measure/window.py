@@ -199,11 +199,13 @@ def warm_up(run: Training, batches: Any, clock: Clock, win: WindowConfig, progre
         result.compile_cache = {"hits": int(counters["inductor"]["fxgraph_cache_hit"]),
                                 "misses": int(counters["inductor"]["fxgraph_cache_miss"])}
     progress.beat("warmup", 1, force=True)
-    for i in range(1, sized(win.warmup_steps)):
+    # At least one whole accumulation cycle: its optimizer step (a first one allocates the
+    # optimizer's state) is warm-up, not window.
+    for i in range(1, max(sized(win.warmup_steps), run.grad_accum)):
         loss = run.step(*run.to_device(*next(batches)))
         progress.beat("warmup", i + 1)
     loss = _drain_prefetched(run, batches, win, progress) or loss
-    loss = _to_group_edge(run, batches, progress) or loss
+    loss = _to_edges(run, batches, progress) or loss
     clock.sync(run.device)
     result.warmup_s = time.perf_counter() - t0
     return first_step_s, loss
@@ -238,12 +240,14 @@ def _drain_prefetched(run: Training, batches: Any, win: WindowConfig,
     return loss
 
 
-def _to_group_edge(run: Training, batches: Batches, progress: Progress) -> torch.Tensor | None:
-    """Warm-up steps on to the next length group's start, so that the window begins with a
-    whole mega-batch: a length-grouped sampler sorts each one longest first, so a window
-    that began mid-way would see only its shorter batches."""
+def _to_edges(run: Training, batches: Batches, progress: Progress) -> torch.Tensor | None:
+    """Warm-up steps on to where a length group and an accumulation cycle both start, so that
+    the window begins with a whole mega-batch (a length-grouped sampler sorts each one
+    longest first, so a window that began mid-way would see only its shorter batches) and a
+    whole cycle (k micro-batches, then the optimizer's step: a window that began or ended
+    mid-cycle would count the optimizer's step too seldom or too often)."""
     group, loss = length_group_steps(run.loader), None
-    while not batches.closed_group(group):
+    while not (batches.closed_group(group) and run.at_cycle_edge):
         loss = run.step(*run.to_device(*next(batches)))
         progress.beat("warmup", 0)
     return loss
