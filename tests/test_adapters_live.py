@@ -86,9 +86,10 @@ def test_hf_tune_returns_tuned_arguments_that_apply_to_a_real_trainer_and_verify
     # side the same Trainer after hf.apply; their figures show the batch each trained with.
     result = autotune.verify(tmp_path / "studies" / "hft", rounds=1, steps=3, warmup=1)
     assert result.how == "Trainer.train"
-    assert [f["batch_size"] for f in result.figures["baseline"]] == [8]  # the user's own
-    assert [f["batch_size"] for f in result.figures["exported"]] == [16]  # hf.apply's
-    assert result.realized.rounds == 1 and result.realized.point > 0
+    # (A round that ran beside other work is measured again: one more figure per side.)
+    assert {f["batch_size"] for f in result.figures["baseline"]} == {8}  # the user's own
+    assert {f["batch_size"] for f in result.figures["exported"]} == {16}  # hf.apply's
+    assert result.realized.rounds >= 1 and result.realized.point > 0
     assert (tmp_path / "studies" / "hft" / "verify.json").exists()
 
 

@@ -328,8 +328,9 @@ def test_hf_tune_on_an_sfttrainer_measures_tokens_exports_an_sftconfig_and_verif
     trainer.args.max_steps = 1
     assert trainer.train().global_step == 1
     result = autotune.verify(folder, rounds=1, steps=2, warmup=1)
-    assert result.realized.rounds == 1 and result.realized.point > 0
-    assert [f["grad_accum"] for f in result.figures["baseline"]] == [4]  # the user's own
+    # (A round that ran beside other work is measured again: one more figure per side.)
+    assert result.realized.rounds >= 1 and result.realized.point > 0
+    assert {f["grad_accum"] for f in result.figures["baseline"]} == {4}  # the user's own
 
 
 def test_the_users_trainer_still_trains_after_tune_and_the_tuned_arguments_build_one(
