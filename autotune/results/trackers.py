@@ -234,13 +234,14 @@ def to_wandb(run: StudyRun) -> str:
             config=run.params, tags=["autotune", *(["regression"] if run.tags.get(
                 "nightly.regression") == "true" else [])],
             settings=wandb.Settings(console="off", reinit="create_new", login_timeout=30,
-                                    init_timeout=60))
+                                    init_timeout=30))
     except Exception as exc:  # noqa: BLE001 - no key, no server: the user's to fix
         raise TrackerUnavailable(
             f"wandb: the run could not start ({type(exc).__name__}: "
-            f"{redact(' '.join(str(exc).split()))[:300]}); set WANDB_API_KEY (or `wandb "
-            "login`), or WANDB_MODE=offline to write the run to disk and `wandb sync` it "
-            "later. The study's results are in its folder and storage") from None
+            f"{redact(' '.join(str(exc).split()))[:300]}); check WANDB_API_KEY (or `wandb "
+            "login`) and that W&B (WANDB_BASE_URL) answers, or set WANDB_MODE=offline to write "
+            "the run to disk and `wandb sync` it later. The study's results are in its folder "
+            "and storage") from None
     try:
         columns: list[str | int] = ["trial", "state", "outcome", run.unit_key, "x_baseline",
                                     "step_time_ms", "peak_memory_gb", "bottleneck", "knobs"]
