@@ -249,6 +249,18 @@ def test_a_tracker_not_installed_names_the_extra_to_install(
     assert "pip install 'autotune[wandb]'" in line and line.startswith("tracking: wandb:")
 
 
+def test_a_storage_password_is_never_published(tmp_path: Path) -> None:
+    """The study's record as every tracker gets it, for a study whose storage URL holds a
+    password: the URL is published with ``***`` in its place (the study's id is made from
+    that masked URL too). Break it once (the URL as it is): it fails here."""
+    import json
+
+    study, _ = recorded_study(tmp_path / NAME)
+    run = study_run(study, tmp_path / NAME, "postgresql+psycopg://tuner:s3cret@db:5432/studies")
+    assert run.params["storage"] == "postgresql+psycopg://tuner:***@db:5432/studies"
+    assert "s3cret" not in json.dumps(dataclasses.asdict(run), default=str)
+
+
 def test_tracking_takes_a_list_or_one_name_and_names_the_valid_ones() -> None:
     from autotune.cli.compose import compose_config
     from autotune.cli.crash import UsageError
