@@ -84,6 +84,7 @@ def test_mlflow_holds_a_parent_run_and_a_nested_run_per_trial(tmp_path: Path,
 
     study, url = recorded_study(tmp_path / NAME)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # a SQLite store's artifacts go to ./mlruns, MLflow's default
     cmp = regressed_comparison(study, tmp_path)
     done = publish(study, tmp_path / NAME, url, ["mlflow"], cmp)
     assert done["mlflow"].startswith("run "), done
@@ -109,6 +110,7 @@ def test_mlflow_holds_a_parent_run_and_a_nested_run_per_trial(tmp_path: Path,
     assert verdict(cmp).startswith("REGRESSION: best samples/sec")
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"best.yaml", "trials.csv", "report.md"} <= artifacts
+    assert (tmp_path / "mlruns").is_dir()
     children = {int(r.data.tags["autotune.trial"]): r for r in runs if r is not parent}
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id
                for c in children.values())
@@ -287,6 +289,7 @@ def test_the_end_of_study_publishes_with_the_nightly_verdict(
     study, url = recorded_study(tmp_path / NAME)
     cmp = regressed_comparison(study, tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # the artifacts' ./mlruns
     setup = dataclasses.replace(study_setup(cpu_env), name=NAME, storage=url,
                                 out_dir=tmp_path / NAME,
                                 compare=(NAME, f"sqlite:///{tmp_path / 'earlier' / 'study.db'}"))
