@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 #: Where each public name lives.
 _WHERE = {
     "Stage": "autotune.core.stages", "Training": "autotune.core.training",
-    "apply_optimizer_impl": "autotune.core.training",
+    "apply_optimizer_impl": "autotune.core.optimizer_impl",
     "Workload": "autotune.core.workload", "WorkloadError": "autotune.core.workload",
     "CannotTravel": "autotune.core.shipping", "Verified": "autotune.production.verify",
     "BestConfig": "autotune.production.best",
