@@ -63,23 +63,21 @@ class Line:
     text: str
 
 
-_TRIAL = re.compile(r"^trial (\d+) \([a-z_]+\): ")
-#: A trial's outcome (search/units.result_line): its rate, or its outcome in capitals; not the
-#: contended window's notes (search/contended.py), which also start "trial N: ".
-_RESULT = re.compile(r"^trial (\d+): (?:[\d,]+\.\d [\w/]+/s|[A-Z_]+: )")
-_PROGRESS = re.compile(r"^\[\d+/\d+, [^\]]*\] trial (\d+) ")
+#: A trial's line (search/console/progress.StudyProgress.brief).
+_PROGRESS = re.compile(r"^\[\d+/\d+ [^\]]*\] trial (\d+) ")
+_ROUND = re.compile(r"^  round (\d+) \(")
 
 
 def tag(console: Sequence[str]) -> list[Line]:
-    """Each line of a study's console with what printed it: the header (cli/app._print_header),
-    the plan (search/console/cost.plan_words), a trial's knobs, result and diagnosis
-    (search/loop/driver.py), the progress line (search/console/progress.py), the estimate
-    (search/console/estimate.py), the confirmation's end (search/confirmation/confirm._log),
-    the summary (search/console/summary.py, then the report's line) and, among its lines, the
-    statement that the machine could not measure (results/trust.could_not_measure): everything
-    else is ``other``."""
+    """Each line of a study's console at the default verbosity with what printed it: the
+    header (cli/app.print_header, then search/console/cost.plan_brief), a trial's line
+    (search/console/progress.py), the estimate (search/console/estimate.py), the
+    confirmation's start and rounds (search/confirmation/words.py), the summary
+    (search/console/summary.brief_lines, then the report's line) and, among its lines, the
+    statement that the machine could not measure (results/trust.could_not_measure):
+    everything else is ``other``."""
     out: list[Line] = []
-    block, key, last_result = "", 0, -1
+    block, key = "", 0
     for i, text in enumerate(console):
         kind, k = "other", 0
         indented = text.startswith("  ")
@@ -89,25 +87,14 @@ def tag(console: Sequence[str]) -> list[Line]:
         elif block == "header" and indented:
             key += 1
             kind, k = "header", key
-        elif text.startswith("expected wall time: "):
-            kind, block = "plan", ""
-        elif m := _TRIAL.match(text):
-            kind, k, block = "trial", int(m.group(1)), ""
-        elif m := _RESULT.match(text):
-            kind, k, block = "result", int(m.group(1)), ""
-            last_result = i
-        elif text.startswith("  diagnosis: ") and last_result == i - 1 and out:
-            kind, k = "diagnosis", out[-1].key
         elif m := _PROGRESS.match(text):
             kind, k, block = "progress", int(m.group(1)), ""
         elif text.startswith("expected wall time ~"):
             kind, block = "estimate", ""
-        elif text.startswith("confirmed after "):
-            block, key = "confirmed", 0
-            kind, k = "confirmed", 0
-        elif block == "confirmed" and indented:
-            key += 1
-            kind, k = "confirmed", key
+        elif text.startswith("confirming trials "):
+            kind, block = "confirming", ""
+        elif m := _ROUND.match(text):
+            kind, k = "round", int(m.group(1))
         elif text.startswith("study '") and console[i - 1:i] == [""]:
             block, key = "summary", 0
             kind, k = "summary", 0
@@ -127,49 +114,42 @@ def tag(console: Sequence[str]) -> list[Line]:
 Rule = Callable[[list[Line], dict[str, Any]], list[Line]]
 
 
-def _trial_lines(lines: list[Line], n: int, kinds: Sequence[str]) -> list[Line]:
-    return [ln for ln in lines if ln.kind in kinds and ln.key == n]
-
-
 def _readme(lines: list[Line], run: dict[str, Any]) -> list[Line]:
-    """The header's first two lines; the baseline's trial with its progress line; the
-    estimate; the exported trial; the confirmation's verdict; the whole summary (with the
-    statement that the machine could not measure, where there is one)."""
+    """The header; the baseline's line; the estimate; the exported trial's line; the
+    confirmation's start and last round; the whole summary (with the statement that the
+    machine could not measure, where there is one)."""
     best = run["best_trial"]
-    return [*[ln for ln in lines if ln.kind == "header" and ln.key < 2],
-            *_trial_lines(lines, 0, ("trial", "result", "diagnosis", "progress")),
-            *[ln for ln in lines if ln.kind == "estimate"],
-            *(_trial_lines(lines, best, ("trial", "result")) if best else []),
-            *[ln for ln in lines if ln.kind == "confirmed" and ln.key == 0],
+    rounds = [ln for ln in lines if ln.kind == "round"]
+    return [*[ln for ln in lines if ln.kind == "header"],
+            *[ln for ln in lines if ln.kind == "progress" and ln.key in (0, best)],
+            *[ln for ln in lines if ln.kind in ("estimate", "confirming")],
+            *rounds[-1:],
             *[ln for ln in lines if ln.kind in ("summary", "verdict")]]
 
 
 def _getting_started(lines: list[Line], run: dict[str, Any]) -> list[Line]:
-    """The README's, and: what the header fixes or narrows for this device (its lines that
-    say what is searched over), each diagnosis and progress line of the exported trial, the
-    first pruned trial, and the whole verdict of the confirmation."""
-    best = run["best_trial"]
-    pruned = [ln for ln in lines if ln.kind == "result" and ": PRUNED: " in ln.text][:1]
-    return [*[ln for ln in lines if ln.kind == "header"
-              and (ln.key < 2 or " searched over " in ln.text)],
-            *_trial_lines(lines, 0, ("trial", "result", "diagnosis", "progress")),
-            *[ln for ln in lines if ln.kind == "estimate"],
-            *(_trial_lines(lines, best, ("trial", "result", "diagnosis", "progress"))
-              if best else []),
-            *pruned,
-            *[ln for ln in lines if ln.kind == "confirmed"],
-            *[ln for ln in lines if ln.kind in ("summary", "verdict")]]
+    """The whole console at the default verbosity: every line but the notes a busy machine
+    adds (``other``)."""
+    return [ln for ln in lines if ln.kind != "other"]
 
 
 def _training(lines: list[Line], run: dict[str, Any]) -> list[Line]:
-    """The summary's statement of both answers."""
+    """The summary's statement of what the answer changes in training."""
     return [ln for ln in lines if ln.kind == "summary" and ln.text.startswith("  training: ")]
 
 
 def _progress(lines: list[Line], run: dict[str, Any]) -> list[Line]:
-    """One progress line past the first few trials: the third's, or the last there is."""
+    """One trial's line past the first few trials: the third's, or the last there is."""
     progress = [ln for ln in lines if ln.kind == "progress"]
     return progress[2:3] or progress[-1:]
+
+
+def sizes(console: Sequence[str]) -> dict[str, int]:
+    """What the issue of 2026-12 measured the console by: characters, lines, lines over 120
+    characters, the longest line."""
+    return {"chars": sum(len(t) + 1 for t in console), "lines": len(console),
+            "over_120": sum(len(t) > 120 for t in console),
+            "longest": max((len(t) for t in console), default=0)}
 
 
 @dataclass(frozen=True)
@@ -289,7 +269,8 @@ def record_run(extra: Sequence[str]) -> Path:
     """Run the README's command (and ``extra`` overrides) in a fresh folder, echo its console,
     and record it in RECORD (replacing the earlier recording)."""
     work = Path(tempfile.mkdtemp(prefix="autotune-excerpts-"))
-    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_STORAGE"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AUTOTUNE_STORAGE", "AUTOTUNE_VERBOSE")}  # the default console
     env.update(PYTHONUNBUFFERED="1", AUTOTUNE_PROGRESS="lines", HF_HUB_OFFLINE="1")
     command = [*COMMAND, *extra]
     load = os.getloadavg()[0]
@@ -321,14 +302,15 @@ def record(study: Path, console: Sequence[str], run: dict[str, Any],
                          "nothing recorded")
     shutil.rmtree(into, ignore_errors=True)
     (into / "trials").mkdir(parents=True)
-    for name in ("study.db", "best.yaml"):
+    for name in ("study.db", "best.yaml", "autotune.log"):
         if (study / name).exists():
             shutil.copy(study / name, into / name)
     for result in sorted(study.glob("trials/*/result.json")):
         (into / "trials" / result.parent.name).mkdir()
         shutil.copy(result, into / "trials" / result.parent.name / "result.json")
     (into / "console.txt").write_text("\n".join(console) + "\n")
-    run = {**run, "machine": _machine(study), "best_trial": _best_trial(study)}
+    run = {**run, "machine": _machine(study), "best_trial": _best_trial(study),
+           "trials": _search_trials(study), "console": sizes(console)}
     (into / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 
 
@@ -341,6 +323,16 @@ def _machine(study: Path) -> dict[str, Any]:
     dev = study_attrs(s).get("device") or {}
     return {"cpu": dev.get("device_name"), "cores": dev.get("cpu_count"),
             "memory_gb": dev.get("total_memory_gb"), "torch": dev.get("torch_version")}
+
+
+def _search_trials(study: Path) -> int:
+    """The trials the search ran (each has its console line; the same-training one has none)."""
+    import optuna
+
+    from autotune.results.record import trial_attrs
+
+    s = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{study / 'study.db'}")
+    return sum(trial_attrs(t).get("source") != "same_training" for t in s.get_trials())
 
 
 def _best_trial(study: Path) -> int | None:

@@ -119,6 +119,9 @@ def pytest_configure(config: Any) -> None:
     folder = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
     RUN_DIR.append(folder)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
+    # Studies print every detail (autotune -v), as autotune.log has them: the tests read the
+    # facts a study states; tests/test_console.py reads the default console's glance.
+    os.environ.setdefault("AUTOTUNE_VERBOSE", "1")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 

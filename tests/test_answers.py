@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import autotune
+from autotune.core.console import DETAIL
 from autotune.core.effects import same_training_knobs, training_changes
 from autotune.core.knobs import EFFECTS, KNOBS, Knob
 from autotune.results.intervals import paired_speedup
@@ -239,7 +240,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.open()))
 
 
-def test_the_summary_states_both_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_summary_states_both_answers(tmp_path: Path, caplog: pytest.LogCaptureFixture
                                          ) -> None:
     from autotune.results.export import best_document
     from autotune.search.confirmation import confirm as confirm_mod
@@ -247,12 +248,13 @@ def test_the_summary_states_both_answers(tmp_path: Path, capsys: pytest.CaptureF
 
     setup, study, n = _planted(tmp_path)
     confirm_mod.confirm(setup, study, 3, 1, run=_serve(study, n))
-    capsys.readouterr()
     doc = best_document(study, "")
     assert doc is not None
-    print_summary(doc, {"trials": 5, "complete": 5, "infeasible": 0, "pruned": 0, "failed": 0},
-                  setup)
-    said = capsys.readouterr().out
+    caplog.clear()
+    with caplog.at_level(DETAIL, logger="autotune"):
+        print_summary(doc, {"trials": 5, "complete": 5, "infeasible": 0, "pruned": 0,
+                            "failed": 0}, setup)
+    said = "\n".join(caplog.messages)
     line = next(s for s in said.splitlines() if s.startswith("  training: "))
     assert "4x fewer optimizer steps per epoch" in line and "x4 (the linear rule for SGD" in line
     assert line.endswith(f"{setup.out_dir}/best-same-training.yaml")

@@ -8,7 +8,6 @@ and the exported trial's own trace is the one kept as best_trace.json."""
 from __future__ import annotations
 
 import json
-import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import optuna
 import pytest
 import yaml
 
+from autotune.core.console import DETAIL
 from autotune.results.intervals import MIN_ROUNDS, Interval, paired_speedup, t975, t_quantile
 from autotune.results.trust import could_not_measure, one_sided, window_loads
 from autotune.search.confirmation.choose import (
@@ -520,7 +520,7 @@ def test_quiet_windows_end_a_confirmation_sooner_than_noisy_ones(tmp_path: Path,
     for spread in (0.005, 0.08, None):
         setup, study, names = _served_study(tmp_path / str(spread), budget_s=300, spread=spread)
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="autotune"):
+        with caplog.at_level(DETAIL, logger="autotune"):
             record = confirm_mod.confirm(setup, study, 3, 3, run=_serve(names, [], figures))
         assert record is not None and record["stopped"] == "decided", record
         assert record["best_trial"] == _numbers(study, names)["b128"]
@@ -538,7 +538,7 @@ def test_a_disturbed_round_is_measured_again_before_the_choice(tmp_path: Path,
 
     figures = {"base": 100.0, "b128": 210.0, "b64": 150.0, "five": 140.0}
     setup, study, names = _served_study(tmp_path, budget_s=300, spread=0.005)
-    with caplog.at_level(logging.INFO, logger="autotune"):
+    with caplog.at_level(DETAIL, logger="autotune"):
         record = confirm_mod.confirm(setup, study, 3, 3,
                                      run=_serve(names, [], figures, busy=(1, "b128")))
     number = _numbers(study, names)

@@ -15,7 +15,6 @@ new run (the README's excerpt stayed a run older than the summary's ``training:`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import logging
@@ -54,13 +53,6 @@ def _logged(fn: Any, *args: Any) -> list[str]:
     return out.getvalue().splitlines()
 
 
-def _printed(fn: Any, *args: Any) -> list[str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        fn(*args)
-    return out.getvalue().splitlines()
-
-
 def _study_as_of(study: optuna.Study, trials: list[Any]) -> optuna.Study:
     """The study as it stood when the last of ``trials`` finished (an in-memory copy)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -84,21 +76,17 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
     from autotune.cli import app
     from autotune.cli.compose import compose_config
     from autotune.core.env import Env
-    from autotune.diagnose.verdicts import diagnose
-    from autotune.measure.protocol import WindowResult
     from autotune.results.export import best_document
     from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
     from autotune.results.trials import counts, measured
     from autotune.results.trust import could_not_measure
-    from autotune.search.confirmation.confirm import _log as confirmed_words
-    from autotune.search.console.cost import plan_words
+    from autotune.search.confirmation.words import confirming_line
+    from autotune.search.console.cost import plan_brief
     from autotune.search.console.estimate import estimate
     from autotune.search.console.progress import StudyProgress
     from autotune.search.console.summary import print_summary
-    from autotune.search.loop.driver import outcome_words, trial_words
     from autotune.search.round_spread import round_spread
     from autotune.search.run import report_and_compare
-    from autotune.search.units import in_study_unit
 
     console, run = excerpts.read_record(record)
     monkeypatch.chdir(work)
@@ -121,52 +109,37 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
 
     lines: dict[tuple[str, int], str] = {}
     blocks: dict[str, list[str]] = {}
-    blocks["header"] = _printed(app._print_header, setup, workers,
-                                app.cpu_defaults_words(cfg, setup.env.device))
-    lines[("plan", 0)] = plan_words(setup, n_trials, setup.study.confirm_runs)
+    blocks["header"] = [*_logged(app.print_header, setup, workers,
+                                 app.cpu_defaults_words(cfg, setup.env.device)),
+                        plan_brief(setup, n_trials, setup.study.confirm_runs)]
     trials = study.get_trials(deepcopy=False)
     done = 0
     for t in trials:
         a = trial_attrs(t)
-        if "knobs" not in a:
-            continue
-        lines[("trial", t.number)] = trial_words(t.number, a["source"], a["knobs"], setup.space)
-        result_json = record / "trials" / str(t.number) / "result.json"
-        result = None
-        if result_json.exists():
-            result = in_study_unit(study, WindowResult.read(result_json))
-        elif a.get("outcome") and a.get("outcome") != "ok":  # ended without a window's result
-            outcome = str(a["outcome"])  # (a cached ceiling pruned it): its stored reason
-            result = WindowResult(outcome=outcome, error=str(a.get("reason", "")).removeprefix(
-                f"{outcome}: "))
-        if result is not None:
-            diag = (diagnose(result, a["knobs"], setup.env.device, setup.memory_limit_gb,
-                             image_inputs=setup.image_inputs, domains=setup.space.domains)
-                    if result.outcome == "ok" else None)
-            said = outcome_words(t.number, result, setup.memory_limit_gb, diag)
-            lines[("result", t.number)] = said[0]
-            if len(said) > 1:
-                lines[("diagnosis", t.number)] = said[1]
-        if a.get("source") == "same_training":
-            continue  # measured after the search: no progress line (search/run.py)
+        if "knobs" not in a or a.get("source") == "same_training":
+            continue  # the same-training trial runs after the search: no line (search/run.py)
         progress = StudyProgress(n_trials, out_dir / "trials", stream=io.StringIO(), live=False)
         done += 1
         progress.done = done
-        lines[("progress", t.number)] = progress.line(
+        lines[("progress", t.number)] = progress.brief(
             _study_as_of(study, [x for x in trials if x.number <= t.number]), t)
     wall = attrs.get("wall") or {}
     first = next((t for t in trials if measured(t)), None)
     if "first_trial_s" in wall and first is not None:
         lines[("estimate", 0)] = estimate(
             setup, n_trials, setup.study.confirm_runs, float(wall["setup_s"]),
-            float(wall["first_trial_s"]), dict(trial_attrs(first))).words()
-    if attrs.get("confirmation"):
-        blocks["confirmed"] = _logged(confirmed_words, attrs["confirmation"], study)
+            float(wall["first_trial_s"]), dict(trial_attrs(first))).brief()
+    conf = attrs.get("confirmation") or {}
+    if conf.get("finalists"):
+        base = int(conf["baseline_trial"])
+        lines[("confirming", 0)] = confirming_line(
+            [int(n) for n in conf["finalists"] if int(n) != base], base,
+            setup.study.confirm_budget_s)
     unmeasured = could_not_measure(study)
     if unmeasured is not None:  # search/run.py prints it to stderr, amid the summary
         lines[("verdict", 0)] = f"autotune: {unmeasured}"
-    summary = _printed(print_summary, best_document(study, storage), counts(study), setup)
-    summary += _printed(report_and_compare, setup, study, 0)
+    summary = _logged(print_summary, best_document(study, storage), counts(study), setup)
+    summary += _logged(report_and_compare, setup, study, 0)
     blocks["summary"] = summary[1:] if summary[:1] == [""] else summary
     for kind, block in blocks.items():
         for key, text in enumerate(block):
@@ -220,16 +193,38 @@ def test_every_excerpt_line_is_printed_by_todays_code(tmp_path: Path,
 
 
 def test_the_shape_check_can_fail() -> None:
-    assert shape("[1/12, 00:13 elapsed] trial 0 COMPLETE 128.7 samples/s (window spread 11%)") \
-        == shape("[3/12, 10:02 elapsed] trial 2 COMPLETE 5,969.7 samples/s (window spread 3%)")
+    assert shape("[1/12 00:13, ~02:00 left] trial 0 baseline: 128.7 samples/s, the best so far") \
+        == shape("[3/12 10:02, ~01:00 left] trial 2 baseline: 5,969.7 samples/s, the best so far")
     assert shape("  samples/s  142.79") != shape("  samples/sec  142.79")
-    lines = excerpts.tag(["autotune: study 'x' on cpu", "  workload: w", "trial 0 (baseline): a=1",
-                          "trial 0: window contended (x): measuring again in 5s",
-                          "trial 0: 2.9 samples/s, step 1.0 ms", "  diagnosis: d",
-                          "[1/2, 00:01 elapsed] trial 0 COMPLETE", "", "study 'x': 1 trials",
+    lines = excerpts.tag(["autotune: study 'x' on cpu", "  workload: w",
+                          "trial 0: the machine stayed busy",
+                          "[1/2 00:01, ~00:01 left] trial 0 baseline: 2.9 samples/s",
+                          "expected wall time ~00:10 (search ~00:05)",
+                          "confirming trials 1 against yours (trial 0) in interleaved rounds",
+                          "  round 1 (5s): trial 1 1.10x", "", "study 'x': 1 trials",
                           "  report: r"])
     assert [(ln.kind, ln.key) for ln in lines] == [
-        ("header", 0), ("header", 1), ("trial", 0), ("other", 0), ("result", 0),
-        ("diagnosis", 0), ("progress", 0), ("other", 0), ("summary", 0), ("summary", 1)]
+        ("header", 0), ("header", 1), ("other", 0), ("progress", 0), ("estimate", 0),
+        ("confirming", 0), ("round", 1), ("other", 0), ("summary", 0), ("summary", 1)]
     assert excerpts.excerpt([lines[0], lines[1], lines[4]]) == [
-        "autotune: study 'x' on cpu", "  workload: w", "...", "trial 0: 2.9 samples/s, step 1.0 ms"]
+        "autotune: study 'x' on cpu", "  workload: w", "...",
+        "expected wall time ~00:10 (search ~00:05)"]
+
+
+def test_the_recorded_console_is_read_at_a_glance() -> None:
+    """Issue 72's sizes for the README's study at the default verbosity: at most 6,000
+    characters, no line over 120, a header of at most 5 lines, one line per trial and a summary
+    of at most 12 lines (the report's and the could-not-measure statement's aside); the
+    details are in the study's autotune.log, recorded beside it."""
+    console, run = excerpts.read_record()
+    size = excerpts.sizes(console)
+    assert size["chars"] <= 6000 and size["longest"] <= 120, size
+    tagged = excerpts.tag(console)
+    assert len([ln for ln in tagged if ln.kind == "header"]) <= 5
+    trials = [ln.key for ln in tagged if ln.kind == "progress"]
+    assert len(trials) == len(set(trials)) == run["trials"]
+    summary = [ln for ln in tagged if ln.kind == "summary" and "report: " not in ln.text]
+    assert len(summary) <= 12
+    log = (RECORD / "autotune.log").read_text()
+    for detail in ("  fixed ", "  diagnosis: ", "expected wall time ~", "confirming: trials"):
+        assert detail in log, detail

@@ -233,7 +233,7 @@ def _requests(folder: Path) -> list[dict[str, Any]]:
 
 
 def test_an_hf_trainer_that_accumulates_keeps_its_global_batch(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """per_device_train_batch_size=4, gradient_accumulation_steps=4 (a global batch of 16),
     hf.tune: the baseline runs 4 x 4, both answers state their global batch (best-same-training
     16 as 8 x 2), the summary says what the fastest changes with the square-root rule of AdamW,
@@ -253,8 +253,7 @@ def test_an_hf_trainer_that_accumulates_keeps_its_global_batch(
     assert {(r["knobs"]["batch_size"], r["grad_accum"]) for r in requests} == {
         (4, 4), (8, 2), (64, 1)}, "the seeded draws no longer reach micro-batch 64"
     best, same = _both_answers(folder)
-    said = capsys.readouterr().out
-    line = next(s for s in said.splitlines() if s.startswith("  training: "))
+    line = next(s for s in caplog.messages if s.startswith("  training: "))
     assert "global batch 16 -> 64 (micro-batch 4 -> 64, accumulation 4 -> 1)" in line
     assert "x2 (the square-root rule for Adam-family optimizers, which this workload's AdamW" in line
     assert line.endswith("best-same-training.yaml")

@@ -6,7 +6,6 @@ model (core/workload.py); the tutorial that puts them together is tests/test_nan
 
 from __future__ import annotations
 
-import logging
 import time
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import autotune
+from autotune.core.console import DETAIL
 from autotune.core.space import build_space
 from autotune.core.training import Training
 from autotune.workloads.mlp import MLPWorkload
@@ -103,7 +103,7 @@ def test_batches_from_a_function_with_nothing_lost_are_a_log_line(
     rt = _runtime(cpu_env, num_workers=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: nothing measured is lost
-        with caplog.at_level(logging.INFO, logger="autotune"):
+        with caplog.at_level(DETAIL, logger="autotune"):
             rt.batches(_get_batch(_memmap(tmp_path), 4))("train")
     lines = [r.getMessage() for r in caplog.records if "get_batch()" in r.getMessage()]
     assert len(lines) == 1 and "no loader knob of the study is lost" in lines[0]

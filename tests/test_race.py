@@ -5,7 +5,6 @@ ends; the confirmation starts from those rounds and only tops them up."""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import optuna
 import pytest
 import yaml
 
+from autotune.core.console import DETAIL
 from autotune.measure.protocol import WindowResult
 from autotune.results.intervals import Interval
 from autotune.search.confirmation.choose import Candidate
@@ -86,7 +86,7 @@ def test_the_search_races_its_finalists_and_the_confirmation_only_tops_up(
     seen: list[tuple[int, str]] = []
     run = _serve(names, seen)
     number: dict[str, int] = {}
-    with caplog.at_level(logging.INFO, logger="autotune"):
+    with caplog.at_level(DETAIL, logger="autotune"):
         for name, value in (("base", 100.0), ("b64", 195.0), ("b128", 210.0)):
             t = _tell(study, name, knobs[name], value)
             number[name] = t.number
@@ -171,7 +171,7 @@ def test_the_race_keeps_to_its_share_of_the_confirmation_budget(tmp_path: Path,
     _tell(study, "base", knobs["base"], 100.0)
     t = _tell(study, "b128", knobs["b128"], 210.0)
     assert race_round(setup, study, t, run=run)  # 2 s of served windows
-    with caplog.at_level(logging.INFO, logger="autotune"):
+    with caplog.at_level(DETAIL, logger="autotune"):
         assert not race_round(setup, study, t, run=run)  # 2 s + ~8 s > 9 s
     assert "the confirmation takes it from here" in caplog.text
     record = confirm(setup, study, 3, 3, run=run)
@@ -191,7 +191,7 @@ def test_the_race_does_not_spend_its_share_on_the_first_trials(tmp_path: Path,
     run = _serve(names, [])
     _tell(study, "base", knobs["base"], 100.0)
     b64 = _tell(study, "b64", knobs["b64"], 195.0)  # a round: ~8 s (two 4 s windows)
-    with caplog.at_level(logging.INFO, logger="autotune"):
+    with caplog.at_level(DETAIL, logger="autotune"):
         assert not race_round(setup, study, b64, run=run, progress=2 / 12)  # 5 s allowed
     assert "no round after trial 1 yet" in caplog.text
     assert "race" not in study.user_attrs

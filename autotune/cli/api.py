@@ -26,10 +26,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.cli.app import USER_ERRORS, prepare, publish_study
+from autotune.cli.app import USER_ERRORS, cpu_defaults_words, prepare, print_header, publish_study
 from autotune.cli.compose import compose_config
 from autotune.cli.config import Config
 from autotune.cli.crash import UsageError
+from autotune.core.console import study_log
 from autotune.core.shipping import ToShip, workload_parts
 from autotune.core.workload import Workload
 from autotune.production import verify as verify_module
@@ -118,8 +119,10 @@ def tune(overrides: Sequence[str] = (), *,
             setup, opened, workers, trials = prepare(cfg, markers)
         except USER_ERRORS as exc:
             raise ConfigError(" ".join(str(exc).split())) from None
-        code = run_study(setup, opened, trials, workers)
-        publish_study(cfg.tracking, setup, opened)  # tracking=[...]: as the command line does
+        with study_log(setup.out_dir):
+            print_header(setup, workers, cpu_defaults_words(cfg, setup.env.device))
+            code = run_study(setup, opened, trials, workers)
+            publish_study(cfg.tracking, setup, opened)  # tracking=[...]: as the command line does
     path = setup.out_dir / "best.yaml"
     best = load_best(path, check_environment=False) if path.exists() and code != NOTHING_EXPORTED else None
     return _result(code, best, setup.out_dir)

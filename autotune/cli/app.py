@@ -14,6 +14,7 @@ from autotune.cli.config import Config
 from autotune.cli.crash import UsageError, explain, fail
 from autotune.cli.validate import resolve_workers, validate
 from autotune.core.config import LaunchConfig, left_to_size, sized, sized_for
+from autotune.core.console import LOG_FILE, WIDTH, detail, fit, fit_items, say, study_log
 from autotune.core.env import DeviceError, Env, probe
 from autotune.core.global_batch import accumulation, declared_accumulation, study_global_batch
 from autotune.core.knobs import KnobError
@@ -173,11 +174,10 @@ USER_ERRORS = (WorkloadError, KnobError, DeviceError, StorageError, UsageError, 
 
 def prepare(cfg: Config, overrides: list[str]) -> tuple[StudySetup, Any, int, int]:
     """The study's setup, its opened storage, workers and trials; a user error raises one of
-    USER_ERRORS before anything is written. The header is printed."""
+    USER_ERRORS before anything is written."""
     setup, workers, n_trials = build_setup(cfg, overrides)
     storage = open_storage(setup.storage)
     check_resumable(storage, setup, redact(str(setup.storage)))
-    _print_header(setup, workers, cpu_defaults_words(cfg, setup.env.device))
     return setup, storage, workers, n_trials
 
 
@@ -209,14 +209,16 @@ def run(cfg: Config, overrides: list[str]) -> int:
     except USER_ERRORS as exc:
         fail(str(exc))
         return 2
-    try:
-        code = run_study(setup, storage, n_trials, workers)
-    except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
-        return explain(exc, setup.out_dir, str(setup.storage))
-    finally:
-        if spans_nodes(setup.launch):  # the other nodes' followers exit (measure/nodes.py)
-            (setup.out_dir / NODES_STOP_FILE).write_text(f"study {setup.name} ended\n")
-    publish_study(cfg.tracking, setup, storage)
+    with study_log(setup.out_dir):
+        print_header(setup, workers, cpu_defaults_words(cfg, setup.env.device))
+        try:
+            code = run_study(setup, storage, n_trials, workers)
+        except Exception as exc:  # noqa: BLE001 - an unattended run ends with one paragraph
+            return explain(exc, setup.out_dir, str(setup.storage))
+        finally:
+            if spans_nodes(setup.launch):  # the other nodes' followers exit (measure/nodes.py)
+                (setup.out_dir / NODES_STOP_FILE).write_text(f"study {setup.name} ended\n")
+        publish_study(cfg.tracking, setup, storage)
     return code
 
 
@@ -285,35 +287,52 @@ def fixed_lines(fixed: dict[str, tuple[Any, str]]) -> list[str]:
     return [f"fixed {', '.join(knobs)}: {why}" for why, knobs in by_why.items()]
 
 
-def _print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None:
+def print_header(s: StudySetup, workers: int, cpu_defaults: str | None) -> None:
+    """At most five lines at a glance (what is tuned on what, the knobs searched, the answers,
+    the time expected: cost.plan_words' brief); the settings behind them, and why each knob
+    not searched is fixed, are details (autotune.log, or -v)."""
     e = s.env
-    mem = f"{e.total_memory_gb:.1f} GB"
-    print(f"autotune: study '{s.name}' on {e.device} ({e.device_name}, {mem}, torch {e.torch_version})")
-    print(f"  workload: {s.workload_label}")
+    say(fit(f"autotune: study '{s.name}' on {e.device} ({e.device_name}, "
+            f"{e.total_memory_gb:.1f} GB, torch {e.torch_version})"))
+    say(fit(f"  workload: {s.workload_label}"))
+    searched = [name for name in s.space.domains if name not in s.space.fixed]
+    fixed = f"; {len(s.space.fixed)} fixed here (why: -v)"
+    head = f"  searching {len(searched)} knobs: "
+    say(head + fit_items(searched, WIDTH - len(head) - len(fixed), ", ") + fixed)
+    say(fit(f"  answers: best.yaml and {ANSWER_FILES['same']}; memory limit "
+            f"{s.memory_limit_gb:.2f} GB; details: {s.out_dir / LOG_FILE}"))
+    for line in header_details(s, workers, cpu_defaults):
+        detail(f"  {line}")
+    sys.stdout.flush()
+
+
+def header_details(s: StudySetup, workers: int, cpu_defaults: str | None) -> list[str]:
+    """The study's settings in full, for autotune.log (and the console with -v)."""
+    e, w = s.env, s.window
+    out = []
     if s.cpu_sized:
-        print("  CPU run with no sizes set: using the workload's CPU-sized defaults "
-              "(set any workload.* key to choose sizes yourself)")
+        out.append("CPU run with no sizes set: using the workload's CPU-sized defaults "
+                   "(set any workload.* key to choose sizes yourself)")
     if cpu_defaults:
-        print(f"  {cpu_defaults}")
-    w = s.window
-    print(f"  window: {w.warmup_steps} warm-up steps, {w.measure_steps} measured steps (at "
-          f"least {w.min_measure_seconds}s, at most {w.measure_seconds}s); timeout "
-          f"{w.timeout_s}s per trial")
-    print(f"  memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; workers: {workers}")
-    print(f"  objective: {objective_words(s.study.run_steps)}")
-    print(f"  {training_words(s.study.training)}")
+        out.append(cpu_defaults)
+    out.append(f"window: {w.warmup_steps} warm-up steps, {w.measure_steps} measured steps (at "
+               f"least {w.min_measure_seconds}s, at most {w.measure_seconds}s); timeout "
+               f"{w.timeout_s}s per trial")
+    out.append(f"memory limit: {s.memory_limit_gb:.2f} GB; storage: {redact(str(s.storage))}; "
+               f"workers: {workers}")
+    out.append(f"objective: {objective_words(s.study.run_steps)}")
+    out.append(training_words(s.study.training))
     if s.global_batch:
-        print(f"  {global_batch_words(s)}")
+        out.append(global_batch_words(s))
     if s.env.ranks > 1:
         shardings = s.space.domains["sharding"].values
         held = ("DistributedDataParallel" if shardings == ["no_shard"] else "FSDP2, fully_shard"
                 if "no_shard" not in shardings else "DistributedDataParallel or FSDP2 as sharding says")
-        print(f"  launch: every trial runs {s.launch.nproc_per_node} ranks "
-              f"({launch_spec(s.launch, e)['backend']}, {held}) under PyTorch's elastic launcher, "
-              f"each pinned to {e.cpu_count} core(s) of the node: num_workers and cpu_threads "
-              "count per rank; the memory limit holds per rank")
-    for line in fixed_lines(s.space.fixed):
-        print(f"  {line}")
-    for name, (values, why) in s.space.narrowed.items():
-        print(f"  {name} searched over {values} only: {why}")
-    sys.stdout.flush()
+        out.append(f"launch: every trial runs {s.launch.nproc_per_node} ranks "
+                   f"({launch_spec(s.launch, e)['backend']}, {held}) under PyTorch's elastic "
+                   f"launcher, each pinned to {e.cpu_count} core(s) of the node: num_workers and "
+                   "cpu_threads count per rank; the memory limit holds per rank")
+    out += fixed_lines(s.space.fixed)
+    out += [f"{name} searched over {values} only: {why}"
+            for name, (values, why) in s.space.narrowed.items()]
+    return out

@@ -59,7 +59,7 @@ def compose_config(overrides: Sequence[str]) -> Config:
         text = " ".join(str(exc).split())
         raise UsageError(
             f"invalid configuration: {text}. Valid top-level keys: workload, device, seed, "
-            "workers, study.*, window.*, memory.*, knobs.* (see docs/reference: configuration keys).") from None
+            "workers, tracking, study.*, window.*, memory.*, knobs.*, launch.* (see docs/reference: configuration keys).") from None
     finally:
         if outer is not None:
             restore_gh_from_backup(outer)

@@ -216,6 +216,17 @@ def script_overrides(argv: list[str]) -> list[str]:
             f"++workload.cwd={_quoted(os.getcwd())}", f"++workload.name={_quoted(name)}"]
 
 
+def verbose_flag(argv: list[str]) -> list[str]:
+    """``autotune -v ...``: every detail on the console too (core/console.py), as
+    AUTOTUNE_VERBOSE=1 does; the flag is taken out before Hydra reads the overrides. After
+    ``--`` the arguments are the user's command's own."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    if not {"-v", "--verbose"} & set(argv[:cut]):
+        return argv
+    os.environ["AUTOTUNE_VERBOSE"] = "1"
+    return [a for a in argv[:cut] if a not in ("-v", "--verbose")] + argv[cut:]
+
+
 def _quoted(text: str) -> str:
     """A string as one quoted Hydra override value: quotes escaped, no interpolation."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${") + "'"
@@ -233,7 +244,7 @@ def main() -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
-    sys.argv[1:] = force_workload_args(script_overrides(sys.argv[1:]))
+    sys.argv[1:] = force_workload_args(script_overrides(verbose_flag(sys.argv[1:])))
     if not any(a.startswith("-") for a in sys.argv[1:]):  # a study, not --help or --cfg
         start_server_soon()  # after sys.path has the working directory: trials inherit it
     check_overrides(sys.argv[1:])

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.core.console import detail
 from autotune.diagnose.thresholds import CONTENDED_WAIT_S
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.runner import Interrupted
@@ -74,7 +75,7 @@ def measure_settled(measure: Measure, req: TrialRequest, trial_dir: Path, label:
         earlier.append({"samples_per_sec": round(result.samples_per_sec, 3),
                         "rate": round(result.rate, 3), "unit": result.unit,
                         "reasons": result.contention.get("reasons", [])})
-        log.info("%s: window contended (%s): measuring again in %.0fs", label,
+        detail("%s: window contended (%s): measuring again in %.0fs", label,
                  load_words(result.contention), wait_s)
         _wait(wait_s, stop_requested)
         result = measure(req, trial_dir)

@@ -18,6 +18,8 @@ from typing import Any
 
 import optuna
 
+from autotune.core.console import detail, say
+from autotune.core.console import fit as one_line
 from autotune.core.distributed import rank_cores
 from autotune.core.env import child_environ
 from autotune.core.quick_exit import quick_exit
@@ -34,7 +36,7 @@ from autotune.search.checks.numerics import check_numerics, vetting
 from autotune.search.checks.scaling import measure_scaling
 from autotune.search.confirmation.confirm import confirm
 from autotune.search.confirmation.rounds import raced
-from autotune.search.console.cost import CostClock, disturbed_words, plan_words
+from autotune.search.console.cost import CostClock, disturbed_words, plan_brief, plan_words
 from autotune.search.console.progress import StudyProgress
 from autotune.search.console.summary import print_summary
 from autotune.search.loop.budget import confirmation_setup, plan, planned, with_deadline
@@ -77,7 +79,8 @@ def _exporter(setup: StudySetup, progress: StudyProgress | None = None,
             estimate = clock.refit(fit, confirm_s)
         if estimate is not None:  # the first window of this run: the rest is estimated from it
             set_study_attrs(study, {"wall": estimate.as_dict()})
-            log.info("%s", estimate.words())
+            say(one_line(estimate.brief()))
+            detail("%s", estimate.words())
 
     return export
 
@@ -144,7 +147,8 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
     clock = CostClock(setup, n_trials, confirm_runs)
     started = datetime.datetime.now()  # Optuna's trial start times are naive local times
     setup = with_deadline(setup)  # the budget counts from here, as the clock does
-    log.info("%s", plan_words(setup, n_trials, confirm_runs))
+    say(one_line(plan_brief(setup, n_trials, confirm_runs)))
+    detail("%s", plan_words(setup, n_trials, confirm_runs))
     if workers == 1:
         code = run_worker(setup, storage, n_trials, clock)
     else:  # each worker times its own trials: only the whole is measured here
@@ -219,12 +223,13 @@ def report_and_compare(setup: StudySetup, study: optuna.Study, code: int) -> int
     if setup.compare:
         name, url = setup.compare
         cmp = compare_studies(study, name, url, setup.study.regression_pct)
-        print(f"  compared with '{name}': {verdict(cmp)}")
+        say(one_line(f"  compared with '{name}': {verdict(cmp)}"))
+        detail(f"  compared with '{name}': {verdict(cmp)}")
     elif setup.nightly_missing:
         cmp = {"missing": setup.nightly_missing}
-        print(f"  not compared: {setup.nightly_missing}")
+        say(f"  not compared: {setup.nightly_missing}")
     path = write_report(study, setup.out_dir, str(setup.storage), cmp)
-    print(f"  report: {path} (and report.md)")
+    say(f"  report: {path} (and report.md)")
     if cmp and cmp.get("regression") and code == 0:
         return REGRESSION_EXIT
     return code

@@ -47,6 +47,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.core.console import detail
 from autotune.measure.protocol import TrialRequest
 from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
@@ -336,7 +337,7 @@ def _judge(setup: StudySetup, trial: FrozenTrial, entry: dict[str, Any], spread:
         entry["reason"] = refusal_words(entry, spread, len(losses))
         log.warning("trial %d %s", trial.number, entry["reason"])
     else:
-        log.info("numerics of trial %d: tail loss %.3g%% from yours (tolerance %.3g%%, your "
+        detail("numerics of trial %d: tail loss %.3g%% from yours (tolerance %.3g%%, your "
                  "runs' spread %.3g%%)", trial.number, 100 * min(devs), 100 * tol,
                  100 * spread.relative)
     return entry

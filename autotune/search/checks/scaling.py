@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 
+from autotune.core.console import detail
 from autotune.core.distributed import rank_cores
 from autotune.measure.launch import CPUS_ENV
 from autotune.measure.protocol import TrialRequest, figure_only
@@ -63,7 +64,7 @@ def measure_scaling(setup: StudySetup, study: optuna.Study, stop: StopFlag | Non
     sides = {"ranks": together, "one_rank": _one_rank(setup, together)}
     figures: dict[str, list[float | None]] = {"ranks": [], "one_rank": []}
     failures: list[str] = []
-    log.info("scaling: trial %d as %d ranks and as one rank, %d interleaved rounds",
+    detail("scaling: trial %d as %d ranks and as one rank, %d interleaved rounds",
              trial.number, ranks, rounds)
     for r in range(rounds):
         for side in random.sample(list(sides), len(sides)):

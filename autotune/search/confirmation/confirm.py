@@ -40,6 +40,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.core.console import detail, say
 from autotune.measure.protocol import WindowResult
 from autotune.measure.runner import run_window
 from autotune.results.intervals import MIN_ROUNDS, Interval
@@ -81,6 +82,7 @@ from autotune.search.confirmation.words import (
     busy_words,
     progress_words,
     race_words,
+    round_line,
     selection_rounds,
 )
 from autotune.search.setup import StopFlag, StudySetup
@@ -153,7 +155,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     why = None
     group = settled = candidates(trials, rounds, members, base)
     if race_rounds:  # the search raced: its rounds count, and may already be enough
-        log.info("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
+        detail("  %s", race_words(race_rounds, race_s, settled, dropped, base.number))
     if rounds.order:  # the race's rounds; a finalist with no round in them yet stays
         kept = eliminate(group, same, sel)
         active = [n for n in active if n in {c.number for c in kept}
@@ -179,10 +181,11 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         why = _stop_reason(setup, rounds, group, same, sel, runs, base.number, round_s)
         against = (selection.decided(group, same, sel)
                    and not decided(group, same, sel, _baseline(rounds, base.number)))
-        log.info("  %s", progress_words(len(rounds.order), settled, sel, sum(rounds.seconds),
-                                        setup.study.confirm_budget_s, base.number, said,
-                                        busy_words(order, rounds.contended, base.number), gone,
-                                        against))
+        say(round_line(len(rounds.order), settled, sum(rounds.seconds), base.number, gone))
+        detail("  %s", progress_words(len(rounds.order), settled, sel, sum(rounds.seconds),
+                                      setup.study.confirm_budget_s, base.number, said,
+                                      busy_words(order, rounds.contended, base.number), gone,
+                                      against))
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why, setup, sel,
@@ -359,7 +362,7 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
         log.warning("confirmation failed: %s", "; ".join(record["failures"]))
         return
     search_best = best_trial(study)
-    log.info("confirmed after %d rounds (%s, %.0fs): trial %d %s; window noise %.0f%%%s",
+    detail("confirmed after %d rounds (%s, %.0fs): trial %d %s; window noise %.0f%%%s",
              record["rounds"], record["stopped"], record["spent_s"], record["leader"],
              record["speedup_text"], 100 * record["window_noise"],
              "" if search_best is None or search_best.number == record["leader"] else
@@ -370,7 +373,7 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
              "more than its windows' noise)")
     for key in ("tie", "undecided"):
         if record.get(key):
-            log.info("  %s", record[key])
+            detail("  %s", record[key])
     if record.get("baseline_fits") is False:
         log.warning("  your configuration (trial %s) is over the memory limit: the fastest "
                     "finalist that fits, trial %d, is exported (%s of its speed)",
@@ -380,4 +383,4 @@ def _log(record: dict[str, Any], study: optuna.Study) -> None:
                     "1.0): the baseline's configuration is kept")
     same = record.get("same_training") or {}
     if same.get("same_as_best") is False and "leader" in same:
-        log.info("  same training: trial %d %s", same["leader"], same.get("speedup_text"))
+        detail("  same training: trial %d %s", same["leader"], same.get("speedup_text"))

@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
 
+from autotune.core.console import detail, fit, say
 from autotune.results.intervals import MIN_ROUNDS, t975
 from autotune.search.confirmation import selection
 from autotune.search.confirmation.choose import Candidate
@@ -150,6 +151,25 @@ def progress_words(done: int, cands: Sequence[Candidate], sel: Selection, spent_
     return f"{head}; {state}"
 
 
+def confirming_line(others: Sequence[int], base: int, budget_s: float) -> str:
+    """The confirmation's start at a glance (its statistics are details)."""
+    return fit(f"confirming trials {', '.join(map(str, others))} against yours (trial {base}) "
+               f"in interleaved rounds, at most {budget_s:.0f} s")
+
+
+def round_line(done: int, cands: Sequence[Candidate], spent_s: float, base: int | None,
+               gone: Sequence[int] = ()) -> str:
+    """A round at a glance (progress_words is its detail): the finalists fastest first, the
+    leader with its interval, who this round dropped, in one line of at most 120 characters."""
+    ahead = sorted((c for c in cands if c.number != base), key=lambda c: -c.interval.point)
+    each = [f"trial {c.number} {c.interval.point:.2f}x" + (
+        f" ({c.interval.low:.2f}-{c.interval.high:.2f})" if i == 0 and c.interval.known else "")
+        for i, c in enumerate(ahead)]
+    dropped = f"; dropped {', '.join(map(str, gone))}" if gone else ""
+    return fit(f"  round {done} ({spent_s:.0f}s): {', '.join(each) or 'no finalist measured'}"
+               f"{dropped}")
+
+
 def race_words(rounds_run: int, race_s: float, cands: Sequence[Candidate],
                dropped: Collection[int], base: int) -> str:
     """What the confirmation starts from where the search raced its finalists
@@ -166,7 +186,8 @@ def announce(setup: StudySetup, base: int, active: list[int], same: Collection[i
     """Say what the rounds compare, when they stop, and what they are expected to cost."""
     others = [n for n in active if n != base]
     prec = setup.study.confirm_precision
-    log.info("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
+    say(confirming_line(others, base, setup.study.confirm_budget_s))
+    detail("confirming: trials %s and the baseline (trial %d%s) in randomized rounds: at "
              "least %d, then until one is left or those left lie within %.0f%% of each other "
              "(study.indifference; correct selection %.0f%%, windows %s noisy)%s, or %.0fs",
              ", ".join(map(str, others)), base,
@@ -176,11 +197,11 @@ def announce(setup: StudySetup, base: int, active: list[int], same: Collection[i
              f", then the answers to +-{100 * prec:.0f}% (study.confirm_precision)"
              if prec is not None else "", setup.study.confirm_budget_s)
     if set(same) - {base}:
-        log.info("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
+        detail("  trains the same model as yours (speed and numerics knobs only): trial(s) %s, "
                  "for the same-training answer", ", ".join(map(str, sorted(set(same) - {base}))))
     spread = setup.round_spread
     expected = (selection_rounds(spread.spread, sel, max(runs, sel.first)) if spread else 0)
-    log.info("  %s", round_words(round_s, runs, setup.study.confirm_budget_s, expected,
+    detail("  %s", round_words(round_s, runs, setup.study.confirm_budget_s, expected,
                                  spread.words() if spread else ""))
 
 

@@ -63,6 +63,22 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
             + "; the first window's own time sets the estimate" + budget)
 
 
+def plan_brief(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
+    """plan_words at a glance: the header's last line."""
+    w = setup.window
+    low, high = f"{w.min_measure_seconds:g}", f"{sized(w.measure_seconds):g}"
+    parts = [f"{n_trials} trial windows of {low if low == high else f'{low}-{high}'} s"]
+    if confirm_runs:
+        parts.append(f"a confirmation (at most {setup.study.confirm_budget_s:g} s)")
+    if setup.study.numerics_steps:
+        parts.append("a numerics check")
+    if setup.launch.scaling:
+        parts.append("a scaling measurement")
+    budget = ("" if setup.study.time_budget_s is None else
+              f", all within study.time_budget_s={setup.study.time_budget_s:g}")
+    return f"  expected: {', '.join(parts)}{budget}; timed from the first window"
+
+
 class CostClock:
     """Times this run: its start, its trials (the driver's on_start/on_trial hooks), and its
     end. ``first_estimate`` is set when the first whole window of the run has finished: on a

@@ -161,6 +161,15 @@ class Estimate:
         extra = "; plus each compiled trial's compile time" if self.compile_unknown else ""
         return f"expected wall time ~{clock_text(self.total_s)}: " + " + ".join(parts) + extra
 
+    def brief(self) -> str:
+        """The estimate at a glance: the total and each phase's share (``words`` is its
+        arithmetic, a detail)."""
+        names = {"search": "search", "confirmation": "confirmation",
+                 "numerics check": "numerics check", "scaling": "scaling"}
+        parts = [f"{names[k]} ~{clock_text(v)}" for k, v in self.phases().items() if v >= 0.5]
+        more = "; plus compile times" if self.compile_unknown else ""
+        return f"expected wall time ~{clock_text(self.total_s)} ({', '.join(parts)}){more}"
+
     def _rounds_words(self) -> str:
         n, each = self.confirm_rounds, self.round_s
         bound = (f"; at most {self.confirm_max_s:.0f} s, the choice among finalists within "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.core.console import LOG_FILE, detail, fit, say
 from autotune.core.tokens import TOKENS
 from autotune.results.answers import answer_words, check_figures
 from autotune.results.compile_cost import summary_lines
@@ -26,11 +27,19 @@ def unit_key(unit: str) -> str:
 
 
 def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySetup) -> None:
-    print()
-    print(f"study '{setup.name}': {c['trials']} trials ({c['complete']} complete, "
+    """The summary in full as details (autotune.log, and the console with -v), then at a
+    glance (``brief_lines``), the last lines a person reads."""
+    detail_summary(doc, c, setup)
+    for line in brief_lines(doc, c, setup):
+        say(line)
+
+
+def detail_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySetup) -> None:
+    detail("")
+    detail(f"study '{setup.name}': {c['trials']} trials ({c['complete']} complete, "
           f"{c['infeasible']} over the memory limit, {c['pruned']} pruned, {c['failed']} failed)")
     if doc is None:
-        print("no trial finished within the memory limit: nothing to export. "
+        detail("no trial finished within the memory limit: nothing to export. "
               f"See {setup.out_dir / 'trials.csv'} for each trial's reason.")
         return
     best, base = doc["metrics"], doc["baseline"] or {}
@@ -46,7 +55,7 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
             ("step p10..p90" + window, None, ""), ("peak memory", "peak_memory_gb", " GB"),
             ("compile", "compile_s", " s")]
     width = max(28, *(len(label) for label, _, _ in rows))
-    print(f"  {'':{width}s} {'baseline':>14s} {'best (#' + str(doc['best_trial']) + ')':>14s}")
+    detail(f"  {'':{width}s} {'baseline':>14s} {'best (#' + str(doc['best_trial']) + ')':>14s}")
     for label, key, suffix in rows:
         if key is None:
             b = f"{_fmt(base.get('step_time_p10_ms'))}..{_fmt(base.get('step_time_p90_ms'))}"
@@ -55,36 +64,107 @@ def print_summary(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySet
             b, a = _share(base.get(key)), _share(best.get(key))
         else:
             b, a = _fmt(base.get(key), suffix), _fmt(best.get(key), suffix)
-        print(f"  {label:{width}s} {b:>14s} {a:>14s}")
+        detail(f"  {label:{width}s} {b:>14s} {a:>14s}")
     for line in confirmation_lines(doc):
-        print(f"  {line}")
+        detail(f"  {line}")
     training = doc.get("training")
     if training:  # both answers: what this one changes in training, and the other
-        print(f"  training: {answer_words(training, str(setup.out_dir))}")
+        detail(f"  training: {answer_words(training, str(setup.out_dir))}")
     shapes = shapes_line(doc, setup)
     if shapes:
-        print(f"  {shapes}")
+        detail(f"  {shapes}")
     baseline_knobs = setup.space.baseline
     changed = {k: v for k, v in doc["knobs"].items() if baseline_knobs.get(k) != v}
     for line in summary_lines(doc.get("compile")):
-        print(f"  {line}")
-    print("  changed knobs: " + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
+        detail(f"  {line}")
+    detail("  changed knobs: " + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"))
     if doc.get("scaling"):
-        print(f"  {doc['scaling']['words']}")
+        detail(f"  {doc['scaling']['words']}")
     if doc.get("sharding"):
-        print(f"  sharding: {doc['sharding']['words']}")
+        detail(f"  sharding: {doc['sharding']['words']}")
     for line in numerics_lines(doc.get("numerics") or {}):
-        print(f"  {line}")
+        detail(f"  {line}")
     wall = (doc.get("study") or {}).get("wall") or {}
     if wall.get("words"):
-        print(f"  wall time: {wall['words']}")
+        detail(f"  wall time: {wall['words']}")
     budget = (doc.get("study") or {}).get("time_budget") or {}
     if budget.get("words"):
-        print(f"  time budget: {budget['words']}")
+        detail(f"  time budget: {budget['words']}")
     other = ((training or {}).get("other") or {}).get("file")
-    print(f"  best config: {setup.out_dir / 'best.yaml'}"
+    detail(f"  best config: {setup.out_dir / 'best.yaml'}"
           + (f" (and {setup.out_dir / other})" if other else "")
           + f"   all trials: {setup.out_dir / 'trials.csv'}")
+
+
+def brief_lines(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySetup) -> list[str]:
+    """The summary in at most a dozen lines of at most 120 characters, in the manner of
+    hyperfine's: the trials and the wall time; each answer on one line with its interval and
+    its file; what it changes in training with the learning-rate rule; the knobs it changes;
+    the numerics check; why the rounds stopped where they did not decide. The report's line
+    follows (search/run.py)."""
+    study = (doc or {}).get("study") or {}
+    wall = str((study.get("wall") or {}).get("words") or "").split(" after the first window")[0]
+    outcomes = {"complete": c["complete"] - c["infeasible"], "pruned": c["pruned"],
+                "failed": c["failed"], "over the memory limit": c["infeasible"]}
+    said = ", ".join(f"{n} {k}" for k, n in outcomes.items() if n)
+    out = ["", fit(f"study '{setup.name}': {c['trials']} trials ({said})"
+                   + (f" in {wall}" if wall else ""))]
+    if doc is None:
+        return [*out, fit(f"  nothing to export: no trial finished within the memory limit; "
+                          f"{setup.out_dir / 'trials.csv'} says why for each")]
+    folder = setup.out_dir
+    section = doc.get("training") or {}
+    this, other = section.get("this") or {}, section.get("other")
+    unit = unit_label(doc)
+    key = unit_key(unit)
+    base, best = (doc.get("baseline") or {}).get(key), (doc.get("metrics") or {}).get(key)
+    figures = (f": {best:,.1f} vs your {base:,.1f} {unit}" if best is not None and base
+               and doc["best_trial"] != section.get("baseline_trial") else "")
+    if doc["best_trial"] == section.get("baseline_trial"):
+        out.append(fit(f"  {folder / 'best.yaml'}: your own settings (trial {doc['best_trial']}"
+                       f"): {str(doc.get('speedup_text')).removeprefix('none shown: ')}"))
+    else:
+        out.append(fit(f"  {folder / 'best.yaml'}: trial {doc['best_trial']}, "
+                       f"{_answer(doc.get('speedup_text'))}{figures}"))
+    changes = [str(v).replace(" at the same learning rate", "")
+               for v in (this.get("changes") or {}).values()]
+    rule = str(this.get("learning_rate") or "").split(" (")[0]
+    out.append(fit("  training: " + ("; ".join([*changes, rule] if rule else changes)
+                                     if changes else "the same model as yours (speed and "
+                                     "numerics knobs only)")))
+    if other:
+        out.append(fit(f"  {folder / other['file']}: trial {other['trial']}, "
+                       f"{_answer(other.get('speedup_text'))}"
+                       + ("" if other.get("changes") else ", trains the same model as yours")))
+    elif this.get("changes") and section.get("yours"):
+        out.append(fit(f"  the same training as yours: {section['yours']}"))
+    changed = {k: v for k, v in doc["knobs"].items() if setup.space.baseline.get(k) != v}
+    out.append(fit("  changed knobs: " + (", ".join(f"{k}={v}" for k, v in changed.items())
+                                          or "none")))
+    numerics = doc.get("numerics") or {}
+    if numerics.get("words"):
+        out.append(fit(f"  numerics: {numerics['words']}"))
+    elif this.get("numerics_check"):
+        out.append(fit(f"  numerics: {this['numerics_check']}"))
+    stopped = str((doc.get("confirmation") or {}).get("stopped") or "")
+    if stopped and stopped not in ("decided", "precision"):
+        out.append(fit(f"  rounds stopped: {_STOPPED.get(stopped, stopped)}; the exported "
+                       "speedup holds within its interval"))
+    for extra in ((doc.get("scaling") or {}).get("words"),
+                  (doc.get("sharding") or {}).get("words")):
+        if extra:
+            out.append(fit(f"  {extra}"))
+    out.append(fit(f"  all trials: {folder / 'trials.csv'}; every detail: {folder / LOG_FILE} "
+                   "(or -v)"))
+    return out
+
+
+def _answer(text: Any) -> str:
+    """"1.36x your speed (95% CI 1.20-1.54x, 6 rounds)" from a speedup's words."""
+    head, sep, rest = str(text).partition(", ")
+    if head.endswith("x") and sep:
+        return f"{head} your speed ({rest})"
+    return str(text or "no speedup measured")
 
 
 def numerics_lines(numerics: dict[str, Any]) -> list[str]:

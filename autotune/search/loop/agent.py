@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.console import detail
 from autotune.core.knobs import fix_text
 from autotune.core.space import Space
 from autotune.diagnose.thresholds import FINALIST_BAND
@@ -141,5 +142,5 @@ def enqueue(study: optuna.Study, space: Space) -> str | None:
     knobs, why = proposal
     study.enqueue_trial(space.searched(knobs),
                         user_attrs=dict(TrialAttrs(source="agent", agent_reason=why)))
-    log.info("agent: %s", why)
+    detail("agent: %s", why)
     return why

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.console import detail
 from autotune.core.space import Space
 from autotune.diagnose.verdicts import diagnose
 from autotune.measure.launch import CPUS_ENV, start_server
@@ -141,7 +142,7 @@ class Driver:
         set_trial_attrs(trial, {"knobs": knobs})
         set_trial_attrs(trial, {"source": trial_attrs(trial).get("source", "sampler")})
 
-        log.info("%s", trial_words(trial.number, trial_attrs(trial)["source"], knobs, s.space))
+        detail("%s", trial_words(trial.number, trial_attrs(trial)["source"], knobs, s.space))
         if self.on_start is not None:
             self.on_start(trial.number, {k: v for k, v in knobs.items() if k not in s.space.fixed})
         twin = twin_of(study, knobs, trial.number)
@@ -237,7 +238,7 @@ class Driver:
         if beaten:  # an upper bound that a trial beat was mismeasured: never prune on it
             distrust_ceilings(self.study, knobs, beaten)
             set_trial_attrs(trial, {"ceiling_violation": "; ".join(beaten.values())})
-            log.warning("trial %d %s", trial.number, "; ".join(beaten.values()))
+            detail("trial %d %s", trial.number, "; ".join(beaten.values()))
         if ceilings and result.outcome == "ok":
             set_trial_attrs(trial, {"fraction_of_ceiling":
                                     result.rate / min(ceilings.values())})
@@ -266,7 +267,7 @@ class Driver:
             frozen = self.study.tell(trial, state=TrialState.FAIL)
         for line in outcome_words(trial.number, result, s.memory_limit_gb,
                                   trial_attrs(trial).get("diagnosis")):
-            log.info("%s", line)
+            detail("%s", line)
         self._keep_finalists_traces()
         self._after(frozen)
         return frozen
@@ -286,7 +287,7 @@ class Driver:
     def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> FrozenTrial:
         """Same knobs as an earlier trial: its outcome is reused (ownership.copy_twin)."""
         frozen = copy_twin(self.study, trial, twin)
-        log.info("trial %d: same knobs as trial %d, outcome reused", trial.number, twin.number)
+        detail("trial %d: same knobs as trial %d, outcome reused", trial.number, twin.number)
         self._after(frozen)
         return frozen
 

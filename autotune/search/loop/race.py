@@ -36,6 +36,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.console import detail
 from autotune.diagnose.thresholds import FINALIST_BAND
 from autotune.measure.protocol import WindowResult
 from autotune.measure.runner import run_window
@@ -72,13 +73,13 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     spent = sum(rounds.seconds)
     share = RACE_BUDGET_SHARE * setup.study.confirm_budget_s
     if spent + round_s > share:
-        log.info("  race: no round after trial %d: %.0fs of rounds so far and ~%.0fs more would "
+        detail("  race: no round after trial %d: %.0fs of rounds so far and ~%.0fs more would "
                  "pass %.0f%% of study.confirm_budget_s; the confirmation takes it from here",
                  told.number, spent, round_s, 100 * RACE_BUDGET_SHARE)
         return False
     allowed = share * min(1.0, max(0.0, progress))
     if spent + round_s > allowed:
-        log.info("  race: no round after trial %d yet: %.0fs of rounds so far and ~%.0fs more "
+        detail("  race: no round after trial %d yet: %.0fs of rounds so far and ~%.0fs more "
                  "would pass the %.0fs the race may have spent %.0f%% into the search",
                  told.number, spent, round_s, allowed, 100 * progress)
         return False
@@ -97,7 +98,7 @@ def race_round(setup: StudySetup, study: optuna.Study, told: FrozenTrial,
     dropped |= set(out)
     set_study_attrs(study, {"race": {**rounds.as_dict(), "dropped": sorted(dropped),
                                      "selection": sel.as_dict()}})
-    log.info("  race round %d (%.0fs): %s%s", len(rounds.order), rounds.seconds[-1],
+    detail("  race round %d (%.0fs): %s%s", len(rounds.order), rounds.seconds[-1],
              "; ".join(f"trial {c.number} {c.interval.text()}" for c in cands),
              f"; dropped trial(s) {', '.join(map(str, out))}: another is ahead by more than "
              f"the selection allows (study.indifference={sel.zone:g})" if out else "")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.console import detail
 from autotune.core.effects import same_training_knobs
 from autotune.results.record import TrialAttrs, trial_attrs
 from autotune.results.trials import baseline_trial, best_trial, changes_training
@@ -61,7 +62,7 @@ def measure_same_training(setup: StudySetup, study: optuna.Study, stop: StopFlag
         if trial_attrs(t).get("knobs") == knobs and trial_attrs(t).get("outcome"):
             return t
     changed = changes_training(study, best_trial(study))  # type: ignore[arg-type]
-    log.info("same training: the best's speed and numerics knobs with %s set back to yours, "
+    detail("same training: the best's speed and numerics knobs with %s set back to yours, "
              "measured as one more trial", ", ".join(changed))
     study.enqueue_trial(setup.space.searched(knobs),
                         user_attrs=dict(TrialAttrs(source="same_training")))
