@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.metadata
 import inspect
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,11 @@ from torch import nn
 
 from autotune.core.workload import WorkloadError, resolve_target
 
+#: from_pretrained's dtype keyword: ``dtype`` from transformers 4.56 (``torch_dtype`` before it,
+#: which 5.x warns about); the hf extra's floor is 4.46.
+DTYPE_KEYWORD = ("dtype" if tuple(int(p) for p in
+                           importlib.metadata.version("transformers").split(".")[:2]) >= (4, 56)
+                 else "torch_dtype")
 #: Above this share of the model's bytes held by weights its checkpoint lacks, the recipe
 #: would ship most of the model anyway: it travels by value instead (its names are not the
 #: checkpoint's, e.g. a checkpoint transformers renamed on loading).
@@ -75,15 +81,30 @@ class ModelRecipe:
     #: TRL's fused LM head (add_fused_lm_head's arguments) where SFTTrainer had added one.
     fused_head: dict[str, Any] | None = None
     base_bytes: int = 0
+    #: The checkpoint holds quantized weights (its own config.json has a quantization_config):
+    #: the config carries it as it is. Otherwise a quantization_config was given on loading.
+    pre_quantized: bool = False
 
     def build(self, patches: bool = True) -> nn.Module:
         """The model as the user's Trainer holds it. ``patches``: TRL's fused LM head too (a
-        new SFTTrainer adds its own: verify builds without)."""
+        new SFTTrainer adds its own: verify builds without). Pinned: ``path`` is the folder
+        the user's checkpoint was read from (absolute; a Hub model's snapshot of the revision
+        it was loaded at), read with ``local_files_only`` so a trial never reaches the network;
+        a model quantized on loading is quantized again by its quantization config, passed as
+        the keyword (in the config it would read as a checkpoint already quantized)."""
         cls = resolve_target(self.model_class)
-        kwargs: dict[str, Any] = {"config": copy.deepcopy(self.config),
-                                  "dtype": getattr(torch, self.dtype)}
+        config = copy.deepcopy(self.config)
+        kwargs: dict[str, Any] = {"config": config, DTYPE_KEYWORD: getattr(torch, self.dtype),
+                                  "local_files_only": True}
         if self.attn_implementation:
             kwargs["attn_implementation"] = self.attn_implementation
+        quantization = getattr(config, "quantization_config", None)
+        if quantization is not None and not self.pre_quantized:
+            from transformers.quantizers.auto import AutoQuantizationConfig
+
+            kwargs["quantization_config"] = (AutoQuantizationConfig.from_dict(quantization)
+                                             if isinstance(quantization, dict) else quantization)
+            del config.quantization_config
         model = cls.from_pretrained(self.path, **kwargs)
         if self.extra:
             model.load_state_dict(self.extra, strict=False)
@@ -198,7 +219,7 @@ def recipe_of(model: nn.Module) -> tuple[ModelRecipe | None, str]:
     fused = fused_head(base)
     if "forward" in vars(base) and fused is None:
         return None, "its forward was replaced on the instance"
-    folder = _checkpoint_folder(path)
+    folder = _checkpoint_folder(path, getattr(base.config, "_commit_hash", None))
     if folder is None:
         return None, f"its checkpoint {path!r} is not on this machine in safetensors form"
     adapters = list(getattr(peft_model, "peft_config", {}) or {}) if peft_model else []
@@ -206,13 +227,13 @@ def recipe_of(model: nn.Module) -> tuple[ModelRecipe | None, str]:
     if changed:
         return None, f"its weights changed since loading: {changed}"
     recipe = ModelRecipe(
-        path=path, model_class=f"{type(base).__module__}.{type(base).__qualname__}",
+        path=str(folder.resolve()), model_class=f"{type(base).__module__}.{type(base).__qualname__}",
         config=base.config, dtype=str(base.dtype).removeprefix("torch."),
         attn_implementation=getattr(base.config, "_attn_implementation", None),
         params=[(n, bool(p.requires_grad), str(p.dtype)) for n, p in model.named_parameters()],
         extra=extra, adapters=[_adapter(peft_model, name) for name in adapters],
         active=getattr(peft_model, "active_adapters", None) if peft_model else None,
-        fused_head=fused, base_bytes=_bytes(base))
+        fused_head=fused, base_bytes=_bytes(base), pre_quantized=_pre_quantized(folder))
     if recipe.active is not None and len(recipe.active) == 1:
         recipe.active = recipe.active[0]
     return recipe, ""
@@ -244,18 +265,30 @@ def fused_head(base: nn.Module) -> dict[str, Any] | None:
     return {k: found[k] for k in names if k in found}
 
 
-def _checkpoint_folder(path: str) -> Path | None:
+def _checkpoint_folder(path: str, revision: str | None = None) -> Path | None:
     """The folder of the checkpoint's safetensors files: the path itself, or the Hub cache's
-    snapshot of a model id (nothing is downloaded)."""
+    snapshot of a model id at ``revision`` (the commit from_pretrained read: config's
+    ``_commit_hash``), so the trials read the weights the user loaded even after the cache
+    took a newer revision (nothing is downloaded)."""
     folder = Path(path)
     if not folder.is_dir():
         try:
             from huggingface_hub import snapshot_download
 
-            folder = Path(snapshot_download(path, local_files_only=True))
+            folder = Path(snapshot_download(path, revision=revision, local_files_only=True))
         except Exception:  # noqa: BLE001 - not a cached model id: no recipe, and said why
             return None
     return folder if any(folder.glob("*.safetensors")) else None
+
+
+def _pre_quantized(folder: Path) -> bool:
+    """Whether the checkpoint's own config.json says its weights are quantized."""
+    import json
+
+    try:
+        return "quantization_config" in json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def checkpoint_key(name: str, adapters: set[str]) -> str | None:
