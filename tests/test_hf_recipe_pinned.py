@@ -95,3 +95,37 @@ def test_a_model_quantized_on_loading_is_quantized_again_by_its_recipe(tmp_path:
     assert "Linear4bit" in kinds, kinds
     assert os.environ.get("HF_HUB_OFFLINE") != "0"
     shutil.rmtree(tmp_path / "llama", ignore_errors=True)
+
+
+# --- bad input said at tune, not in every trial (issue 70 item 7) ---------------------------
+
+def test_a_config_edited_after_loading_sends_the_model_by_value_with_the_reason(
+        tmp_path: Path) -> None:
+    from autotune.adapters.hf_recipe import model_travel
+
+    model = LlamaForCausalLM.from_pretrained(save_llama(tmp_path / "llama"))
+    model.config.num_hidden_layers = 1  # the model keeps its two layers
+    travel = model_travel(model)
+    assert travel.part is model and "its config was edited since loading" in travel.words
+    assert "model.layers.1." in travel.words
+
+
+def test_weights_the_rebuilt_model_has_no_place_for_fail_the_build_naming_them(
+        tmp_path: Path) -> None:
+    from autotune.core.workload import WorkloadError
+
+    recipe, why = recipe_of(LlamaForCausalLM.from_pretrained(save_llama(tmp_path / "llama")))
+    assert recipe is not None, why
+    recipe.extra = {"model.no_such_layer.weight": torch.zeros(2)}
+    with pytest.raises(WorkloadError, match="model.no_such_layer.weight"):
+        recipe.build()
+
+
+def test_an_offloaded_model_is_refused_at_tune_with_what_to_do(tmp_path: Path) -> None:
+    from autotune.core.workload import WorkloadError
+
+    model = LlamaForCausalLM.from_pretrained(save_llama(tmp_path / "llama"))
+    layer = model.model.layers[1].mlp.down_proj
+    layer.weight = torch.nn.Parameter(torch.empty_like(layer.weight, device="meta"))
+    with pytest.raises(WorkloadError, match="not in memory .*down_proj.*Load it without"):
+        recipe_of(model)

@@ -107,7 +107,13 @@ class ModelRecipe:
             del config.quantization_config
         model = cls.from_pretrained(self.path, **kwargs)
         if self.extra:
-            model.load_state_dict(self.extra, strict=False)
+            taken: Any = model.load_state_dict(self.extra, strict=False)
+            if taken.unexpected_keys:
+                raise WorkloadError(
+                    f"the model rebuilt from its recipe ({self.words()}) has no place for the "
+                    f"weights {sorted(taken.unexpected_keys)[:3]} the Trainer's model held "
+                    "beside its checkpoint: ship it by value instead, "
+                    "hf.tune(trainer, ship_weights=True).")
         if self.adapters:
             model = self._with_adapters(model)
         if patches and self.fused_head is not None:
@@ -223,6 +229,10 @@ def recipe_of(model: nn.Module) -> tuple[ModelRecipe | None, str]:
     if folder is None:
         return None, f"its checkpoint {path!r} is not on this machine in safetensors form"
     adapters = list(getattr(peft_model, "peft_config", {}) or {}) if peft_model else []
+    _refuse_offloaded(model)
+    rebuilds = _config_builds_it(base, set(adapters))
+    if rebuilds:
+        return None, rebuilds
     changed, extra = _changed_since_loading(base, folder, set(adapters))
     if changed:
         return None, f"its weights changed since loading: {changed}"
@@ -279,6 +289,43 @@ def _checkpoint_folder(path: str, revision: str | None = None) -> Path | None:
         except Exception:  # noqa: BLE001 - not a cached model id: no recipe, and said why
             return None
     return folder if any(folder.glob("*.safetensors")) else None
+
+
+def _refuse_offloaded(model: nn.Module) -> None:
+    """A model whose parameters are not in memory (offloaded by a device_map to the CPU or the
+    disk: accelerate leaves them on the meta device) cannot be compared with its checkpoint,
+    shipped, or measured as it runs: said at ``tune``, not as a crash in the row check."""
+    offloaded = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    if offloaded:
+        raise WorkloadError(
+            f"the Trainer's model has {len(offloaded)} parameter(s) not in memory ({offloaded[0]}"
+            f"{', ...' if len(offloaded) > 1 else ''} on the meta device: offloaded by a "
+            "device_map, or never loaded): autotune measures trials with the whole model in "
+            "memory, which is not how this model runs. Load it without offloading (device_map "
+            "on one device, or none) to tune it.")
+
+
+def _config_builds_it(base: nn.Module, adapters: set[str]) -> str:
+    """Why ``base``'s config no longer builds ``base`` ("" where it does): the config built on
+    the meta device (no memory, no weights) against the model's own parameters, by name and
+    shape. A config edited after loading (fewer layers, another vocabulary) otherwise failed in
+    every trial instead of here. A quantized model's packed shapes are not compared."""
+    if getattr(base, "hf_quantizer", None) is not None:
+        return ""
+    with torch.device("meta"):
+        try:
+            built = type(base)(copy.deepcopy(base.config))
+        except Exception as exc:  # noqa: BLE001 - any failure to build is the answer
+            return f"its config no longer builds it ({type(exc).__name__}: {exc})"
+    theirs = {n: tuple(p.shape) for n, p in built.named_parameters()}
+    mine = {key: tuple(p.shape) for n, p in base.named_parameters()
+            if (key := checkpoint_key(n, adapters)) is not None}
+    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if not differ:
+        return ""
+    key = differ[0]
+    return (f"its config was edited since loading: built from it, {key} is "
+            f"{theirs.get(key, 'absent')}, in the model {mine.get(key, 'absent')}")
 
 
 def _pre_quantized(folder: Path) -> bool:
