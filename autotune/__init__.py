@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from autotune.core.stages import Stage
     from autotune.core.training import Training
     from autotune.core.workload import Workload, WorkloadError
-    from autotune.production.best import BestConfig, load_best
+    from autotune.production.best import BestConfig, ChangesTraining, load_best
     from autotune.production.environment_check import EnvironmentChanged
     from autotune.production.meter import Meter, SlowerThanMeasured
     from autotune.production.runtime import KnobOverridden, Runtime
@@ -52,7 +52,7 @@ _WHERE = {
     "apply_optimizer_impl": "autotune.core.optimizer_impl",
     "Workload": "autotune.core.workload", "WorkloadError": "autotune.core.workload",
     "CannotTravel": "autotune.core.shipping", "Verified": "autotune.production.verify",
-    "BestConfig": "autotune.production.best",
+    "BestConfig": "autotune.production.best", "ChangesTraining": "autotune.production.best",
     "load_best": "autotune.production.best",
     "EnvironmentChanged": "autotune.production.environment_check",
     "Meter": "autotune.production.meter", "SlowerThanMeasured": "autotune.production.meter",
@@ -62,7 +62,7 @@ _WHERE = {
                     "autotune.cli.api"),
 }
 
-__all__ = ["BestConfig", "CannotTravel", "ConfigError", "CouldNotMeasure", "EnvironmentChanged",
+__all__ = ["BestConfig", "CannotTravel", "ChangesTraining", "ConfigError", "CouldNotMeasure", "EnvironmentChanged",
            "KnobOverridden", "Meter", "NothingExported", "RegressionFound", "Runtime",
            "SlowerThanMeasured", "Stage", "StudyError", "StudyInterrupted", "Training",
            "Verified", "VerifyError", "Workload", "WorkloadError", "__version__",

@@ -136,3 +136,23 @@ def test_lightning_tune_returns_arguments_and_applies_them_to_real_objects(tmp_p
                                             r"trainer_kwargs\(best\)"):
         L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                   enable_progress_bar=False).fit(other, ImageData(read_ms=0.0))
+
+
+def test_hf_apply_says_what_an_answer_changes_in_training(tmp_path: Path) -> None:
+    """hf.apply of a batch the user did not train with warns once, with the learning-rate
+    rule and the answer that keeps the training (production/best.warn_training_changes)."""
+    import warnings
+
+    from autotune.core.knobs import KNOBS
+    from autotune.production.best import ChangesTraining
+    from tests.test_lightning_apply import CHANGES
+
+    knobs = {k.name: k.off for k in KNOBS}
+    knobs.update(batch_size=16, num_workers=0, cpu_threads=None, host_allocator="default")
+    trainer = _small_trainer(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf.apply(trainer, {"knobs": knobs, "grad_accum": 1, "training": CHANGES})
+    said = [str(w.message) for w in caught if issubclass(w.category, ChangesTraining)]
+    assert len(said) == 1 and "batch_size 4 -> 16" in said[0], said
+    assert trainer.args.per_device_train_batch_size == 16

@@ -112,7 +112,7 @@ def _called() -> dict[tuple[str, str], str]:
                 if name and name not in ("lightning", "hf"):
                     out.setdefault((module, name), str(path.relative_to(ROOT)))
         for alias, name in _ATTR.findall(code):
-            if name not in ("adapters", "__version__"):
+            if name not in ("adapters", "__version__", "log"):  # autotune.log: a file
                 out.setdefault((ALIASES[alias], name), str(path.relative_to(ROOT)))
     return out
 

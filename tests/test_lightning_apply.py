@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 L = pytest.importorskip("lightning")
 
+import autotune  # noqa: E402
 from autotune.adapters import lightning as at_lightning  # noqa: E402
 from autotune.core.knobs import KNOBS  # noqa: E402
 from autotune.production.runtime import KnobOverridden  # noqa: E402
@@ -139,3 +140,29 @@ def test_a_module_prepared_sharded_then_unsharded_trains_without_the_sharding_ho
         torch.set_num_threads(threads)
     trainer, _ = _fit(module, data)
     assert trainer.global_step == 2
+
+
+#: best.yaml's statement of an answer that changes what is trained (results/answers.py).
+CHANGES = {"this": {"changes": {"batch_size": "batch_size 4 -> 16: 4x fewer optimizer steps "
+                                              "per epoch at the same learning rate"},
+                    "learning_rate": "scale the learning rate x4 (the linear rule for SGD)"},
+           "other": {"file": "best-same-training.yaml", "trial": 3, "changes": {}}}
+
+
+def test_an_answer_that_changes_training_says_so_as_it_is_applied() -> None:
+    """Lightning's prepare_module and the plain loop's Runtime (hf.apply: test_adapters_live)
+    say what the answer changes and where the one that keeps the training is; one that
+    changes nothing is applied without a word of it."""
+    from autotune.production.best import ChangesTraining
+
+    changed = {**_best(), "training": CHANGES}
+    for apply in (lambda best: at_lightning.prepare_module(Classifier(), best),
+                  lambda best: autotune.Runtime({"schema": 1, **best}, device="cpu")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            apply(changed)
+            apply(_best())
+        said = [str(w.message) for w in caught if issubclass(w.category, ChangesTraining)]
+        assert len(said) == 1, said
+        assert "batch_size 4 -> 16" in said[0] and "scale the learning rate x4" in said[0]
+        assert "best-same-training.yaml (trial 3)" in said[0]

@@ -18,7 +18,7 @@ PUBLIC = ["Runtime", "load_best", "BestConfig", "Workload", "Stage", "Meter", "T
           "KnobOverridden", "EnvironmentChanged", "SlowerThanMeasured", "__version__",
           "tune", "verify", "StudyError", "ConfigError", "NothingExported", "RegressionFound",
           "CouldNotMeasure", "StudyInterrupted", "VerifyError", "Verified", "CannotTravel",
-          "WorkloadError", "apply_optimizer_impl"]
+          "WorkloadError", "apply_optimizer_impl", "ChangesTraining"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

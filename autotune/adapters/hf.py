@@ -58,7 +58,7 @@ from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.optimizer_impl import apply_optimizer_impl, optimizer_kwargs
 from autotune.core.shipping import ToShip
 from autotune.core.training import with_padding
-from autotune.production.best import BestConfig, load_best
+from autotune.production.best import BestConfig, load_best, warn_training_changes
 
 __all__ = ["HFTrainerWorkload", "HFTuned", "HFWorkload", "apply", "training_arguments_kwargs",
            "tune", "tuned_arguments"]
@@ -236,6 +236,7 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     comm hook, batched_grad_copy: adapters/ddp.py)."""
     doc = best_document(best)
     knobs = doc["knobs"]
+    warn_training_changes(doc)
     apply_process_knobs(knobs)  # before the Trainer's DataLoader forks its workers
     new = tuned_arguments(trainer.args, doc, trainer.data_collator)
     # What the Trainer's own hyper-parameter search does to a live Trainer with new arguments

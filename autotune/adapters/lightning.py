@@ -50,7 +50,7 @@ from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.optimizer_impl import set_optimizer_impl
 from autotune.core.shipping import ToShip
 from autotune.core.training import loader_kwargs, with_padding
-from autotune.production.best import BestConfig
+from autotune.production.best import BestConfig, warn_training_changes
 from autotune.production.runtime import KnobOverridden
 
 __all__ = ["LightningObjectsWorkload", "LightningTuned", "LightningWorkload", "dataloader_kwargs",
@@ -140,6 +140,7 @@ def prepare_module(module: nn.Module, best: Any) -> nn.Module:
         module = inner  # compiled by an earlier preparation: start from the module itself
     doc = lightning_document(best)
     knobs = best_document(best)["knobs"]
+    warn_training_changes(best_document(best))
     apply_process_knobs(knobs)
     torch.set_float32_matmul_precision(doc["float32_matmul_precision"])
     if doc["module"]["channels_last"]:

@@ -4,6 +4,8 @@ knob present) and warns where this machine is not the one that measured it."""
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,3 +63,28 @@ def best_from_document(doc: Any, source: str) -> BestConfig:
         raise ValueError(f"{source}: knobs missing: {', '.join(missing)}")
     return BestConfig(knobs, doc.get("workload"), doc.get("metrics") or {}, {**doc, "knobs": knobs},
                       source)
+
+
+class ChangesTraining(UserWarning):
+    """The configuration applied trains another model than the user's run did (a larger
+    batch, another optimizer): said once as it is applied, with the learning-rate rule."""
+
+
+def warn_training_changes(doc: Mapping[str, Any], stacklevel: int = 3) -> bool:
+    """Say, as an answer is applied, what it changes in the user's training (best.yaml's
+    ``training.this.changes``) and the learning-rate rule that goes with it, and where the
+    answer that keeps the training is: applying it used to be silent (hf.apply, Lightning's
+    prepare_module, Runtime) although the summary and best.yaml said it. True where it warned."""
+    section = doc.get("training") or {}
+    this = section.get("this") or {}
+    changes = this.get("changes") or {}
+    if not changes:
+        return False
+    other = section.get("other") or {}
+    keeps = (f" {other['file']} (trial {other['trial']}) is the fastest that trains the same "
+             "model as yours." if other and not other.get("changes") else "")
+    rule = f"; {this['learning_rate']}" if this.get("learning_rate") else ""
+    warnings.warn(f"autotune: this configuration changes your training: "
+                  f"{'; '.join(map(str, changes.values()))}{rule}.{keeps}", ChangesTraining,
+                  stacklevel=stacklevel)
+    return True

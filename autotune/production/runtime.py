@@ -52,7 +52,7 @@ from autotune.core.training import (
     with_padding,
 )
 from autotune.core.workload import Workload
-from autotune.production.best import BestConfig
+from autotune.production.best import BestConfig, warn_training_changes
 from autotune.production.compiled import COMPILE_MODES, compiled, compiled_mode
 from autotune.production.meter import Meter
 from autotune.production.own_loop import OwnLoop
@@ -139,6 +139,7 @@ class Runtime(OwnLoop, Ranks):
         self.cores = self._pin_rank()
         if self.source.mode != "own":  # a script's own run keeps the process as it is
             apply_process_knobs(self.knobs)
+            warn_training_changes(best.document)
 
     @property
     def grad_accum(self) -> int:

@@ -31,6 +31,7 @@ API: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = [
         ("autotune.production.best.load_best", {}), ("autotune.production.best.BestConfig", {}),
         ("autotune.production.runtime.Runtime", {"inherited_members": True}),
         ("autotune.production.runtime.KnobOverridden", {}),
+        ("autotune.production.best.ChangesTraining", {}),
         ("autotune.production.meter.Meter", {}),
         ("autotune.production.meter.SlowerThanMeasured", {}),
         ("autotune.production.environment_check.EnvironmentChanged", {}),
