@@ -48,9 +48,11 @@ _found: dict[tuple[Any, ...], dict[str, Any]] = {}
 class ScriptWorkload(Workload):
     """A study of the user's command as it is launched (see the module's docstring)."""
 
-    verifier = "script"  # autotune verify runs the command itself (production/verify.py)
+    # No ``verifier``: autotune verify runs the command itself, never a verifier module
+    # (production/verify.py reads the study's command from its request).
     pads_batches = False
     pads_to_multiple = False
+
     def __init__(self, command: list[str], cwd: str | None = None, name: str | None = None):
         self.cwd = str(Path(cwd or os.getcwd()).resolve())
         self.command = check_command([str(a) for a in command], self.cwd)
