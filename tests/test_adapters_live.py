@@ -156,3 +156,26 @@ def test_hf_apply_says_what_an_answer_changes_in_training(tmp_path: Path) -> Non
     said = [str(w.message) for w in caught if issubclass(w.category, ChangesTraining)]
     assert len(said) == 1 and "batch_size 4 -> 16" in said[0], said
     assert trainer.args.per_device_train_batch_size == 16
+
+
+def test_checkpointing_switched_on_on_the_model_is_the_baseline_and_off_is_tried(
+        tmp_path: Path) -> None:
+    """issue 70 item 1: a model whose checkpointing was switched on on the model itself (as
+    PEFT's prepare_model_for_kbit_training does), its Trainer's arguments leaving it off: the
+    baseline checkpoints as the user's run does (with their use_reentrant), and a trial of
+    activation_checkpointing=False switches it off (core/sequences.py)."""
+    from autotune.core import sequences
+    from autotune.core.shipping import Shipped
+    from autotune.core.workload import resolve_target
+
+    trainer = _small_trainer(tmp_path)
+    trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    assert not trainer.args.gradient_checkpointing
+    spec = hf.trainer_parts(trainer).spec(tmp_path / "shipped")
+    workload = resolve_target(spec["_target_"])(objects=spec["objects"], name=spec["name"])
+    assert workload.defaults["activation_checkpointing"] is True
+    assert workload.defaults["checkpoint_reentrant"] is True
+    model = Shipped(spec["objects"])["model"]  # by value: it comes checkpointing
+    assert sequences.model_checkpointing(model) == {"use_reentrant": True}
+    sequences.prepare_model(model, {"activation_checkpointing": False})
+    assert sequences.model_checkpointing(model) is None

@@ -45,6 +45,7 @@ from autotune.adapters.fsdp import HF_CPU_SHARDING, set_plugin_precision, sharde
 from autotune.adapters.hf_recipe import model_travel, split_peft
 from autotune.adapters.hf_trl import is_sft, sft_parts
 from autotune.adapters.hf_workload import (
+    _CHECKPOINTING_FIELDS,
     _DDP_FIELDS,
     _SPEED_FIELDS,
     _STEP_FIELDS,
@@ -52,6 +53,7 @@ from autotune.adapters.hf_workload import (
     HFTrainerWorkload,
     HFWorkload,
     training_arguments_kwargs,
+    version_field,
 )
 from autotune.core import sequences
 from autotune.core.host import apply_process_knobs, worker_init
@@ -143,6 +145,7 @@ def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
         "gradient_accumulation_kwargs": {  # sync_each_batch: the baseline's accumulation_no_sync
             "sync_each_batch": syncs_each_batch(args.accelerator_config)}}
     fields["optim"] = str(getattr(args.optim, "value", args.optim))
+    fields.update(_checkpointing_on_the_model(model, fields))
     init = {f.name for f in dataclasses.fields(type(args)) if f.init}
     # to_dict masks every field named *_token: SFTConfig's pad_token and eos_token are the
     # user's values (the hub token stays masked: verify runs offline).
@@ -260,14 +263,33 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     return trainer
 
 
+def _checkpointing_on_the_model(model: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """The baseline is the run as it is: checkpointing switched on on the model itself (PEFT's
+    ``prepare_model_for_kbit_training``, the QLoRA recipe) is the user's, although their
+    arguments leave it off; the recipe rebuild would drop it, so the arguments the trials read
+    say it, with its ``use_reentrant``."""
+    on = sequences.model_checkpointing(split_peft(model)[1])
+    field = version_field(_CHECKPOINTING_FIELDS)
+    if on is None or field is None or fields.get(field):
+        return {}
+    out: dict[str, Any] = {field: True}
+    if on and not fields.get(f"{field}_kwargs"):
+        out[f"{field}_kwargs"] = on
+    return out
+
+
 def _model_settings(trainer: Any, knobs: dict[str, Any]) -> None:
     """What no TrainingArguments field holds about the model: its attention implementation,
     SDPA's backend around each forward and backward (the Trainer's ``training_step``: a
     checkpointed layer runs its forward again in backward, and with the backend around
     ``compute_loss`` only, ``train()`` with gradient checkpointing raised CheckpointError), and
     its cache off for packed batches (core/sequences.prepare_model). Checkpointing is the
-    Trainer's own field, switched on by ``train()``."""
-    sequences.prepare_model(trainer.model, {**knobs, "activation_checkpointing": False})
+    Trainer's own field, switched on by ``train()``; switched off here where the model itself
+    came checkpointing and the answer measured it off."""
+    # Checkpointing on: the Trainer's own field switches it on in train(); off: a model that
+    # came checkpointing (PEFT's k-bit preparation) is switched off here.
+    sequences.prepare_model(trainer.model, {**knobs, "activation_checkpointing":
+                                            None if knobs.get("activation_checkpointing") else False})
     if knobs.get("attention") not in sequences.SDPA_BACKENDS:
         return
     training_step = trainer.training_step

@@ -90,13 +90,38 @@ def set_attention(model: nn.Module, knobs: Mapping[str, Any]) -> None:
     setter(impl)
 
 
+def model_checkpointing(model: nn.Module) -> dict[str, Any] | None:
+    """The activation checkpointing switched on on a Hugging Face model itself (PEFT's
+    ``prepare_model_for_kbit_training``, a user's ``gradient_checkpointing_enable()``): its
+    ``use_reentrant`` where the model keeps it, or None where it is off. The Trainer's
+    arguments may not say it: a QLoRA run checkpoints with ``gradient_checkpointing=False``."""
+    on = getattr(model, "is_activation_checkpointing", None)
+    if on is None:
+        on = getattr(model, "is_gradient_checkpointing", False)  # transformers 4.x
+    if not on:
+        return None
+    for module in model.modules():
+        func = getattr(module, "_gradient_checkpointing_func", None)
+        if isinstance(func, functools.partial):
+            return {"use_reentrant": bool(func.keywords.get("use_reentrant", True))}
+    return {}
+
+
 def enable_checkpointing(model: nn.Module, knobs: Mapping[str, Any],
                          layers: Sequence[type] = ()) -> None:
     """Activation checkpointing, non-reentrant unless the ``checkpoint_reentrant`` knob says
     reentrant: a Hugging Face model through its own switch (its decoder layers), a plain model
     by wrapping every module of the workload's ``checkpoint_layers`` types (torch's
     ``apply_activation_checkpointing``)."""
-    if not knobs.get("activation_checkpointing"):
+    wanted = knobs.get("activation_checkpointing")
+    if wanted is None:  # left to the caller (hf.apply: the Trainer's own field switches it on)
+        return
+    if not wanted:  # off is the faster side: a model that came checkpointing is switched off
+        if model_checkpointing(model) is not None:
+            disable: Any = (getattr(model, "activation_checkpointing_disable", None)
+                            or getattr(model, "gradient_checkpointing_disable", None))
+            if disable is not None:
+                disable()
         return
     reentrant = bool(knobs.get("checkpoint_reentrant", False))
     if getattr(model, "supports_gradient_checkpointing", False):
