@@ -17,6 +17,7 @@ import autotune
 from autotune.core.env import Env
 from autotune.core.space import build_space
 from autotune.core.training import Training
+from tests.conftest import scratch
 
 #: Each input row's entries: the weight's true gradient is 0.25 x 4 rows x 0.75 = 0.75 per
 #: entry, a norm of 1.5 over its 4 entries; scaled by 65536 it stays inside fp16's range.
@@ -84,3 +85,34 @@ def test_without_max_grad_norm_nothing_is_clipped(cpu_env: Env) -> None:
         assert _update_norm(knobs) == pytest.approx(1.5, rel=1e-3)
     finally:
         Clipped.max_grad_norm = MAX_NORM
+
+
+def test_clipping_by_value_clips_each_element_after_the_unscale(cpu_env: Env) -> None:
+    """``clip_grad_value`` (Lightning's gradient_clip_algorithm="value"): each of the four
+    entries' true gradient 0.75 clipped to 0.5, under fp16's scaler too: a move of norm 1.0."""
+    knobs = {**build_space(cpu_env, Clipped(), {}).baseline, "amp": "fp16",
+             "optimizer_impl": "fused"}
+    Clipped.max_grad_norm, Clipped.clip_grad_value = None, 0.5
+    try:
+        assert _update_norm(knobs) == pytest.approx(0.5 * 2, rel=1e-3)
+    finally:
+        Clipped.max_grad_norm, Clipped.clip_grad_value = MAX_NORM, None
+
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_a_lightning_trainers_clipping_is_the_trials(algorithm: str) -> None:
+    """lightning.tune's trainer_kwargs gradient_clip_val reaches the trials' step: by norm,
+    or by value as gradient_clip_algorithm says (the trials trained unclipped)."""
+    pytest.importorskip("lightning")
+    from autotune.adapters.lightning_workload import LightningObjectsWorkload
+    from autotune.core.shipping import ToShip
+    from examples.lightning_live_tune import Classifier, ImageData
+
+    parts = {"module": Classifier(), "datamodule": ImageData(), "train_dataloaders": None,
+             "trainer_kwargs": {"gradient_clip_val": 0.5, "gradient_clip_algorithm": algorithm},
+             "module_name": "examples.lightning_live_tune.Classifier"}
+    names = dict.fromkeys(parts, "part")
+    spec = ToShip(parts, names, target="x", label="clip").spec(scratch())
+    workload = LightningObjectsWorkload(objects=spec["objects"], name="clip")
+    assert (workload.max_grad_norm, workload.clip_grad_value) == (
+        (0.5, None) if algorithm == "norm" else (None, 0.5))

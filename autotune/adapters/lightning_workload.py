@@ -159,6 +159,7 @@ class LightningWorkload(Workload):
                 f"accumulate_grad_batches={accum!r}: autotune takes a whole number >= 1 of "
                 "batches per optimizer step (a schedule of accumulation, as a dict, varies the "
                 "global batch during training and is not measured).")
+        self._clipping(self.trainer_kwargs)
         self.defaults = {**_loader_defaults(self.loader), "amp": PRECISION_AMP[str(precision)],
                          "pad_to_multiple_of": getattr(collate, "pad_to_multiple_of", None),
                          "grad_accum": accum, "accumulation_no_sync": accum > 1}
@@ -167,6 +168,22 @@ class LightningWorkload(Workload):
         self.static_shapes = (self.input_shapes["distinct"] == 1 if static_shapes is None
                               else bool(static_shapes))
         self.pads_batches = self.input_shapes["padded"] > 0  # as the batches say (core/tokens.py)
+
+    def _clipping(self, trainer_kwargs: Mapping[str, Any]) -> None:
+        """The user's Trainer clipping (``gradient_clip_val``, by norm or by value as
+        ``gradient_clip_algorithm`` says), clipped in each trial's step on the unscaled
+        gradients, as Lightning's precision plugin does: the trials trained unclipped."""
+        clip = trainer_kwargs.get("gradient_clip_val")
+        if not clip:
+            return
+        algorithm = str(trainer_kwargs.get("gradient_clip_algorithm") or "norm")
+        if algorithm not in ("norm", "value"):
+            raise WorkloadError(f"gradient_clip_algorithm={algorithm!r}: Lightning's are "
+                                "'norm' and 'value'.")
+        if algorithm == "value":
+            self.clip_grad_value = float(clip)
+        else:
+            self.max_grad_norm = float(clip)
 
     def _new_module(self) -> Any:
         return self._checked(load_object(self.module_path, self.module_args, "module"))

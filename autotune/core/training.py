@@ -211,6 +211,9 @@ class Training:
         #: The workload's gradient clipping (``Workload.max_grad_norm``), applied in
         #: ``clip_gradients``; None: none.
         self.max_grad_norm: float | None = getattr(self.workload, "max_grad_norm", None)
+        #: Clipping each gradient element instead (``Workload.clip_grad_value``: Lightning's
+        #: gradient_clip_algorithm="value"); None: none.
+        self.clip_grad_value: float | None = getattr(self.workload, "clip_grad_value", None)
         self.amp_dtype = AMP_DTYPES.get(self.knobs["amp"])
         self.scaler = grad_scaler(self.knobs, self.device)
         # sync_grads=False: the window's counterfactual, the step without gradient
@@ -330,11 +333,14 @@ class Training:
         unscales first). A fused optimizer unscales inside its own step, after any pre-step
         hook, so a clip there would read the scaled norm (loss-scale times the true one); once
         ``unscale_`` ran, ``scaler.step`` tells the optimizer the gradients are unscaled."""
-        if not self.max_grad_norm:
+        if not (self.max_grad_norm or self.clip_grad_value):
             return
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.max_grad_norm))
+        if self.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.max_grad_norm))
+        else:
+            torch.nn.utils.clip_grad_value_(self.model.parameters(), float(self.clip_grad_value or 0))
 
     def step(self, inputs: Any, targets: Any) -> torch.Tensor:
         """One whole training step on device-resident inputs; returns the (device) loss."""

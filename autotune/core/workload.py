@@ -109,6 +109,9 @@ class Workload:
     #: since a fused optimizer unscales inside its own step, after any pre-step hook ran
     #: (https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping).
     max_grad_norm: float | None = None
+    #: Or clip each gradient element to +-this (``clip_grad_value_``: Lightning's
+    #: ``gradient_clip_algorithm="value"``), after the unscale likewise; None: not.
+    clip_grad_value: float | None = None
 
     def dataset(self, transfer_dtype: str) -> Dataset:
         """The training data as ``(inputs, target)`` items. A staged workload need not
