@@ -78,3 +78,44 @@ def test_an_optimizer_over_tensors_the_model_lacks_is_refused(tmp_path: Path) ->
                        lambda m: torch.optim.SGD([*m.parameters(), stray], lr=0.1))
     with pytest.raises(WorkloadError, match="not parameters of its model"):
         hf.trainer_parts(trainer)
+
+
+class OwnOptimizerTrainer(transformers.Trainer):
+    """A Trainer subclass that picks its optimizer itself, as teams write them."""
+
+    def create_optimizer(self) -> Any:
+        if self.optimizer is None:
+            self.optimizer = torch.optim.RMSprop(self.model.parameters(), lr=0.01, alpha=0.9)
+        return self.optimizer
+
+
+@pytest.mark.parametrize("how", ["optimizer_cls_and_kwargs", "create_optimizer"])
+def test_an_optimizer_chosen_outside_optim_is_measured_and_verify_steps_it(
+        how: str, cpu_env: Env, tmp_path: Path) -> None:
+    """``Trainer(optimizer_cls_and_kwargs=...)`` and a subclass's ``create_optimizer``: the
+    trials build that class with its hyper-parameters, the user's Trainer is left to build it
+    in train() as it would have, and verify's Trainer steps the same class (hf_verify)."""
+    from autotune.adapters.hf_verify import build_trainer
+
+    trainer = _trainer(tmp_path / "out")
+    if how == "optimizer_cls_and_kwargs":
+        trainer.optimizer_cls_and_kwargs = (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9})
+        expected, hyper = torch.optim.SGD, ("momentum", 0.9)
+    else:
+        trainer.__class__ = OwnOptimizerTrainer
+        expected, hyper = torch.optim.RMSprop, ("alpha", 0.9)
+    wl = build_workload(hf.trainer_parts(trainer).spec(tmp_path / "shipped"))
+    assert trainer.optimizer is None  # built to be read, and taken off again
+    opt = Training(wl, build_space(cpu_env, wl, {}).baseline, "cpu").optimizer
+    assert type(opt) is expected and opt.param_groups[0][hyper[0]] == hyper[1]
+    verifying = build_trainer(wl, str(tmp_path / "verify"), steps=2, device="cpu")
+    assert type(verifying.optimizer) is expected
+
+
+def test_only_a_trainer_that_steps_another_optimizer_sends_one(tmp_path: Path) -> None:
+    from autotune.core.shipping import Shipped
+
+    for optimizer, sent in ((None, False), (_sgd, True)):
+        trainer = _trainer(tmp_path / "out", optimizer)
+        spec = hf.trainer_parts(trainer).spec(tmp_path / f"shipped-{sent}")
+        assert ("user_optimizer" in Shipped(spec["objects"])) is sent

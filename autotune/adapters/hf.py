@@ -163,8 +163,9 @@ def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
              "model_name": f"{type(model).__module__}.{type(model).__qualname__}",
              "model_class": f"{type(base).__module__}.{type(base).__qualname__}",
              "dataset_name": f"{type(loader.dataset).__name__} of {len(loader.dataset)} rows"}
-    if trainer.optimizer is not None:  # Trainer(optimizers=(opt, ...)): the one it steps
-        parts["user_optimizer"] = user_optim.describe(trainer.optimizer, model)
+    own = _own_optimizer(trainer)
+    if own is not None:  # the one it steps, where args.optim does not say it
+        parts["user_optimizer"] = user_optim.describe(own, model)
     names = {"model": "the Trainer's model", "model_recipe": "the Trainer's model's recipe",
              "dataset": "the Trainer's train_dataset", "collator": "the Trainer's data_collator",
              "trainer_class": "the Trainer's class", "callbacks": "the Trainer's callbacks",
@@ -261,6 +262,33 @@ def apply(trainer: Any, best: BestConfig | str | Path | dict[str, Any]) -> Any:
     _loader_settings(trainer, knobs)
     _model_settings(trainer, knobs)
     return trainer
+
+
+def _own_optimizer(trainer: Any) -> Any:
+    """The optimizer the Trainer steps where ``TrainingArguments.optim`` does not say it: an
+    instance given (``optimizers=(opt, ...)``), else the one it would build where the user
+    chose it otherwise: ``optimizer_cls_and_kwargs=``, or a Trainer subclass's own
+    ``create_optimizer`` / ``get_optimizer_cls_and_kwargs`` (built here through the Trainer's
+    own ``create_optimizer``, then taken off the Trainer again, so its ``train()`` builds it as
+    it would have). None: the Trainer builds ``args.optim``."""
+    if trainer.optimizer is not None:
+        return trainer.optimizer
+    cls = type(trainer)
+    custom = [name for name in ("create_optimizer", "get_optimizer_cls_and_kwargs")
+              if _defined_outside_the_libraries(cls, name)]
+    if getattr(trainer, "optimizer_cls_and_kwargs", None) is None and not custom:
+        return None
+    try:
+        return trainer.create_optimizer()
+    finally:
+        trainer.optimizer = None
+
+
+def _defined_outside_the_libraries(cls: type, name: str) -> bool:
+    """Whether ``cls``'s ``name`` is the user's own (not transformers' or TRL's)."""
+    owner = next((c for c in cls.__mro__ if name in vars(c)), None)
+    module = getattr(owner, "__module__", "") or ""
+    return owner is not None and not module.startswith(("transformers.", "trl."))
 
 
 def _checkpointing_on_the_model(model: Any, fields: dict[str, Any]) -> dict[str, Any]:

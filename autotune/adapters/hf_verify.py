@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from autotune.adapters import hf_user_optim as user_optim
 from autotune.adapters.hf import apply
 from autotune.adapters.hf_workload import HFTrainerWorkload, HFWorkload
 from autotune.core.quick_exit import quick_exit
@@ -48,6 +49,11 @@ def build_trainer(workload: HFWorkload, output_dir: str, steps: int, device: str
             kwargs["data_collator"] = None  # TRL's own, built from the SFTConfig as before
     args_class = shipped["args_class"] if shipped and "args_class" in shipped else TrainingArguments
     kwargs["args"] = args_class(**fields)
+    if isinstance(workload, HFTrainerWorkload) and workload.user_optimizer is not None:
+        # The optimizer the user's Trainer steps (an instance given, optimizer_cls_and_kwargs,
+        # their create_optimizer): that class over this model, as the trials measured it;
+        # apply() sets the side's fused/foreach flags on it. The Trainer's own scheduler.
+        kwargs["optimizers"] = (user_optim.build(workload.user_optimizer, kwargs["model"]), None)
     try:
         return cls(**kwargs)
     except TypeError:  # a Trainer subclass whose constructor takes other arguments
