@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+import torch.distributed as dist
 from torch import nn
 
 from autotune.adapters import best_document
@@ -88,6 +90,7 @@ class SFTTrainerWorkload(HFTrainerWorkload):
         extra = {"use_cache": False, **({"fused_lm_head": True} if self.sft["fused_head"] else {})}
 
         def as_sft_trainer(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> Any:
+            self._tokens = batch_tokens(kwargs)
             return args, {**kwargs, **extra}
 
         model.register_forward_pre_hook(as_sft_trainer, with_kwargs=True)
@@ -95,15 +98,19 @@ class SFTTrainerWorkload(HFTrainerWorkload):
 
     def loss(self, outputs: Any, targets: Any) -> Any:
         """The fused head's loss, and SFTTrainer's per-micro-batch metrics read to the host
-        as it reads them (entropy, token accuracy: each a device sync)."""
+        as it reads them: entropy, token accuracy and the batch's token count, each a device
+        sync, each gathered over the ranks first (``accelerator.gather_for_metrics``)."""
         loss = super().loss(outputs, targets)
         mask = getattr(outputs, "label_mask", None)
         if mask is not None:
-            valid = mask.sum()
+            valid = gathered(mask.sum())
             for field in ("entropy", "is_top1"):
                 value = getattr(outputs, field, None)
                 if value is not None and valid > 0:
-                    (value.detach().sum() / valid).item()
+                    (gathered(value.detach().sum()) / valid).item()
+        tokens = getattr(self, "_tokens", None)
+        if tokens is not None:  # the run's token count, read each micro-batch
+            gathered(tokens).item()
         return loss
 
     def describe(self) -> str:
@@ -122,6 +129,27 @@ class SFTTrainerWorkload(HFTrainerWorkload):
             if not settings:
                 out.pop("model_settings.yaml", None)
         return out
+
+
+def batch_tokens(inputs: dict[str, Any]) -> Any:
+    """The tokens SFTTrainer counts for a micro-batch (``_total_train_tokens``): the attention
+    mask's sum, or a padding-free batch's row length; None where it counts none."""
+    mask, positions = inputs.get("attention_mask"), inputs.get("position_ids")
+    if mask is not None:
+        return mask.sum()
+    if positions is not None:
+        return torch.tensor(positions.size(1), device=positions.device)
+    return None
+
+
+def gathered(value: Any) -> Any:
+    """``value`` summed over the ranks as ``gather_for_metrics(value).sum()`` sums it (an
+    all-gather of every rank's scalar); itself in one process."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    parts = [torch.empty_like(value) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, value.contiguous())
+    return torch.stack(parts).sum()
 
 
 class SFTOwnCollatorWorkload(SFTTrainerWorkload):
