@@ -14,7 +14,7 @@ from tests.conftest import TINY_ARGS, run_cli
 # Input-bound by construction: every item sleeps, in the training process (no workers), so the
 # second study's 20x longer sleep makes it far slower whatever the machine's load.
 SLEEPY = ["workload._target_=tests.workloads_diag.SleepyLoaderWorkload", "device=cpu",
-          "knobs.num_workers=0", "study.n_trials=2", "study.confirm_runs=0", *TINY_ARGS,
+          "knobs.num_workers=0", "study.n_trials=2", "study.confirm_runs=0", "study.numerics_steps=0", *TINY_ARGS,
           "window.min_measure_seconds=0.5"]
 
 

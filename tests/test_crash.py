@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from tests.conftest import TINY_ARGS, run_cli
 
-ARGS = ["workload=mlp", "device=cpu", "study.name=crash", "study.confirm_runs=0", *TINY_ARGS]
+ARGS = ["workload=mlp", "device=cpu", "study.name=crash", "study.confirm_runs=0", "study.numerics_steps=0", *TINY_ARGS]
 
 
 def test_unwritable_export_fails_readably_and_the_study_resumes(tmp_path: Path) -> None:
