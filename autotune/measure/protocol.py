@@ -72,9 +72,30 @@ def stalled_ranks(trial_dir: Path) -> str:
     # A rank that ended (killed) before its launcher noticed: the launcher learns of a death
     # when the rank's exit pipe closes, and the rank's DataLoader workers, which inherit it,
     # hold it open until they see their parent gone (seconds), longer than a short stall limit.
+    # Its peers then fail in their collective with it and end too, but each writes its window's
+    # result first: the rank that ended without one is the one that died, and is named first.
     stuck = sorted(where, key=lambda r: (where[r].startswith("torch/") or "/torch/" in where[r], r))
-    return "; ".join([f"rank {r} had ended (no process left to answer)" for r in gone]
+    gone.sort(key=lambda r: (_rank_result(trial_dir, r) is not None, r))
+    return "; ".join([_ended_words(trial_dir, r) for r in gone]
                      + [f"rank {r} in {where[r]}" for r in stuck])
+
+
+def _rank_result(trial_dir: Path, rank: int) -> dict[str, Any] | None:
+    """The window result rank ``rank`` wrote before it ended (result.rank<N>.json, as
+    ranks.rank_path names it), or None where it wrote none."""
+    path = trial_dir / f"result.rank{rank}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _ended_words(trial_dir: Path, rank: int) -> str:
+    result = _rank_result(trial_dir, rank)
+    if result is None:
+        return f"rank {rank} had ended (no process left to answer)"
+    return f"rank {rank} had ended after it ({result.get('outcome')}: {str(result.get('error'))[:120]})"
 
 
 def _running(pid: int) -> bool:

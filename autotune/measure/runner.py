@@ -130,7 +130,11 @@ def run_window(
                                  timeout_s + compile_s + join_s, stall_s, compile_s, poll_s,
                                  join_s)
         if ended_by and req.launch and ended_by.startswith(("stalled", "timeout")):
-            ended_by += _where_ranks_wait(proc, trial_dir)
+            where = _where_ranks_wait(proc, trial_dir)
+            if _every_rank_ended(where) and proc.wait(RANKS_ENDED_GRACE_S) is not None:
+                ended_by = None  # the launcher's own report names the rank that died first
+            else:
+                ended_by += f"; {where}" if where else ""
     finally:
         # Ended, stopped, finished, or the caller's callback raised: kill the group whatever
         # happened, which also reaps anything the child left behind (a grandchild, a
@@ -176,7 +180,8 @@ def _who_killed(res: WindowResult, before: int | None, after: int | None) -> Non
 
 def _where_ranks_wait(proc: TrialProcess, trial_dir: Path) -> str:
     """A trial of several ranks that stopped beating: ask each rank for its stack (the
-    launcher's children are the ranks, measure/ranks.py) and say where each one is."""
+    launcher's children are the ranks, measure/ranks.py) and say where each one is
+    (protocol.stalled_ranks' words, "" where no rank answered)."""
     try:
         ranks = psutil.Process(proc.pid).children(recursive=False)
     except psutil.Error:
@@ -187,8 +192,23 @@ def _where_ranks_wait(proc: TrialProcess, trial_dir: Path) -> str:
         except psutil.Error:
             pass
     time.sleep(0.5)
-    where = stalled_ranks(trial_dir)
-    return f"; {where}" if where else ""
+    return stalled_ranks(trial_dir)
+
+
+#: Seconds a launcher whose ranks have all ended gets to notice and report which one failed
+#: first. It learns of a rank's death when the rank's exit pipe closes, and the rank's
+#: DataLoader workers, which inherit that pipe, hold it open until their watchdog sees their
+#: parent gone (torch's MP_STATUS_CHECK_INTERVAL, 5 s): a killed rank and the peer that then
+#: failed in a collective with it were both gone at a 5 s stall limit, and their stack files
+#: alone could not say which was killed (CI, 2026-12-05).
+RANKS_ENDED_GRACE_S = 12.0
+
+
+def _every_rank_ended(where: str) -> bool:
+    """Each rank that answered for its stack had ended: none is stuck, so no stack says where
+    the trial hangs, and the launcher is about to say which rank failed."""
+    parts = [p for p in where.split("; ") if p]
+    return bool(parts) and all(" had ended" in p for p in parts)
 
 
 def compile_allowance(req: TrialRequest) -> float:
