@@ -62,7 +62,7 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     assert "a round ~" in out and "the 3 rounds" in out
     # As the search ends, the phases after it are estimated again from the finalists' own
     # windows, and the summary sets that beside the first window's estimate.
-    assert "expected from here, from the finalists' own windows: confirmation ~" in out
+    assert "expected from here (the finalists' own windows): confirmation ~" in out
     assert "revised_s" in wall["phases"]["confirmation"], wall
     assert "from the finalists" in wall["words"]
     ratio = wall["measured_s"] / wall["expected_s"]

@@ -106,8 +106,8 @@ class CostClock:
             return None
         rest = sum(self.revised.values())
         parts = " + ".join(f"{name} ~{sec:.0f} s" for name, sec in self.revised.items())
-        return (f"expected from here, from the finalists' own windows: {parts}; the study ends "
-                f"at ~{clock_text(self.elapsed() + rest)}")
+        return (f"expected from here (the finalists' own windows): {parts}; the study ends at "
+                f"~{clock_text(self.elapsed() + rest)}")
 
     def phase(self, name: str) -> None:
         """The study moves on to ``name`` (one of Estimate.phases): the summary sets each
