@@ -71,7 +71,8 @@ def test_fit_items_says_how_many_did_not_fit() -> None:
 
 def test_a_study_at_the_default_verbosity_is_read_at_a_glance(tmp_path: Path) -> None:
     out = run_cli(["workload=mlp", "device=cpu", "study.name=glance", "study.n_trials=4",
-                   "window.measure_seconds=2", "study.confirm_budget_s=12"], tmp_path,
+                   "window.measure_seconds=2", "study.confirm_budget_s=12", "study.prune=false"],
+                  tmp_path,
                   env={"AUTOTUNE_VERBOSE": "0"})
     assert out.returncode in (0, 4), out.stderr
     lines = out.stdout.splitlines()
@@ -79,7 +80,7 @@ def test_a_study_at_the_default_verbosity_is_read_at_a_glance(tmp_path: Path) ->
     first_trial = next(i for i, line in enumerate(lines) if line.startswith("[1/4 "))
     assert lines[0].startswith("autotune: study 'glance'")
     header = 1 + next(i for i, line in enumerate(lines[1:]) if not line.startswith("  "))
-    assert header <= 5 and header < first_trial, out.stdout
+    assert header <= 5 and header <= first_trial, out.stdout  # lines[:header]: the header
     for n in range(4):  # one line per trial, with its figure or its outcome
         assert sum(f"] trial {n} " in line for line in lines) == 1, out.stdout
     summary = lines[lines.index("") + 1:]
@@ -88,6 +89,9 @@ def test_a_study_at_the_default_verbosity_is_read_at_a_glance(tmp_path: Path) ->
     for detail in ("  diagnosis: ", "  fixed ", "trial 0 (baseline): "):
         assert detail not in out.stdout
     log = (tmp_path / "studies" / "glance" / console.LOG_FILE).read_text()
-    for detail in ("  diagnosis: ", "  fixed ", "trial 0 (baseline): ", "expected wall time ~",
-                   "confirming: trials", "  samples/s "):
+    details = ["  diagnosis: ", "  fixed ", "trial 0 (baseline): ", "expected wall time ~",
+               "  samples/s "]
+    if "no confirmation: " not in out.stdout:  # the search found no finalist beside yours
+        details.append("confirming: trials")
+    for detail in details:
         assert detail in log, detail

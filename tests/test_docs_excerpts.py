@@ -135,6 +135,7 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
         lines[("confirming", 0)] = confirming_line(
             [int(n) for n in conf["finalists"] if int(n) != base], base,
             setup.study.confirm_budget_s)
+        lines.update(replayed_rounds(conf))
     unmeasured = could_not_measure(study)
     if unmeasured is not None:  # search/run.py prints it to stderr, amid the summary
         lines[("verdict", 0)] = f"autotune: {unmeasured}"
@@ -145,6 +146,35 @@ def replay(record: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> Replay:
         for key, text in enumerate(block):
             lines[(kind, key)] = text
     return Replay(lines, blocks)
+
+
+def replayed_rounds(conf: dict[str, Any]) -> dict[tuple[str, int], str]:
+    """Each round's line as words.round_line says it, from the recorded rounds: after round k,
+    each finalist not yet dropped with its interval over its first k windows (the leader's
+    shown), and those dropped after their last window, in round k. The seconds are the
+    expected round's (the shape check reads any number as any other)."""
+    from autotune.search.confirmation.choose import Candidate, interval_of
+    from autotune.search.confirmation.words import round_line
+
+    base = int(conf["baseline_trial"])
+    runs = {int(n): list(r) for n, r in (conf.get("runs") or {}).items()}
+    busy = {int(n): list(c) for n, c in (conf.get("contended") or {}).items()}
+    dropped = {int(n) for n in conf.get("dropped") or []}
+
+    def last(n: int) -> int:  # the round of a finalist's last window
+        return max((i + 1 for i, r in enumerate(runs[n]) if r is not None), default=0)
+
+    out = {}
+    for k in range(1, int(conf.get("rounds") or 0) + 1):
+        shown = [n for n in runs if n != base and not (n in dropped and last(n) < k)]
+        cands = [Candidate(n, interval_of(runs[n][:k], runs[base][:k], [
+            a or b for a, b in zip(busy.get(n, [])[:k], busy.get(base, [])[:k], strict=False)]),
+            0, 0.0) for n in shown]
+        gone = sorted(n for n in shown if n in dropped and last(n) == k)
+        settled = [c for c in cands if c.number not in gone]
+        out[("round", k)] = round_line(k, settled, k * float(conf.get("expected_round_s") or 1),
+                                       base, gone)
+    return out
 
 
 def redecided(conf: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState, create_trial
 
 from autotune.results.compare import compare_studies, verdict
@@ -30,6 +31,12 @@ from tests.conftest import ROOT, run_cli, study_setup
 
 RECORDED = ROOT / "docs" / "runs" / "resnet18-cpu" / "study.db"
 NAME = "resnet18-cpu"
+#: The recorded run's best.yaml, written when it was recorded: the figures each tracker must
+#: hold, read from a file the publishing code does not read (re-recording changes them).
+BEST = yaml.safe_load((RECORDED.parent / "best.yaml").read_text())
+BEST_TRIAL = BEST["best_trial"]
+SAME = BEST["training"]["other"]
+INTERVAL = BEST["confirmation"]["intervals"][str(BEST_TRIAL)]
 #: The trials added to the recorded twelve: (number, what the tracker must call its outcome).
 ADDED = {12: "pruned", 13: "failed", 14: "over the memory limit"}
 
@@ -101,10 +108,13 @@ def test_mlflow_holds_a_parent_run_and_a_nested_run_per_trial(tmp_path: Path,
     assert parent.data.params["device"] == "cpu"
     assert parent.data.params["baseline.batch_size"] == "32"
     m = parent.data.metrics
-    assert m["baseline.samples_per_sec"] == doc["baseline"]["samples_per_sec"] == 64.191
+    assert (m["baseline.samples_per_sec"] == doc["baseline"]["samples_per_sec"]
+            == BEST["baseline"]["samples_per_sec"])
     assert (m["any.speedup"], m["any.speedup_ci_low"], m["any.speedup_ci_high"]) == (
-        doc["speedup"], interval["ci_low"], interval["ci_high"]) == (1.36, 1.202, 1.539)
-    assert m["any.trial"] == 11 and m["same.trial"] == 0 and m["same.speedup"] == 1.0
+        doc["speedup"], interval["ci_low"], interval["ci_high"]) == (
+        BEST["speedup"], INTERVAL["ci_low"], INTERVAL["ci_high"])
+    assert m["any.trial"] == BEST_TRIAL and m["same.trial"] == SAME["trial"]
+    assert m["same.speedup"] == SAME["speedup"]
     assert parent.data.tags["nightly.regression"] == "true"
     assert parent.data.tags["nightly.verdict"] == verdict(cmp)
     assert verdict(cmp).startswith("REGRESSION: best samples/sec")
@@ -114,15 +124,14 @@ def test_mlflow_holds_a_parent_run_and_a_nested_run_per_trial(tmp_path: Path,
     children = {int(r.data.tags["autotune.trial"]): r for r in runs if r is not parent}
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id
                for c in children.values())
-    best = children[11]
-    assert best.data.params["channels_last"] == "True"
+    best, trial = children[BEST_TRIAL], study.trials[BEST_TRIAL]
+    assert best.data.params["channels_last"] == str(BEST["knobs"]["channels_last"])
     assert best.data.params == {k: str(v) if v is not None else "null" for k, v in
-                                study.trials[11].user_attrs["knobs"].items()}
-    assert best.data.metrics["samples_per_sec"] == round(study.trials[11].user_attrs[
-        "samples_per_sec"], 4)
-    assert best.data.metrics["x_baseline"] == pytest.approx(study.trials[11].value
-                                                            / study.trials[0].value)
-    assert best.data.metrics["step_time_ms"] == pytest.approx(1333.4031)
+                                trial.user_attrs["knobs"].items()}
+    assert best.data.metrics["samples_per_sec"] == round(trial.user_attrs["samples_per_sec"], 4)
+    assert best.data.metrics["x_baseline"] == pytest.approx(trial.value / study.trials[0].value)
+    assert best.data.metrics["step_time_ms"] == pytest.approx(
+        trial.user_attrs["step_ms"]["median"], rel=1e-4)
     assert best.data.tags["outcome"] == "ok" and best.data.tags["bottleneck"]
     assert {n: children[n].data.tags["outcome"] for n in ADDED} == ADDED
     assert children[14].data.metrics["samples_per_sec"] == 500.0  # measured, but over the limit
@@ -148,14 +157,15 @@ def test_tensorboard_holds_each_trials_scalars_and_hparams(tmp_path: Path) -> No
                 and t.state == TrialState.COMPLETE]
     assert sorted(figures) == measured  # one point per measured trial, at its number
     assert measured[-1] == 14 and 12 not in measured and 13 not in measured
-    assert figures[11] == pytest.approx(study.trials[11].user_attrs["samples_per_sec"], rel=1e-4)
-    assert [e.value for e in acc.Scalars("study/any.speedup")] == [pytest.approx(1.36)]
-    session = EventAccumulator(str(tmp_path / NAME / "tensorboard" / "trial-0011"))
+    assert figures[BEST_TRIAL] == pytest.approx(
+        study.trials[BEST_TRIAL].user_attrs["samples_per_sec"], rel=1e-4)
+    assert [e.value for e in acc.Scalars("study/any.speedup")] == [pytest.approx(BEST["speedup"])]
+    session = EventAccumulator(str(tmp_path / NAME / "tensorboard" / f"trial-{BEST_TRIAL:04d}"))
     session.Reload()
     content = session.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     hparams = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
-    assert hparams["channels_last"].string_value == "True"
-    assert hparams["batch_size"].string_value == "128"
+    assert hparams["channels_last"].string_value == str(BEST["knobs"]["channels_last"])
+    assert hparams["batch_size"].string_value == str(BEST["knobs"]["batch_size"])
     assert hparams["outcome"].string_value == "ok"
     failed = EventAccumulator(str(tmp_path / NAME / "tensorboard" / "trial-0013"))
     failed.Reload()
@@ -202,8 +212,13 @@ def test_wandb_offline_run_holds_the_study(tmp_path: Path, monkeypatch: Any) -> 
     records = wandb_records(run_dir)
     summary = {i.key or ".".join(i.nested_key): json.loads(i.value_json) for r in records
                if r.WhichOneof("record_type") == "summary" for i in r.summary.update}
+    # CI once raised KeyError here (2026-12-06, not reproduced idle or beside stress-ng): say
+    # what the log held if it happens again
+    assert "any.speedup" in summary, (sorted(summary), [
+        r.WhichOneof("record_type") for r in records], run_dir)
     assert (summary["any.speedup"], summary["any.speedup_ci_low"],
-            summary["any.speedup_ci_high"]) == (1.36, 1.202, 1.539)
+            summary["any.speedup_ci_high"]) == (BEST["speedup"], INTERVAL["ci_low"],
+                                                INTERVAL["ci_high"])
     assert summary["nightly.regression"] == "true"
     assert summary["trials._type"] == "table-file" and summary["trials.nrows"] == 15
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
