@@ -77,25 +77,33 @@ def _trials(folder: Path, name: str) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False)
 
 
-def _row(t: optuna.trial.FrozenTrial, base_figure: float | None) -> str:
+def _accumulation(micro: int, global_batch: int) -> str:
+    """A micro-batch's accumulation steps: to the global batch where it divides it; any other
+    micro-batch is a global batch of its own (core/global_batch.py)."""
+    return str(global_batch // micro) if global_batch % micro == 0 else "1 (its own)"
+
+
+def _row(t: optuna.trial.FrozenTrial, base_figure: float | None, global_batch: int) -> str:
     a = t.user_attrs
     k = a.get("knobs") or {}
     figure = t.value if t.value is not None else None
     shown = f"{figure:,.1f}" if figure else a.get("outcome", t.state.name.lower())
     x = f"{figure / base_figure:.2f}x" if figure and base_figure else ""
-    return (f"| {t.number} | {a.get('source', '')} | {k.get('batch_size')} x "
-            f"{k.get('grad_accum', '-')} | {k.get('activation_checkpointing')} | "
+    micro = int(k.get("batch_size") or 0)
+    return (f"| {t.number} | {a.get('source', '')} | {micro} x "
+            f"{_accumulation(micro, global_batch)} | {k.get('activation_checkpointing')} | "
             f"{a.get('optimizer', '')} | {shown} | {x} |")
 
 
 def _answer(path: Path) -> list[str]:
     if not path.exists():
-        return [f"- `{path.name}`: not written (no such answer)."]
+        return [f"- `{path.name}`: not written (best.yaml's answer already trains the same "
+                "model as yours, so it is both answers)."]
     doc = yaml.safe_load(path.read_text())
     k, this = doc["knobs"], (doc.get("training") or {}).get("this") or {}
     return [f"- `{path.name}`: trial {doc.get('best_trial')}, {doc.get('speedup_text')}; "
-            f"micro-batch {k.get('batch_size')} x accumulation {k.get('grad_accum')} = global "
-            f"{int(k.get('batch_size')) * int(k.get('grad_accum') or 1)}; "
+            f"micro-batch {k.get('batch_size')} x accumulation {doc.get('grad_accum')} = global "
+            f"{doc.get('global_batch')}; "
             f"activation_checkpointing {k.get('activation_checkpointing')}; "
             f"changes: {this.get('changes') or 'none'}; learning rate: "
             f"{this.get('learning_rate') or 'unchanged (the global batch is kept)'}"]
@@ -146,7 +154,7 @@ def main() -> None:
         "| trial | source | micro-batch x accumulation | checkpointing | optimizer built | "
         "tokens/s | x baseline |",
         "|---:|---|---|---|---|---:|---:|",
-        *[_row(t, base.value) for t in trials],
+        *[_row(t, base.value, 24) for t in trials],
         "",
         *_answer(folder / "best.yaml"),
         *_answer(folder / "best-same-training.yaml"),
