@@ -142,7 +142,7 @@ def main() -> None:
         f"one-trial `hf.tune` study in a fresh process. short: the CPU's default trial window; "
         f"long: {a.long_cycles} whole cycles after 2 cycles of warm-up.",
         "",
-        "| code | short window, samples/s | long run, samples/s | bias (short / long - 1) | "
+        "| code | short window, tokens/s | long run, tokens/s | bias (short / long - 1) | "
         "median bias |",
         "|---|---|---|---|---:|",
         row(f"before: {a.before}", old),
