@@ -1,5 +1,5 @@
 """An accumulating fine-tune's trial window against a long run of the same configuration,
-before and after windows of whole accumulation cycles (issue 70 item 4, 76290c7).
+before and after windows of whole accumulation cycles (76290c7).
 
 The Trainer: a GPT-2 of 4 layers of 256 built from its config (nothing is downloaded), AdamW (the Trainer's
 default ``adamw_torch``), ``per_device_train_batch_size=4, gradient_accumulation_steps=8``:

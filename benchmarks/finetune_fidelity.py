@@ -1,4 +1,4 @@
-"""The fine-tuning set-up as the user wrote it reaches the study (issue 70's must-show), through
+"""The fine-tuning set-up as the user wrote it reaches the study, through
 ``hf.tune`` on one Trainer that holds all three: a model whose checkpointing was switched on on
 the model object (``model.gradient_checkpointing_enable()``, as PEFT's
 ``prepare_model_for_kbit_training`` does) while its arguments say
