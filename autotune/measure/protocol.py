@@ -80,22 +80,26 @@ def stalled_ranks(trial_dir: Path) -> str:
                      + [f"rank {r} in {where[r]}" for r in stuck])
 
 
-def _rank_result(trial_dir: Path, rank: int) -> dict[str, Any] | None:
-    """The window result rank ``rank`` wrote before it ended (result.rank<N>.json, as
-    ranks.rank_path names it), or None where it wrote none."""
-    path = trial_dir / f"result.rank{rank}.json"
+def rank_path(path: Path | str, rank: int) -> Path:
+    """``result.json`` -> ``result.rank1.json`` (rank 0 keeps the trial's own progress and
+    trace file, so the watchdog and the diagnosis read them as for one process)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
+
+
+def _rank_result(trial_dir: Path, rank: int) -> WindowResult | None:
+    """The window result rank ``rank`` wrote before it ended, or None where it wrote none."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return WindowResult.read(rank_path(trial_dir / "result.json", rank))
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _ended_words(trial_dir: Path, rank: int) -> str:
     result = _rank_result(trial_dir, rank)
     if result is None:
         return f"rank {rank} had ended (no process left to answer)"
-    return f"rank {rank} had ended after it ({result.get('outcome')}: {str(result.get('error'))[:120]})"
+    return f"rank {rank} had ended after it ({result.outcome}: {str(result.error)[:120]})"
 
 
 def _running(pid: int) -> bool:

@@ -33,15 +33,14 @@ from autotune.core.config import LaunchConfig
 from autotune.core.distributed import endpoint_taken
 from autotune.core.files import atomic_write
 from autotune.measure.contention import TRIAL_ROOT_ENV
-from autotune.measure.protocol import STACK_SIGNAL, TrialRequest, WindowResult, spans_nodes
+from autotune.measure.protocol import (
+    STACK_SIGNAL,
+    TrialRequest,
+    WindowResult,
+    rank_path,
+    spans_nodes,
+)
 from autotune.measure.rank_failure import failed, first_failure
-
-
-def rank_path(path: Path | str, rank: int) -> Path:
-    """``result.json`` -> ``result.rank1.json`` (rank 0 keeps the trial's own progress and
-    trace file, so the watchdog and the diagnosis read them as for one process)."""
-    p = Path(path)
-    return p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
 
 
 def launch_config(req: TrialRequest, trial_dir: Path, host: bool | None = None) -> Any:
