@@ -122,7 +122,7 @@ def test_a_reference_run_is_counted_at_the_baselines_numerics_at_the_finalists_b
     import optuna
 
     from autotune.core.space import build_space
-    from autotune.search.console.estimate import _numerics_s
+    from autotune.search.console.numerics_cost import check_cost_s
     from autotune.workloads.mlp import MLPWorkload
 
     space = build_space(cpu_env, MLPWorkload(), {})
@@ -138,6 +138,6 @@ def test_a_reference_run_is_counted_at_the_baselines_numerics_at_the_finalists_b
     fast = trial({**base_knobs, "batch_size": 128, "amp": "bf16"}, 400.0)
     # The finalist's run: 2.8 s of start-up (its figure window less warm-up and measurement)
     # and 10 steps of 0.4 s; its reference at three seeds, at 10 steps of 4 x 0.25 s.
-    assert _numerics_s(setup, [fast], base) == pytest.approx(6.8 + 3 * (2.8 + 10.0))
+    assert check_cost_s(setup, [fast], base) == pytest.approx(6.8 + 3 * (2.8 + 10.0))
     # Your own numerics at that batch size is its own reference: nothing is run.
-    assert _numerics_s(setup, [trial({**base_knobs, "batch_size": 128}, 900.0)], base) == 0.0
+    assert check_cost_s(setup, [trial({**base_knobs, "batch_size": 128}, 900.0)], base) == 0.0

@@ -47,6 +47,7 @@ class RoundSpread:
 
     spread: float
     source: str
+    measured: bool = False  # by an earlier confirmation on this device (not the device's prior)
 
     def words(self) -> str:
         return f"rounds spread +-{100 * self.spread:.0f}% ({self.source})"
@@ -89,7 +90,7 @@ def round_spread(device: str, device_name: str,
             continue
         spread = measured_spread(attrs.get("confirmation"))
         if spread is not None:
-            return RoundSpread(spread, f"measured by the confirmation of {label}")
+            return RoundSpread(spread, f"measured by the confirmation of {label}", True)
     kind = "cuda" if device == "cuda" else "cpu"
     return RoundSpread(DEVICE_SPREAD[kind],
                        f"no earlier confirmation on this {device_name}: the {kind.upper()} "

@@ -301,3 +301,24 @@ def candidates_of(record: dict[str, Any], exclude: Collection[int] = ()) -> list
                              tuple(bool(b) for b in
                                    (record.get("contended") or {}).get(str(n)) or ())))
     return out
+
+
+def answers(settled: list[Candidate], same: Collection[int], sel: Selection) -> list[Candidate]:
+    """The winner of each answer among ``settled`` (the same-training one where it differs)."""
+    out = [pick(selection.survivors(settled, sel), sel)[0]] if settled else []
+    own = [c for c in settled if c.number in same]
+    if own:
+        other = pick(selection.survivors(own, sel), sel)[0]
+        out += [other] if other is not out[0] else []
+    return out
+
+
+def decided(cands: list[Candidate], same: Collection[int], sel: Selection,
+            base: Candidate | None) -> bool:
+    """Both answers resolved (selection.decided), and each answer's winner decided against
+    the baseline too (ahead of it, within the zone of it, or behind): a study of one finalist
+    is a choice between it and your own configuration."""
+    if not selection.decided(cands, same, sel):
+        return False
+    return base is None or all(c.number == base.number or selection.verdict(c, base, sel)
+                               for c in answers(cands, same, sel))

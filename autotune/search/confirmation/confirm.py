@@ -57,15 +57,17 @@ from autotune.results.trials import window_noise as search_noise
 from autotune.search.confirmation import selection
 from autotune.search.confirmation.choose import (
     Candidate,
+    answers,
     changed_knobs,
     cv,
     decide,
     decide_same,
+    decided,
     interval_of,
-    pick,
     precise,
     window_noise,
 )
+from autotune.search.confirmation.forecast import after_round, cap_rounds, prior_spread
 from autotune.search.confirmation.rounds import (
     Rounds,
     compact_load,
@@ -78,6 +80,7 @@ from autotune.search.confirmation.selection import PRECISE_ROUNDS, Selection, tr
 from autotune.search.confirmation.vet import vet_leaders
 from autotune.search.confirmation.words import (
     MAX_ROUNDS,
+    Ahead,
     announce,
     busy_words,
     progress_words,
@@ -151,6 +154,7 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     round_s = expected_round_s(trials.values())
     announce(setup, base.number, active, same, runs, sel, round_s)
     said: set[str] = set()  # what the rounds' lines have explained once (words.py)
+    forecasts: list[Ahead] = []  # after each round: the rounds and seconds expected after it
     refused: dict[int, int] = {}  # refused by the numerics check: trial -> its round
     why = None
     group = settled = candidates(trials, rounds, members, base)
@@ -181,11 +185,15 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         why = _stop_reason(setup, rounds, group, same, sel, runs, base.number, round_s)
         against = (selection.decided(group, same, sel)
                    and not decided(group, same, sel, _baseline(rounds, base.number)))
-        say(round_line(len(rounds.order), settled, sum(rounds.seconds), base.number, gone))
+        ahead = None if why else _forecast(setup, rounds, members, base.number, sel, runs)
+        if ahead is not None:
+            forecasts.append(ahead)
+        say(round_line(len(rounds.order), settled, sum(rounds.seconds), base.number, gone,
+                       ahead.more_s if ahead else None))
         detail("  %s", progress_words(len(rounds.order), settled, sel, sum(rounds.seconds),
                                       setup.study.confirm_budget_s, base.number, said,
                                       busy_words(order, rounds.contended, base.number), gone,
-                                      against))
+                                      against, ahead))
     # Every finalist's interval over the rounds it was measured in, the dropped ones too.
     every = candidates(trials, rounds, [t.number for t in finals], base)
     record = _record([t.number for t in finals], rounds, every, settled, base, why, setup, sel,
@@ -195,6 +203,8 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     decide_same(record, group, same, sel)
     record["decided"] = decided(group, same, sel, _baseline(rounds, base.number))
     record["expected_round_s"] = round(round_s, 1)
+    if forecasts:
+        record["forecast"] = [f.as_dict() for f in forecasts]
     record["trusted_noise"] = round(max_noise(trials.values(), rounds), 4)
     if race_rounds:
         record["race"] = {"rounds": race_rounds, "spent_s": round(race_s, 1),
@@ -204,15 +214,21 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     return record
 
 
-def decided(cands: list[Candidate], same: Collection[int], sel: Selection,
-            base: Candidate | None) -> bool:
-    """Both answers resolved (selection.decided), and each answer's winner decided against
-    the baseline too (ahead of it, within the zone of it, or behind): a study of one finalist
-    is a choice between it and your own configuration."""
-    if not selection.decided(cands, same, sel):
-        return False
-    return base is None or all(c.number == base.number or selection.verdict(c, base, sel)
-                               for c in answers(cands, same, sel))
+def _forecast(setup: StudySetup, rounds: Rounds, members: list[int], base: int,
+              sel: Selection, runs: int) -> Ahead:
+    """After a round: the rounds expected after it (forecast.after_round: the rounds run kept,
+    the rest simulated at the finalists' means and the spread so far) and their seconds, each
+    as long as the last round (the finalists still measured), within the budget's rounds."""
+    done = len(rounds.order)
+    last = rounds.seconds[-1] if rounds.seconds else 0.0
+    left_s = setup.study.confirm_budget_s - sum(rounds.seconds)
+    cap = cap_rounds(left_s, last, done, least=max(runs, sel.first))
+    prior = prior_spread(setup.round_spread, sel)
+    shown = {n: rounds.runs[n] for n in [*members, base] if n in rounds.runs}
+    busy = {n: rounds.contended[n] for n in shown}
+    f = after_round(shown, busy, base, prior, sel, max(runs, sel.first), cap)
+    return Ahead(done, f.more(done), f.more(done) * last, f.spread)
+
 
 
 def _baseline(rounds: Rounds, base: int) -> Candidate | None:
@@ -234,15 +250,6 @@ def _measuring(setup: StudySetup, settled: list[Candidate], same: Collection[int
         return set()
     return {c.number for c in answers(settled, same, sel)}
 
-
-def answers(settled: list[Candidate], same: Collection[int], sel: Selection) -> list[Candidate]:
-    """The winner of each answer among ``settled`` (the same-training one where it differs)."""
-    out = [pick(selection.survivors(settled, sel), sel)[0]] if settled else []
-    own = [c for c in settled if c.number in same]
-    if own:
-        other = pick(selection.survivors(own, sel), sel)[0]
-        out += [other] if other is not out[0] else []
-    return out
 
 
 def only_baseline(finals: Collection[FrozenTrial], base: FrozenTrial) -> bool:

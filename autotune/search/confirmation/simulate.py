@@ -46,8 +46,7 @@ import numpy as np
 
 from autotune.results.intervals import t975
 from autotune.search.confirmation import selection
-from autotune.search.confirmation.choose import Candidate, decide, interval_of
-from autotune.search.confirmation.confirm import decided
+from autotune.search.confirmation.choose import Candidate, decide, decided, interval_of
 from autotune.search.confirmation.selection import Selection
 from autotune.search.round_spread import MAX_ROUNDS
 

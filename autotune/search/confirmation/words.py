@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from autotune.core.console import detail, fit, say
 from autotune.results.intervals import MIN_ROUNDS, t975
@@ -22,6 +23,22 @@ from autotune.search.round_spread import MAX_ROUNDS
 from autotune.search.setup import StudySetup
 
 log = logging.getLogger("autotune")
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """What the confirmation expects after its round ``done``: the rounds and seconds still to
+    come (their mean over the simulated continuations: forecast.after_round) and the spread
+    of log ratios they were drawn at."""
+
+    done: int
+    more_rounds: float
+    more_s: float
+    spread: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"round": self.done, "more_rounds": round(self.more_rounds, 1),
+                "more_s": round(self.more_s, 1), "spread": round(self.spread, 4)}
 
 
 def round_words(round_s: float, runs: int, budget_s: float, expected: int = 0,
@@ -101,7 +118,8 @@ def busy_words(order: Sequence[int], contended: Mapping[int, Sequence[bool]], ba
 
 def progress_words(done: int, cands: Sequence[Candidate], sel: Selection, spent_s: float,
                    budget_s: float, base: int | None = None, said: set[str] | None = None,
-                   busy: str = "", gone: Sequence[int] = (), against: bool = False) -> str:
+                   busy: str = "", gone: Sequence[int] = (), against: bool = False,
+                   ahead: Ahead | None = None) -> str:
     """After round ``done``: each finalist still in question, who this round dropped, and when
     the rounds end: decided, or at most how many more rounds the pairs still open need at
     their spread so far (selection.rounds_left: a bound, said as one; a finalist clearly
@@ -109,7 +127,9 @@ def progress_words(done: int, cands: Sequence[Candidate], sel: Selection, spent_
     by definition: named so. ``against``: the finalists are decided, the winner not yet against
     the baseline (confirm.decided). Why the budget or the round cap ends the rounds is said once
     (``said`` keeps what was): the README's CPU study repeated the same 120 characters on 9
-    of its 11 rounds (2026-11-28)."""
+    of its 11 rounds (2026-11-28). ``ahead``: the rounds expected after this one, said first
+    (the bound is a bound: the README's command stated ~11 more rounds after its third and
+    decided after its fourth, 2026-12-06)."""
     said = set() if said is None else said
     if not cands:
         return f"round {done}: no finalist measured"
@@ -118,6 +138,9 @@ def progress_words(done: int, cands: Sequence[Candidate], sel: Selection, spent_
                      + (f" ({c.interval.low:.2f}-{c.interval.high:.2f})" if c.interval.known
                         else "") for c in cands)
     head = f"round {done} ({spent_s:.0f}s{'; ' + busy if busy else ''}): {each}"
+    if ahead is not None:
+        head += (f"; ~{ahead.more_rounds:.1f} more round(s) expected, ~{ahead.more_s:.0f}s "
+                 f"(simulated at rounds spread +-{100 * ahead.spread:.1f}%)")
     if gone:
         head += (f"; dropped trial(s) {', '.join(map(str, gone))}: another is ahead by more "
                  "than the selection allows")
@@ -133,7 +156,7 @@ def progress_words(done: int, cands: Sequence[Candidate], sel: Selection, spent_
     per_round = spent_s / max(done, 1)
     more_s = left * per_round
     budget_left = max(0.0, budget_s - spent_s)
-    state = f"at most ~{left} more round(s), ~{more_s:.0f}s, at the spread so far"
+    state = f"at most ~{left} more round(s), ~{more_s:.0f}s, at the spread so far (the bound)"
     if budget_left <= 0:
         return f"{head}; the budget ({budget_s:g}s) is spent: the fastest measured is exported"
     if more_s > budget_left:
@@ -158,16 +181,18 @@ def confirming_line(others: Sequence[int], base: int, budget_s: float) -> str:
 
 
 def round_line(done: int, cands: Sequence[Candidate], spent_s: float, base: int | None,
-               gone: Sequence[int] = ()) -> str:
+               gone: Sequence[int] = (), more_s: float | None = None) -> str:
     """A round at a glance (progress_words is its detail): the finalists fastest first, the
-    leader with its interval, who this round dropped, in one line of at most 120 characters."""
+    leader with its interval, who this round dropped, the seconds expected after it
+    (``more_s``), in one line of at most 120 characters."""
     ahead = sorted((c for c in cands if c.number != base), key=lambda c: -c.interval.point)
     each = [f"trial {c.number} {c.interval.point:.2f}x" + (
         f" ({c.interval.low:.2f}-{c.interval.high:.2f})" if i == 0 and c.interval.known else "")
         for i, c in enumerate(ahead)]
     dropped = f"; dropped {', '.join(map(str, gone))}" if gone else ""
-    return fit(f"  round {done} ({spent_s:.0f}s): {', '.join(each) or 'no finalist measured'}"
-               f"{dropped}")
+    left = f"; ~{more_s:.0f}s more expected" if more_s is not None else ""
+    return fit(f"  round {done} ({spent_s:.0f}s{left}): "
+               f"{', '.join(each) or 'no finalist measured'}{dropped}")
 
 
 def race_words(rounds_run: int, race_s: float, cands: Sequence[Candidate],

@@ -19,9 +19,11 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.core.config import sized
+from autotune.core.console import detail
 from autotune.results.record import study_attrs, trial_attrs
 from autotune.search.checks.scaling import SCALING_ROUNDS
 from autotune.search.checks.spread import REFERENCE_SEEDS
+from autotune.search.confirmation.forecast import Forecast
 from autotune.search.console.estimate import Estimate, compile_searched, estimate, revised
 from autotune.search.console.progress import clock_text
 from autotune.search.setup import StudySetup
@@ -93,6 +95,7 @@ class CostClock:
         self.first_estimate: Estimate | None = None
         self.marks: list[tuple[str, float]] = [("search", self.t0)]
         self.revised: dict[str, float] = {}
+        self.search_end_s: float | None = None  # the whole study's time stated as the search ended
         self._first: tuple[float, float, dict[str, Any]] = (0.0, 0.0, {})
 
     def revise(self, study: optuna.Study, setup: StudySetup | None = None) -> str | None:
@@ -101,13 +104,20 @@ class CostClock:
         a time budget cut its budget."""
         if self.first_estimate is None:
             return None
-        self.revised = revised(setup or self.setup, study, self.confirm_runs)
+        ahead: list[Forecast] = []
+        self.revised = revised(setup or self.setup, study, self.confirm_runs, ahead)
         if not self.revised:
             return None
-        rest = sum(self.revised.values())
-        parts = " + ".join(f"{name} ~{sec:.0f} s" for name, sec in self.revised.items())
-        return (f"expected from here (the finalists' own windows): {parts}; the study ends at "
-                f"~{clock_text(self.elapsed() + rest)}")
+        self.search_end_s = self.elapsed() + sum(self.revised.values())
+        parts = [f"{name} ~{sec:.0f} s" for name, sec in self.revised.items()]
+        if ahead and "confirmation" in self.revised:
+            parts[0] += f" (~{ahead[0].rounds:.0f} rounds)"
+            detail("the confirmation's rounds as the search ends: %.1f expected (the mean of its "
+                   "simulation, forecast.py: the finalists' search figures as their speedups, "
+                   "rounds spread +-%.1f%%), at most %d (the budget)", ahead[0].rounds,
+                   100 * ahead[0].spread, ahead[0].cap)
+        return (f"expected from here: {', '.join(parts)}; the study ends at "
+                f"~{clock_text(self.search_end_s)}")
 
     def phase(self, name: str) -> None:
         """The study moves on to ``name`` (one of Estimate.phases): the summary sets each
@@ -195,8 +205,15 @@ class CostClock:
                              + (f"; {clock_text(race_s)} of it raced during the search"
                                 if raced and name == "confirmation" else "") + ")"
                              for name, sec in phases.items())
-            out["words"] = (f"{clock_text(measured)} measured, ~{clock_text(exp)} expected after the "
-                            f"first window ({100 * (measured / exp - 1):+.0f}%): {each}"
+            stated = [f"~{clock_text(exp)} after the first window ({100 * (measured / exp - 1):+.0f}%)"]
+            out["brief"] = f"{clock_text(measured)} measured, ~{clock_text(exp)} expected"
+            if self.search_end_s:
+                end = self.search_end_s
+                out["search_end_s"] = round(end, 1)
+                stated.insert(0, f"~{clock_text(end)} at the search's end "
+                                 f"({100 * (measured / end - 1):+.0f}%)")
+                out["brief"] = f"{clock_text(measured)} measured, ~{clock_text(end)} expected"
+            out["words"] = (f"{clock_text(measured)} measured, expected {', '.join(stated)}: {each}"
                             + (f"; {disturbed}" if disturbed else ""))
         else:
             # several worker processes (each times its own trials), or no trial ran

@@ -18,7 +18,9 @@ confirmation's on this device, else the device kind's), and with study.confirm_p
 many as an interval that narrow needs, never more than its budget allows: the tie-break's
 rounds are inside it (before 2026-12-01 a tie got up to half the budget again, and the two
 studies that had one ran 35% and 39% past their stated wall time). One finalist clearly ahead
-ends the rounds sooner, which is not known before them: the estimate is the rounds' bound. The numerics check runs each finalist and the
+ends the rounds sooner, which is not known before them: the first window's estimate is the
+rounds' bound, said as one. As the search ends, the finalists' gaps are known, and the rounds
+are those the confirmation's own simulation expects (confirmation/forecast.py). The numerics check runs each finalist and the
 reference at three seeds, each a start-up and its steps (the first window's steps: the finalists' are
 re-estimated as the search ends). A compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
@@ -30,7 +32,6 @@ confirmation states a round's cost as it starts (rounds.expected_round_s).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -40,18 +41,19 @@ from optuna.trial import FrozenTrial
 
 from autotune.core.knobs import KNOBS
 from autotune.diagnose.thresholds import CONTENDED_WAIT_S
-from autotune.results.record import trial_attrs
 from autotune.results.trials import (
     baseline_trial,
-    changes_training,
     finalists,
     same_training_finalists,
-    window_noise,
 )
-from autotune.search.checks.numerics import reference_knobs
 from autotune.search.checks.scaling import SCALING_ROUNDS
-from autotune.search.checks.spread import REFERENCE_SEEDS
-from autotune.search.confirmation.confirm import only_baseline, selection_rounds, trusted_rounds
+from autotune.search.confirmation.confirm import (
+    only_baseline,
+    selection_rounds,
+    terms,
+    trusted_rounds,
+)
+from autotune.search.confirmation.forecast import Forecast, search_end_forecast
 from autotune.search.confirmation.rounds import (
     Rounds,
     expected_round_s,
@@ -59,30 +61,17 @@ from autotune.search.confirmation.rounds import (
     raced,
 )
 from autotune.search.confirmation.selection import Selection
+from autotune.search.console.numerics_cost import (
+    ANSWERS_CHECKED,
+    REFERENCE_RUNS,
+    check_cost_s,
+    check_sets,
+    numerics_run_s,
+)
 from autotune.search.console.progress import clock_text
 from autotune.search.contended import BusyMachine
 from autotune.search.round_spread import RoundSpread, expected_rounds
 from autotune.search.setup import StudySetup
-
-#: Runs of a numerics check besides one per answer checked: the user's configuration at
-#: several seeds (their spread is the tolerance: search/checks/spread.py), one per batch size.
-REFERENCE_RUNS = REFERENCE_SEEDS
-#: Answers the numerics check runs before the search says which: best.yaml's, and the one
-#: that trains the same model where that differs (search/checks/numerics.py checks no other).
-ANSWERS_CHECKED = 2
-
-
-def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
-    """One numerics run: the window's start-up (the window less its warm-up and measurement)
-    and ``steps`` steps at the window's median step. The README's CPU study as 2 ranks spent
-    43-44 s a run where the window less its extras, the estimate before, said 9 s
-    (2026-11-27)."""
-    if not steps:
-        return 0.0
-    start_s = max(0.0, window_s - float(first.get("warmup_s") or 0.0)
-                  - float(first.get("measure_s") or 0.0))
-    step_s = float((first.get("step_ms") or {}).get("median") or 0.0) / 1e3
-    return start_s + steps * step_s
 
 
 def compile_searched(setup: StudySetup) -> bool:
@@ -164,11 +153,12 @@ class Estimate:
     def brief(self) -> str:
         """The estimate at a glance: the total and each phase's share (``words`` is its
         arithmetic, a detail)."""
-        names = {"search": "search", "confirmation": "confirmation",
+        names = {"search": "search", "confirmation": "confirmation at most",
                  "numerics check": "numerics check", "scaling": "scaling"}
         parts = [f"{names[k]} ~{clock_text(v)}" for k, v in self.phases().items() if v >= 0.5]
         more = "; plus compile times" if self.compile_unknown else ""
-        return f"expected wall time ~{clock_text(self.total_s)} ({', '.join(parts)}){more}"
+        return (f"expected wall time ~{clock_text(self.total_s)} ({', '.join(parts)}){more}; "
+                "restated as the search ends")
 
     def _rounds_words(self) -> str:
         n, each = self.confirm_rounds, self.round_s
@@ -293,7 +283,7 @@ def _raced_least(race: Rounds, finals: list[FrozenTrial], base: FrozenTrial) -> 
                 for t in finals if t.number != base.number), default=0)
 
 
-def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: float,
+def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: float, per_round: float,
                raced_rounds: int = 0, raced_s: float = 0.0) -> float:
     """At least confirm_runs rounds; past them, rounds stop before one would end past the
     budget. Where the search raced (search/loop/race.py), its ``raced_rounds`` count in the least
@@ -310,11 +300,14 @@ def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: int, per_round: flo
     return max(least, min(wanted, fit)) * per_round
 
 
-def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[str, float]:
+def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int,
+            forecasts: list[Forecast] | None = None) -> dict[str, float]:
     """The phases after the search, estimated again from the finalists' own windows once they
     are known. The first window is the baseline's, and the finalists are often bigger batches
     with longer steps: in the README's CPU study as 2 ranks (2026-11-27) the numerics check
-    was estimated at 34 s from the baseline's batch 32 and took 162 s at the finalists' 128."""
+    was estimated at 34 s from the baseline's batch 32 and took 162 s at the finalists' 128.
+    The confirmation's rounds are those its simulation expects from the finalists' search
+    figures (forecast.search_end_forecast; appended to ``forecasts`` where given)."""
     finals = finalists(study, max(1, setup.study.confirm_top))
     base = baseline_trial(study)
     if not finals or base is None:
@@ -327,74 +320,17 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int) -> dict[s
     if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then
         out["confirmation"] = 0.0
     elif confirm_runs:
-        noises = [window_noise(t) for t in trials]
-        noise = max(noises) if min(noises) > 0 else 0.0  # confirm.terms before any round
         race, _ = raced(study)  # the search's race: its rounds and seconds count (race.py)
-        out["confirmation"] = _confirm_s(setup, confirm_runs,
-                                         _rounds(setup, confirm_runs, noise, len(finals)),
-                                         expected_round_s(trials), _raced_least(race, finals, base),
-                                         sum(race.seconds))
+        round_s = expected_round_s(trials)
+        sel = terms(setup, trials, len({t.number for t in finals}))  # as confirm() takes them
+        ahead = search_end_forecast(setup, finals, base, sel, confirm_runs, round_s)
+        if forecasts is not None:
+            forecasts.append(ahead)
+        out["confirmation"] = _confirm_s(setup, confirm_runs, ahead.rounds, round_s,
+                                         _raced_least(race, finals, base), sum(race.seconds))
     if setup.study.numerics_steps:
         # The dearest: a stated time is the most the phase may take.
-        out["numerics check"] = max(_numerics_s(setup, c, base) for c in checks)
+        out["numerics check"] = max(check_cost_s(setup, c, base) for c in checks)
     if setup.launch.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out
-
-
-def check_sets(study: optuna.Study, finals: list[FrozenTrial], same: list[FrozenTrial],
-               base: FrozenTrial) -> list[list[FrozenTrial]]:
-    """The trials the numerics check may run, one list per trial the confirmation may pick:
-    that trial, and the same-training answer's where it picks one that changes the training
-    (the fastest of those that keep it, or any of them: the rounds decide). A trial that trains
-    the same model as the baseline is both answers' and is checked once: a 4-layer GPT study
-    whose both answers were its bf16 trial checked one trial in 55 s where counting a second
-    answer said ~119 s (2026-12-01). The winner is not known when this runs: the README's
-    study (2026-12-03) was estimated from its search's fastest finalist, a configuration of
-    speed knobs that needs no check (~00:00), and the rounds picked a bf16 one (1:09)."""
-    own = [t for t in [*finals, *same] if not changes_training(study, t, base)]
-    sets: list[list[FrozenTrial]] = []
-    for picked in finals:
-        if picked in own or not own:
-            sets.append([picked])
-        else:
-            sets.extend([picked, other] for other in own)
-    return [[t for t in chosen if t.number != base.number] for chosen in sets]
-
-
-def _numerics_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
-    """As check_numerics runs them: each answer's trial whose knobs differ from its reference
-    once, each distinct reference at REFERENCE_RUNS seeds (a refused answer's next one is not
-    foreseen). A reference trains with the baseline's numerics at the finalist's batch size, so
-    its steps are the baseline's scaled by the batch (``_reference_step_s``), not the
-    finalist's: the README's CPU study's bf16 finalists' runs took 5-7 s each and their fp32
-    references' 8-10 s, 70 s in all, where counting every run at its finalist's steps said 44 s
-    (2026-11-28)."""
-    total, refs = 0.0, set()
-    steps = setup.study.numerics_steps
-    for t in finals:
-        attrs: dict[str, Any] = dict(trial_attrs(t))
-        knobs = dict(attrs.get("knobs") or {})
-        ref = reference_knobs(setup, knobs)
-        if knobs == ref:
-            continue
-        run_s = numerics_run_s(attrs, figure_window_s(t), steps)
-        total += run_s
-        key = json.dumps(ref, sort_keys=True)
-        if key not in refs:
-            own_step_s = float((attrs.get("step_ms") or {}).get("median") or 0.0) / 1e3
-            ref_step_s = max(own_step_s, _reference_step_s(base, int(knobs["batch_size"])))
-            total += REFERENCE_RUNS * (run_s + steps * (ref_step_s - own_step_s))
-        refs.add(key)
-    return total
-
-
-def _reference_step_s(base: FrozenTrial, batch: int) -> float:
-    """The baseline's median step scaled to ``batch`` samples: an upper figure, since a bigger
-    batch uses the cores better (the README's CPU study's batch-128 references took 8-10 s a
-    run, start-up included, where 10 steps at 4x the baseline's batch-32 step say 9.2 s
-    alone)."""
-    a = trial_attrs(base)
-    step_s = float((a.get("step_ms") or {}).get("median") or 0.0) / 1e3
-    base_batch = int((a.get("knobs") or {}).get("batch_size") or 0)
-    return step_s * batch / base_batch if base_batch else 0.0

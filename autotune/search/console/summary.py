@@ -103,7 +103,8 @@ def brief_lines(doc: dict[str, Any] | None, c: dict[str, int], setup: StudySetup
     the numerics check; why the rounds stopped where they did not decide. The report's line
     follows (search/run.py)."""
     study = (doc or {}).get("study") or {}
-    wall = str((study.get("wall") or {}).get("words") or "").split(" after the first window")[0]
+    got = study.get("wall") or {}  # "brief" since 2026-12-06; an older best.yaml, its words'
+    wall = str(got.get("brief") or str(got.get("words") or "").split(" after the first")[0])
     outcomes = {"complete": c["complete"] - c["infeasible"], "pruned": c["pruned"],
                 "failed": c["failed"], "over the memory limit": c["infeasible"]}
     said = ", ".join(f"{n} {k}" for k, n in outcomes.items() if n)

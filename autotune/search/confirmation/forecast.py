@@ -1,0 +1,176 @@
+"""How many rounds the confirmation is expected to take: its own simulation (simulate.py) run
+forward from what is known, so that the wall time a study states is the rounds' expectation and
+not their bound.
+
+The selection stops when one finalist is left or those left lie within the zone of each other
+(selection.py). How soon depends on how far apart the finalists are and how much the rounds
+spread, neither known before the search ends. The bound (selection.hardest: finalists within
+the zone of each other, at the device's prior spread of +-16% on a CPU) is what the estimate
+stated until 2026-12-06, and the README's command ended in 4:10 against ~7:07 stated: its
+finalists were 5-25% apart, its windows 2% noisy, and the choice decided after 4 rounds.
+
+So, as the search ends (``at_search_end``), the confirmation is simulated with the finalists'
+search figures as their true speedups and the windows' measured noise as the rounds' spread;
+after each round (``after_round``), the rounds run so far are kept as they were and only the
+rounds after them are drawn, at the finalists' means so far and the spread their log ratios
+showed (the windows' noise counted as a prior of PRIOR_DF degrees of freedom, so that two
+rounds that happened to agree do not promise the rest will). Each simulated study is decided
+by the same code as a real one (simulate.study: selection, stop rule, export); the
+expectation is their mean. What is not drawn: the search's race and the same-training group
+(simulate.py says why), so a study with a same-training answer may run past the expectation
+by that group's rounds; the budget bounds both.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from optuna.trial import FrozenTrial
+
+from autotune.search.confirmation.selection import Selection
+from autotune.search.confirmation.simulate import Noise, Setting, simulate, study
+from autotune.search.round_spread import DEVICE_SPREAD, MAX_ROUNDS, RoundSpread
+from autotune.search.setup import StudySetup
+
+#: Simulated studies per forecast: at 200, the mean rounds of the README's finalists varied by
+#: under half a round between seeds, and a forecast of 5 finalists takes about a second on this
+#: project's 2-core VM, once per round (each round is 10-30 s of windows).
+STUDIES = 200
+#: The degrees of freedom the windows' own noise counts for beside the rounds' log ratios.
+PRIOR_DF = 2
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Rounds expected in all (those run included), the spread of log ratios they were drawn
+    at, and the cap (the most rounds the budget and MAX_ROUNDS allow)."""
+
+    rounds: float
+    spread: float
+    cap: int
+
+    def more(self, done: int) -> float:
+        return max(0.0, self.rounds - done)
+
+
+def prior_spread(spread: RoundSpread | None, sel: Selection) -> float:
+    """The rounds' log-ratio spread before any round: an earlier confirmation's on this device
+    where one was measured; else the windows' own noise (``sel.noise``, their halves) as a
+    ratio of two windows (sqrt(2) times it); else the device kind's prior (round_spread.py),
+    which on the README's command said +-16% where its rounds spread 2% (2026-12-06)."""
+    if spread is not None and spread.measured:
+        return spread.spread
+    if sel.noise > 0:
+        return math.sqrt(2) * sel.noise
+    return spread.spread if spread is not None else DEVICE_SPREAD["cpu"]
+
+
+def cap_rounds(budget_s: float, round_s: float, done: int = 0, least: int = 0) -> int:
+    """The most rounds the confirmation can run: those done, then whole rounds while they end
+    within the budget (confirm._stop_reason), at least ``least``, at most MAX_ROUNDS."""
+    fit = math.floor(max(0.0, budget_s) / round_s) if round_s > 0 else MAX_ROUNDS
+    return min(MAX_ROUNDS, max(least, done + fit))
+
+
+def quiet(noise: Noise | None = None) -> Noise:
+    """The rounds' noise as the forecast draws it: only the spread, no per-process offsets,
+    slow windows or drift (what the rounds measure already includes them)."""
+    return noise or Noise(spread=0.0, offset=0.0, slow_share=0.0, drift=0.0)
+
+
+def at_search_end(speedups: Sequence[float], ratio_spread: float, sel: Selection, runs: int,
+                  cap: int, seed: int = 0) -> Forecast:
+    """The rounds expected before any has run: the finalists' search figures over the
+    baseline's (``speedups``) taken as true, rounds whose log ratios spread ``ratio_spread``
+    (each window half of it in variance)."""
+    rounds = _simulated(tuple(round(s, 4) for s in speedups), round(ratio_spread, 4), sel,
+                        runs, max(cap, 1), seed)
+    return Forecast(rounds, ratio_spread, cap)
+
+
+@functools.lru_cache(maxsize=64)
+def _simulated(speedups: tuple[float, ...], ratio_spread: float, sel: Selection, runs: int,
+               cap: int, seed: int) -> float:
+    """Mean rounds of STUDIES simulated studies (cached: a study under a time budget asks
+    again after every trial, mostly with the same finalists)."""
+    window = ratio_spread / math.sqrt(2)
+    setting = Setting(speedups, Noise(window, 0.0, 0.0, drift=0.0), zone=sel.zone,
+                      confidence=sel.confidence, runs=runs, max_rounds=cap)
+    return statistics.fmean(o.rounds for o in simulate(setting, STUDIES, seed))
+
+
+def search_end_forecast(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial,
+                        sel: Selection, confirm_runs: int, round_s: float) -> Forecast:
+    """The confirmation's rounds expected as the search ends (at_search_end): the
+    finalists' search figures over the baseline's as their speedups, at the rounds' spread of
+    an earlier confirmation on this device where one was measured, else the spread the
+    windows' own noise gives a ratio of two of them (sqrt(2) times it), else the device's
+    prior; capped by the budget's rounds."""
+    trials = list({t.number: t for t in [*finals, base]}.values())
+    others = [t for t in trials if t.number != base.number]
+    systems = len({t.number for t in finals})
+    ratio = prior_spread(setup.round_spread, sel)
+    cap = cap_rounds(setup.study.confirm_budget_s, round_s, least=confirm_runs)
+    base_figure = float(base.value or 0.0)
+    speedups = [float(t.value or 0.0) / base_figure if base_figure else 1.0 for t in others]
+    if len(others) < systems:  # the baseline is a finalist itself: 1.00x
+        speedups.append(1.0)
+    if not speedups:
+        return Forecast(float(confirm_runs), ratio, cap)
+    return at_search_end(speedups, ratio, sel, max(confirm_runs, sel.first), cap)
+
+
+def ratio_spread(runs: Mapping[int, Sequence[float | None]], base: int, prior: float) -> float:
+    """The spread of the rounds' log ratios so far, pooled over the finalists (each its own
+    mean), with ``prior`` counted as PRIOR_DF degrees of freedom."""
+    ss, df = PRIOR_DF * prior ** 2, PRIOR_DF
+    for n, vals in runs.items():
+        if n == base:
+            continue
+        logs = [math.log(a / b) for a, b in zip(vals, runs[base], strict=False) if a and b]
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            ss += sum((v - mean) ** 2 for v in logs)
+            df += len(logs) - 1
+    return math.sqrt(ss / df)
+
+
+def after_round(runs: Mapping[int, Sequence[float | None]],
+                busy: Mapping[int, Sequence[bool]], base: int, prior: float, sel: Selection,
+                least: int, cap: int, seed: int = 0) -> Forecast:
+    """The rounds expected in all, the rounds in ``runs`` (figures by trial, None where a trial
+    was not measured that round; ``busy``: its contended windows) kept as they ran, the later
+    ones drawn around each finalist's mean ratio so far at the spread so far."""
+    numbers = [n for n in runs if n != base]
+    done = len(runs[base])
+    spread = ratio_spread(runs, base, prior)
+    if not numbers or done >= cap:
+        return Forecast(float(done), spread, cap)
+    means = []
+    for n in numbers:
+        ratios = [math.log(a / b) for a, b in zip(runs[n], runs[base], strict=False) if a and b]
+        means.append(statistics.fmean(ratios) if ratios else 0.0)
+    rng = np.random.default_rng(seed)
+    k, window = len(numbers), spread / math.sqrt(2)
+    truth = np.array([0.0, *means])
+    logs = truth + rng.normal(0.0, window, (STUDIES, cap + 1, k + 1))
+    flags = np.zeros((STUDIES, cap + 1, k + 1), dtype=bool)
+    for r in range(done):  # round r + 1 as it ran, as ratios to the baseline's window
+        b = runs[base][r]
+        for i, n in enumerate([base, *numbers]):
+            v = runs[n][r]
+            if v and b:
+                logs[:, r + 1, i] = math.log(v / b)
+            flags[:, r + 1, i] = bool(busy.get(n, ())[r:r + 1] and busy[n][r])
+    halves = np.full((STUDIES, k + 1), sel.noise)
+    setting = Setting(tuple(math.exp(m) for m in means), quiet(), zone=sel.zone,
+                      confidence=sel.confidence, runs=least, max_rounds=cap)
+    figures = np.exp(logs)
+    total = statistics.fmean(study(setting, figures[i], flags[i], halves[i]).rounds
+                             for i in range(STUDIES))
+    return Forecast(max(total, float(done)), spread, cap)

@@ -1,0 +1,63 @@
+"""The confirmation's rounds a study states are its simulation's expectation
+(search/confirmation/forecast.py), from the finalists' gaps and the spread measured, and
+updated after each round from the rounds as they ran; not the bound at the hardest gap. Fixed
+draws, a few hundred simulated studies each: seconds."""
+
+from __future__ import annotations
+
+import math
+
+from autotune.search.confirmation.forecast import after_round, at_search_end, ratio_spread
+from autotune.search.confirmation.selection import Selection
+from autotune.search.confirmation.words import selection_rounds
+
+SEL = Selection(0.05, 0.95, 4, 0.02)
+
+
+def test_finalists_far_apart_are_expected_to_decide_in_the_least_rounds() -> None:
+    """The README's finalists on this CPU (2026-12-06: 2.03x, 1.70x, 1.69x, 1.44x in the
+    search, windows 2% noisy) decided after 4 rounds; the estimate stated the budget's 12
+    rounds: the hardest gap's bound at the device's prior spread (+-16%). Break it once: the
+    expectation taken at the hardest gap, or at the prior rather than the windows' noise,
+    fails here."""
+    f = at_search_end([2.03, 1.70, 1.69, 1.44], math.sqrt(2) * 0.02, SEL, 3, 12)
+    assert 3 <= f.rounds <= 4.5, f
+    assert selection_rounds(f.spread, SEL, 3) > f.rounds  # the bound at this spread: above
+    assert selection_rounds(0.159, SEL, 3) >= 12  # at the prior: the budget's rounds
+
+
+def test_finalists_within_a_few_percent_are_expected_to_take_more_rounds() -> None:
+    """Two finalists 2% apart at 8% rounds: the selection needs many rounds to say they lie
+    within the zone, and the forecast says so (within the cap); far apart, at the same spread,
+    it says fewer."""
+    close = at_search_end([2.0, 1.96, 1.5], 0.08, SEL, 3, 30)
+    apart = at_search_end([2.0, 1.5, 1.2], 0.08, SEL, 3, 30)
+    assert close.rounds > apart.rounds + 3, (close, apart)
+    assert close.rounds <= 30
+
+
+def test_after_a_round_the_rounds_run_are_kept_and_a_decided_lead_expects_none() -> None:
+    """Four rounds in which trial 5 leads trial 2 by a third at 1% spread: the selection drops
+    trial 2 in the simulated continuations as it did in the real rounds, so nothing more is
+    expected. Four rounds of two finalists of the same mean at 6% spread: many more rounds,
+    within the cap. Break it once: the rounds run replaced by draws, or the spread so far
+    ignored, fails here."""
+    base = [100.0, 101.0, 99.0, 100.0]
+    clear = {0: base, 5: [199.0, 201.0, 197.0, 199.0], 2: [148.0, 150.0, 148.0, 147.0]}
+    busy = {n: [False] * 4 for n in clear}
+    sel = Selection(0.05, 0.95, 2, 0.01)
+    f = after_round(clear, busy, 0, 0.014, sel, 3, 12)
+    assert f.more(4) < 0.5, f
+    tied = {0: [100.0] * 4, 5: [220.0, 185.0, 210.0, 190.0], 2: [190.0, 215.0, 195.0, 205.0]}
+    g = after_round(tied, busy, 0, 0.03, Selection(0.05, 0.95, 2, 0.03), 3, 12)
+    assert g.more(4) > 4.0, g
+    assert g.rounds <= 12 and g.spread > 0.05
+
+
+def test_the_spread_so_far_pools_the_rounds_with_the_windows_noise_as_a_prior() -> None:
+    """Identical ratios round after round leave the prior's spread diluted, not zero (two
+    rounds that agreed promise nothing of the rest); ratios that swing set it."""
+    steady = {0: [100.0] * 5, 1: [150.0] * 5}
+    assert 0 < ratio_spread(steady, 0, 0.03) < 0.03
+    swinging = {0: [100.0] * 5, 1: [150.0, 120.0, 180.0, 130.0, 170.0]}
+    assert ratio_spread(swinging, 0, 0.03) > 0.1
