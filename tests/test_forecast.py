@@ -61,3 +61,21 @@ def test_the_spread_so_far_pools_the_rounds_with_the_windows_noise_as_a_prior() 
     assert 0 < ratio_spread(steady, 0, 0.03) < 0.03
     swinging = {0: [100.0] * 5, 1: [150.0, 120.0, 180.0, 130.0, 170.0]}
     assert ratio_spread(swinging, 0, 0.03) > 0.1
+
+
+def test_after_a_round_the_budget_and_the_least_rounds_bound_what_is_expected(
+        cpu_env: object) -> None:
+    """A GPT study whose windows' noise was unknown (the selection's first stage then 6
+    rounds) said 5 more rounds after its first, ~334 s, where its 300 s budget held 3 more of
+    its 65 s rounds, which it ran (2026-12-06). The least rounds are study.confirm_runs, not
+    the first stage. Break it once: the first stage as the floor fails here."""
+    from autotune.search.confirmation.confirm import _forecast
+    from autotune.search.confirmation.rounds import Rounds
+    from tests.conftest import study_setup
+
+    setup = study_setup(cpu_env, confirm_budget_s=300.0)
+    rounds = Rounds([0, 2, 4, 5], runs={0: [100.0], 2: [740.0], 4: [724.0], 5: [788.0]},
+                    contended={n: [False] for n in (0, 2, 4, 5)}, order=[[0, 2, 4, 5]],
+                    seconds=[66.0])
+    ahead = _forecast(setup, rounds, [2, 4, 5], 0, Selection(0.05, 0.95, 3, 0.0), 3)
+    assert ahead.more_rounds <= 3 and ahead.more_s <= 3 * 66.0 + 1e-6, ahead

@@ -222,11 +222,14 @@ def _forecast(setup: StudySetup, rounds: Rounds, members: list[int], base: int,
     done = len(rounds.order)
     last = rounds.seconds[-1] if rounds.seconds else 0.0
     left_s = setup.study.confirm_budget_s - sum(rounds.seconds)
-    cap = cap_rounds(left_s, last, done, least=max(runs, sel.first))
+    # study.confirm_runs are the least rounds, whatever the budget (_stop_reason); the
+    # selection's first stage is no floor against it: at 2026-12-06 a GPT study without a
+    # window noise (first stage 6) said 5 more rounds after its first where its budget held 3.
+    cap = cap_rounds(left_s, last, done, least=runs)
     prior = prior_spread(setup.round_spread, sel)
     shown = {n: rounds.runs[n] for n in [*members, base] if n in rounds.runs}
     busy = {n: rounds.contended[n] for n in shown}
-    f = after_round(shown, busy, base, prior, sel, max(runs, sel.first), cap)
+    f = after_round(shown, busy, base, prior, sel, runs, cap)
     return Ahead(done, f.more(done), f.more(done) * last, f.spread)
 
 

@@ -122,7 +122,7 @@ def search_end_forecast(setup: StudySetup, finals: list[FrozenTrial], base: Froz
         speedups.append(1.0)
     if not speedups:
         return Forecast(float(confirm_runs), ratio, cap)
-    return at_search_end(speedups, ratio, sel, max(confirm_runs, sel.first), cap)
+    return at_search_end(speedups, ratio, sel, confirm_runs, cap)
 
 
 def ratio_spread(runs: Mapping[int, Sequence[float | None]], base: int, prior: float) -> float:

@@ -157,8 +157,7 @@ class Estimate:
                  "numerics check": "numerics check", "scaling": "scaling"}
         parts = [f"{names[k]} ~{clock_text(v)}" for k, v in self.phases().items() if v >= 0.5]
         more = "; plus compile times" if self.compile_unknown else ""
-        return (f"expected wall time ~{clock_text(self.total_s)} ({', '.join(parts)}){more}; "
-                "restated as the search ends")
+        return f"expected wall time ~{clock_text(self.total_s)} ({', '.join(parts)}){more}"
 
     def _rounds_words(self) -> str:
         n, each = self.confirm_rounds, self.round_s
