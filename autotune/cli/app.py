@@ -116,7 +116,8 @@ def build_setup(cfg: Config, overrides: list[str]) -> tuple[StudySetup, int, int
         name=name, storage=url, out_dir=out_dir, env=env, space=space, workload_spec=spec,
         workload_label=workload.describe(), study=cfg.study, window=cfg.window,
         launch=cfg.launch, memory_limit_gb=limit, seed=cfg.seed, cpu_sized=cpu_sized,
-        image_inputs=workload.image_inputs, global_batch=global_batch, **_nightly(cfg),
+        image_inputs=workload.image_inputs, global_batch=global_batch,
+        framework=getattr(workload, "framework", None), **_nightly(cfg),
     ), workers, sized(cfg.study.n_trials)
 
 

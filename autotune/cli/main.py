@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
@@ -157,6 +158,35 @@ def track_main(argv: list[str]) -> int:
     return 1 if any(w.startswith("not published") for w in done.values()) else 0
 
 
+def apply_main(argv: list[str]) -> int:
+    """``autotune apply STUDY -- python train.py ARGS``: your command, as you launch it, with the
+    study's best.yaml applied: a script with ``autotune.Runtime`` lines reads it (AUTOTUNE_BEST),
+    and a Hugging Face Trainer the script builds takes its TrainingArguments fields
+    (adapters/hf_script.py), with no changed line. The command's exit code is returned."""
+    if "--" not in argv or argv.index("--") != 1:
+        fail("usage: autotune apply STUDY -- python train.py ARGS... (STUDY: the study's "
+             "folder, its best.yaml, or its name under studies/)")
+        return 2
+    from autotune.core.workload import WorkloadError
+    from autotune.workloads.script import check_command
+
+    study, command = Path(argv[0]), argv[2:]
+    best = study if study.suffix == ".yaml" else (
+        study / "best.yaml" if study.is_dir() else Path("studies") / study / "best.yaml")
+    if not best.is_file():
+        fail(f"autotune apply: no best.yaml at {best}: give the study's folder (studies/NAME), "
+             "its best.yaml, or its name under studies/")
+        return 2
+    try:
+        command = check_command(command)
+    except WorkloadError as exc:
+        fail(str(exc))
+        return 2
+    env = {**os.environ, "AUTOTUNE_BEST": str(best.resolve())}
+    return subprocess.call([sys.executable, "-m", "autotune.measure.script_run", *command],
+                           env=env)
+
+
 def _tracking_value(text: str) -> str | list[str]:
     """``tracking=[mlflow,wandb]`` (the study's own override) or ``mlflow`` as names."""
     value = text.removeprefix("tracking=").strip()
@@ -176,6 +206,9 @@ SUBCOMMANDS: dict[str, tuple[Callable[[list[str]], int], str, str]] = {
     "track": (track_main, "STUDY tracking=[mlflow,tensorboard,wandb]",
               "publish a stored study, finished or running, to experiment trackers: a parent "
               "run for the study, one per trial, best.yaml and the report as artifacts"),
+    "apply": (apply_main, "STUDY -- python train.py ARGS...",
+              "your command as you launch it with the study's best.yaml applied (a Hugging "
+              "Face Trainer's arguments set with no changed line)"),
     "follow": (follow_main, "STUDY_DIR",
                "on each node but the driver's, run this node's ranks of a study over "
                "several nodes (launch.nnodes)"),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.files import atomic_write
+from autotune.measure.framework_hooks import install_hooks
 from autotune.measure.protocol import TrialRequest, WindowResult
 from autotune.measure.script_window import ScriptWindow, WindowEnded, start
 from autotune.measure.window import is_oom
@@ -39,8 +40,9 @@ def run(req: TrialRequest, result_path: Path, rank: bool = False) -> int:
     cwd = req.workload.get("cwd")
     if cwd:
         os.chdir(cwd)
+    install_hooks()  # a framework's Trainer, built by the script, takes the trial's knobs
     try:
-        _run_command(command)
+        run_command(command)
         outcome, error = "crash", _ended_early(window, "returned")
     except WindowEnded:  # a rank's window is measured, its result written
         return 0
@@ -58,7 +60,7 @@ def run(req: TrialRequest, result_path: Path, rank: bool = False) -> int:
     return 0
 
 
-def _run_command(command: list[str]) -> None:
+def run_command(command: list[str]) -> None:
     """``python script.py ARGS`` or ``python -m module ARGS``, in this interpreter."""
     args = command[1:]
     if args[:1] == ["-m"]:

@@ -152,6 +152,12 @@ class Meter:
         self._wait += seconds
         self._wait_all += seconds
 
+    def add_wait(self, seconds: float) -> None:
+        """Count ``seconds`` as the loop's wait for its next batch, timed by the caller (a
+        framework's loop, whose fetch no ``wrap`` or ``wait`` can reach: adapters/*_script.py)."""
+        self._wrapped = True
+        self._waited(seconds)
+
     @contextlib.contextmanager
     def wait(self) -> Iterator[None]:
         """The time inside counts as the loop waiting for its next batch, as ``wrap`` counts

@@ -59,6 +59,13 @@ class Source:
     image_inputs: bool = False  # rt.to_device saw 4-D inputs
     optimizer: str = ""  # the optimizer class the script's calls saw
     grad_accum_read: bool = False  # the script read rt.grad_accum
+    #: The process-wide knobs this source's script reaches (a framework's hook applies fewer
+    #: than a Runtime, which is made before any allocation: adapters/hf_script.py).
+    process: tuple[str, ...] = PROCESS_KNOBS
+    framework: str = ""  # "hf": the script's settings were read from its Trainer's arguments
+    #: The values a framework's Trainer can take for a knob it reaches, and why (knob ->
+    #: [values, why], as Workload.knob_limits): TrainingArguments.optim's two AdamWs.
+    limits: dict[str, Any] = field(default_factory=dict)
     _discover_steps: int = 0
 
     def setting(self, knob: str, value: Any) -> Any:
@@ -88,10 +95,15 @@ class Source:
 
     def write_discovery(self) -> None:
         assert self.discover is not None
-        doc = {"own": {k: v for k, v in self.own.items() if k in self.reached},
-               "reached": sorted(self.reached | set(PROCESS_KNOBS)),
+        # grad_accum is no knob: a framework's Trainer declares its accumulation (the global
+        # batch the study keeps: core/global_batch.py).
+        doc = {"own": {k: v for k, v in self.own.items()
+                       if k in self.reached or k == "grad_accum"},
+               "reached": sorted(self.reached | set(self.process)),
                "image_inputs": self.image_inputs, "optimizer": self.optimizer,
-               "grad_accum_read": self.grad_accum_read}
+               "grad_accum_read": self.grad_accum_read,
+               **({"framework": self.framework} if self.framework else {}),
+               **({"limits": self.limits} if self.limits else {})}
         with open(self.discover, "w") as f:
             json.dump(doc, f)
 

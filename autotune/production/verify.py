@@ -144,16 +144,18 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
     folder = path.parent / f"verify{tag}"
     folder.mkdir(exist_ok=True)
     request = _baseline_request(path.parent, doc)
-    cwd = None
+    cwd, hooked = None, []
     if script is None and request["workload"].get("_target_") == SCRIPT_TARGET:
         # A study of the user's own command: both sides run that command, where it ran.
+        # Run as its trials ran it: in-process, its frameworks hooked (measure/script_run.py).
         script, cwd = list(request["workload"]["command"][1:]), request["workload"].get("cwd")
+        hooked = ["-m", "autotune.measure.script_run", "python"]
     configs = {"baseline": _baseline_config(doc, request, folder), "exported": path}
     window = request["window"]
     steps = steps or max(20, 2 * int(window["measure_steps"]))
     warmup = warmup if warmup is not None else int(window["warmup_steps"]) + 2
     if script:
-        command, how = list(script), f"{Path(script[0]).name}, your script, as it is"
+        command, how = [*hooked, *script], f"{Path(script[0]).name}, your script, as it is"
         if nproc_per_node > 1:
             command = ["-m", "torch.distributed.run", "--standalone",
                        f"--nproc_per_node={nproc_per_node}", *command]

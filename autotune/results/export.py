@@ -110,6 +110,7 @@ def best_document(study: optuna.Study, storage_url: str,
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "workload": attrs.get("workload"),
+        **({"framework": attrs["framework"]} if attrs.get("framework") else {}),
         "device": _device(dev),
         "knobs": dict(trial_attrs(best)["knobs"]),
         # How many input stages the workload declares (transform_split = that: all on the

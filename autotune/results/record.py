@@ -110,6 +110,7 @@ class StudyAttrs(TypedDict, total=False):
     unit: str  # the objective's unit, set by the first measured trial (absent: samples/s)
     workload_target: str | None  # its factory's import path
     workload_arguments: dict[str, Any]  # its factory's arguments (search/loop/conditions.py)
+    framework: str  # "hf": a script study's Trainer, tuned through its arguments
     device: dict[str, Any]  # autotune.core.env.Env.to_dict()
     versions: dict[str, Any]  # library versions (the nightly comparison reads them)
     fixed_knobs: dict[str, Any]  # knob -> [value, why]

@@ -57,6 +57,9 @@ class StudySetup:
     worker_env: dict[str, str] = field(default_factory=dict)
     worker_index: int = 0
     image_inputs: bool = False
+    #: The framework whose Trainer a script study tuned ("hf"; workloads/script.py): its
+    #: exports beside best.yaml.
+    framework: str | None = None
     #: study.compare_to as found: (its name, its storage URL); None where unset or not there.
     compare: tuple[str, str] | None = None
     # Why study.compare_to / start_from named a study that is not there (yet): the first night

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ LINES: dict[str, str] = {
     "optimizer_impl": "pass **rt.optimizer_kwargs() to your optimizer",
     "set_to_none": "clear gradients with rt.zero_grad(optimizer)",
 }
+#: A framework whose Trainer a script builds, found by its discovery run: its name in words
+#: and the module of its hook and exports.
+FRAMEWORKS = {"hf": ("Hugging Face Trainer", "autotune.adapters.hf_script"),
+              "lightning": ("Lightning Trainer", "autotune.adapters.lightning_script")}
 _found: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
@@ -62,14 +67,36 @@ class ScriptWorkload(Workload):
         self.defaults = dict(found["own"])
         self.image_inputs = bool(found.get("image_inputs"))
         self.optimizer_name = str(found.get("optimizer") or "")
+        #: "hf": the script's Trainer is tuned through its arguments (adapters/hf_script.py).
+        self.framework: str | None = found.get("framework") or None
         self.knob_limits = {
             k.name: ([self.defaults.get(k.name, 32 if k.name == "batch_size" else k.off)],
-                     f"your script's calls do not reach it: {LINES[k.name]}"
-                     if k.name in LINES else "a script's trials do not set it")
-            for k in KNOBS if k.name not in reached}
+                     self._unreached(k.name)) for k in KNOBS if k.name not in reached}
+        # What a framework's Trainer can take of a knob it reaches (its adapter's limits).
+        self.knob_limits.update({k: (list(values), why) for k, (values, why)
+                                 in (found.get("limits") or {}).items() if k in reached})
+
+    def _unreached(self, knob: str) -> str:
+        if self.framework in FRAMEWORKS:
+            return f"{FRAMEWORKS[self.framework][0]}'s arguments do not hold it"
+        return (f"your script's calls do not reach it: {LINES[knob]}" if knob in LINES
+                else "a script's trials do not set it")
 
     def describe(self) -> str:
-        return f"your command: {shlex.join(self.command)}"
+        own = (f" (its {FRAMEWORKS[self.framework][0]}, tuned through its arguments)"
+               if self.framework in FRAMEWORKS else "")
+        return f"your command: {shlex.join(self.command)}{own}"
+
+    @classmethod
+    def framework_exports(cls, best: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """A script whose framework's Trainer was tuned: that framework's forms of the answer
+        (the hook's module, by name: workloads sit below the adapters)."""
+        framework = best.get("framework")
+        if framework not in FRAMEWORKS:
+            return {}
+        exported: dict[str, dict[str, Any]] = import_module(FRAMEWORKS[framework][1]).exports(
+            best)
+        return exported
 
     def model(self) -> Any:
         raise WorkloadError("a script's model is built by the script itself, in its trials")
@@ -146,7 +173,10 @@ def _discovery_run(command: list[str], cwd: str) -> dict[str, Any]:
                              "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
         try:
-            proc = subprocess.run([sys.executable, *command[1:]], cwd=cwd, env=env,
+            # As a trial runs it: in-process, its frameworks hooked (a Trainer's arguments
+            # are the settings of a script with no autotune line: adapters/hf_script.py).
+            proc = subprocess.run([sys.executable, "-m", "autotune.measure.script_run",
+                                   *command], cwd=cwd, env=env,
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=DISCOVER_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -163,7 +193,8 @@ def _discovery_run(command: list[str], cwd: str) -> dict[str, Any]:
                 f"{proc.returncode}); nothing was tuned. Its output ended with:\n{tail}")
         raise WorkloadError(
             f"`{shlex.join(command)}` ended without reporting two steps to autotune's meter: "
-            "a script is tuned through its autotune.Runtime calls. Add rt = "
-            "autotune.Runtime() before your DataLoader, meter = rt.meter(), and "
+            "a script is tuned through the Hugging Face or Lightning Trainer it trains with "
+            "(read as it is), or through its autotune.Runtime calls. For a loop of your own, "
+            "add rt = autotune.Runtime() before your DataLoader, meter = rt.meter(), and "
             "meter.step(batch_size) after each step (docs/guide/script.md)."
             + (f" Its output ended with:\n{tail}" if tail else ""))

@@ -121,6 +121,8 @@ def record_conditions(study: Any, s: StudySetup) -> None:
     fixed = {k: [v, why] for k, (v, why) in s.space.fixed.items()}
     set_study_attrs(study, {"workload": s.workload_label})
     set_study_attrs(study, {"workload_target": s.workload_spec.get("_target_")})
+    if s.framework:
+        set_study_attrs(study, {"framework": s.framework})
     set_study_attrs(study, {"workload_arguments": workload_arguments(s)})
     set_study_attrs(study, {"device": s.env.to_dict()})
     set_study_attrs(study, {"fixed_knobs": fixed})
