@@ -84,3 +84,27 @@ def test_the_tutorial_runs_as_written_and_under_verify(tmp_path: Path) -> None:
     said = "".join(logs)  # (a SlowerThanMeasured warning on a busy machine names a cause)
     assert "meter.wrap" not in said and "KnobOverridden" not in said, said[-3000:]
     assert "is not timed" not in said, said[-3000:]
+
+
+def test_the_tutorial_is_tuned_from_its_train_py_alone(tmp_path: Path) -> None:
+    """As the page's first commands: the study of train.py itself (no workload.py), its
+    baseline the script's own values (batch 16, full precision, eager, no DataLoader worker
+    searched), the script then trained under the best.yaml it names, and ``autotune verify
+    studies/nanogpt`` running the same command, each side ending at its window."""
+    from tests.conftest import BARE_ARGS
+
+    script = str(FOLDER / "train.py")
+    _run([sys.executable, "-m", "autotune", "study.name=nanogpt", "study.n_trials=2",
+          *BARE_ARGS, "--", "python", script, "--steps", "300"], tmp_path)
+    study = tmp_path / "studies" / "nanogpt"
+    base = json.loads((study / "trials" / "0" / "request.json").read_text())
+    assert base["knobs"]["batch_size"] == 16 and base["knobs"]["amp"] == "off"
+    assert base["knobs"]["compile"] == "off" and base["knobs"]["num_workers"] == 0
+    assert not (FOLDER / "studies").exists()  # written where the command ran
+    out = _run([sys.executable, script, "--steps", "4", "--eval-every", "4"], tmp_path)
+    assert "step 4:" in out
+    _run([sys.executable, "-m", "autotune", "verify", str(study), "--rounds", "1", "--steps",
+          "8", "--warmup", "2"], tmp_path)
+    verified = json.loads((study / "verify.json").read_text())
+    assert verified["how"].startswith("train.py, your script")
+    assert all(f["steps"] == 10 for side in verified["figures"].values() for f in side)
