@@ -163,7 +163,15 @@ def apply_main(argv: list[str]) -> int:
     study's best.yaml applied: a script with ``autotune.Runtime`` lines reads it (AUTOTUNE_BEST),
     and a Hugging Face Trainer the script builds takes its TrainingArguments fields
     (adapters/hf_script.py), with no changed line. The command's exit code is returned."""
-    if "--" not in argv or argv.index("--") != 1:
+    import argparse
+
+    cut = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(prog="autotune apply", description=apply_main.__doc__,
+                                 usage="autotune apply STUDY -- python train.py ARGS...")
+    ap.add_argument("study", help="the study's folder (studies/NAME), its best.yaml, or its "
+                                  "name under studies/")
+    ap.parse_args(argv[:cut])  # --help: the usage, exit 0
+    if cut != 1 or len(argv) <= cut + 1:
         fail("usage: autotune apply STUDY -- python train.py ARGS... (STUDY: the study's "
              "folder, its best.yaml, or its name under studies/)")
         return 2
