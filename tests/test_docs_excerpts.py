@@ -152,7 +152,8 @@ def replayed_rounds(conf: dict[str, Any]) -> dict[tuple[str, int], str]:
     """Each round's line as words.round_line says it, from the recorded rounds: after round k,
     each finalist not yet dropped with its interval over its first k windows (the leader's
     shown), and those dropped after their last window, in round k. The seconds are the
-    expected round's (the shape check reads any number as any other)."""
+    expected round's (the shape check reads any number as any other); the seconds still
+    expected, each round's recorded forecast."""
     from autotune.search.confirmation.choose import Candidate, interval_of
     from autotune.search.confirmation.words import round_line
 
@@ -164,6 +165,8 @@ def replayed_rounds(conf: dict[str, Any]) -> dict[tuple[str, int], str]:
     def last(n: int) -> int:  # the round of a finalist's last window
         return max((i + 1 for i, r in enumerate(runs[n]) if r is not None), default=0)
 
+    # The seconds each round said were still expected (confirm.py's forecast, recorded).
+    more = {int(f["round"]): float(f["more_s"]) for f in conf.get("forecast") or []}
     out = {}
     for k in range(1, int(conf.get("rounds") or 0) + 1):
         shown = [n for n in runs if n != base and not (n in dropped and last(n) < k)]
@@ -173,7 +176,7 @@ def replayed_rounds(conf: dict[str, Any]) -> dict[tuple[str, int], str]:
         gone = sorted(n for n in shown if n in dropped and last(n) == k)
         settled = [c for c in cands if c.number not in gone]
         out[("round", k)] = round_line(k, settled, k * float(conf.get("expected_round_s") or 1),
-                                       base, gone)
+                                       base, gone, more.get(k))
     return out
 
 
