@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.child_env import run_logged
 from benchmarks.record import command, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,24 +44,13 @@ SCRIPTS = {
 }
 
 
-def _run(args: list[str], cwd: Path, log: Path) -> float:
-    t = time.perf_counter()
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    with log.open("w") as f:
-        proc = subprocess.run(args, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONPATH": path}, check=False)
-    if proc.returncode not in (0, 4):
-        sys.exit(f"{' '.join(args)} exited with {proc.returncode}; its output: {log}")
-    return time.perf_counter() - t
-
-
 def side(kind: str, folder: Path, trials: int, rounds: int) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     script, args = SCRIPTS[kind]
     shutil.copy(ROOT / "examples" / script, folder / "train.py")
-    study_s = _run([sys.executable, "-m", "autotune", f"study.n_trials={trials}", "--",
+    study_s = run_logged([sys.executable, "-m", "autotune", f"study.n_trials={trials}", "--",
                     "python", "train.py", *args], folder, folder / "study.log")
-    verify_s = _run([sys.executable, "-m", "autotune", "verify", "studies/train-cpu",
+    verify_s = run_logged([sys.executable, "-m", "autotune", "verify", "studies/train-cpu",
                      "--rounds", str(rounds)], folder, folder / "verify.log")
     study = folder / "studies" / "train-cpu"
     best = yaml.safe_load((study / "best.yaml").read_text())

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,23 +31,12 @@ from typing import Any
 
 import yaml
 
+from benchmarks.child_env import run_logged
 from benchmarks.record import command, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "examples" / "nanogpt"
 GOAL = 0.8
-
-
-def _run(args: list[str], cwd: Path, log: Path) -> float:
-    """One command in ``cwd`` with this checkout's autotune; its output to ``log``; seconds."""
-    t = time.perf_counter()
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    with log.open("w") as f:
-        proc = subprocess.run(args, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONPATH": path}, check=False)
-    if proc.returncode not in (0, 4):  # 4: exported, with a could-not-measure note
-        sys.exit(f"{' '.join(args)} exited with {proc.returncode}; its output: {log}")
-    return time.perf_counter() - t
 
 
 def _changed(folder: Path, best: dict[str, Any]) -> str:
@@ -72,8 +59,8 @@ def side(kind: str, folder: Path, trials: int, rounds: int, steps: int) -> dict[
                  f"study.n_trials={trials}", "--", *script]
         verify = [sys.executable, "-m", "autotune", "verify", "studies/nanogpt", "--rounds",
                   str(rounds)]
-    study_s = _run(study, folder, folder / "study.log")
-    verify_s = _run(verify, folder, folder / "verify.log")
+    study_s = run_logged(study, folder, folder / "study.log")
+    verify_s = run_logged(verify, folder, folder / "verify.log")
     best = yaml.safe_load((folder / "studies" / "nanogpt" / "best.yaml").read_text())
     verified = json.loads((folder / "studies" / "nanogpt" / "verify.json").read_text())
     return {"best": best, "verified": verified, "study_s": study_s, "verify_s": verify_s,

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.child_env import run_logged
 from benchmarks.record import command, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,15 +35,8 @@ GOAL = 0.8
 
 
 def _run(args: list[str], cwd: Path, log: Path) -> float:
-    """Run one command of the tutorial in ``cwd``; its output goes to ``log``. Seconds taken."""
-    t = time.perf_counter()
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    with log.open("w") as f:  # this checkout's autotune, from any folder
-        proc = subprocess.run(args, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONPATH": path})
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(args)} exited with {proc.returncode}; its output: {log}")
-    return time.perf_counter() - t
+    """One command of the tutorial in ``cwd``; its output to ``log``; its seconds."""
+    return run_logged(args, cwd, log, ok=(0,))
 
 
 def measure(folder: Path, trials: int, rounds: int, steps: int, quick: bool) -> dict[str, Any]:

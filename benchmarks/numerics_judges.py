@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.child_env import child_env
 from benchmarks.record import command, machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def run_side(label: str, code: Path, out: Path, only: list[str], trials: int,
              reuse: bool = False) -> dict[str, Any]:
     """Each study of one side in its own folder; what its best.yaml says (``reuse``: the
     studies already in ``out``, not run again)."""
-    env = {**os.environ, "PYTHONPATH": f"{code}:{os.environ.get('PYTHONPATH', '')}".rstrip(":")}
+    env = child_env(code)
     results: dict[str, Any] = {}
     for name in only:
         folder = out / label / name
