@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,18 @@ def pg_server() -> Any:
     server = PgServer(PG_PASSWORD)
     yield server.url_for
     server.stop()
+
+
+def measured_trials(study_dir: Path) -> Iterator[tuple[Path, dict[str, Any], dict[str, Any], str]]:
+    """Each trial of a study that measured its window (pruned and failed ones left out): its
+    folder, request, result and the logs its process wrote (what a script printed)."""
+    import json
+
+    for trial in sorted((study_dir / "trials").iterdir()):
+        if not (trial / "result.json").exists():  # pruned: its window cut short
+            continue
+        result = json.loads((trial / "result.json").read_text())
+        if result["outcome"] != "ok":
+            continue
+        request = json.loads((trial / "request.json").read_text())
+        yield trial, request, result, "".join(p.read_text() for p in trial.glob("*.log"))

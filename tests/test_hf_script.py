@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import BARE_ARGS, ROOT, child_env, leftover_trials, ran_to_the_end, run_cli
+from tests.conftest import (
+    BARE_ARGS,
+    ROOT,
+    child_env,
+    leftover_trials,
+    measured_trials,
+    ran_to_the_end,
+    run_cli,
+)
 
 pytest.importorskip("transformers")
 
@@ -45,14 +53,7 @@ def test_an_unchanged_trainer_script_is_tuned_applied_and_verified(tmp_path: Pat
     base = json.loads((folder / "trials" / "0" / "request.json").read_text())
     assert base["knobs"]["batch_size"] == 8 and base["grad_accum"] == 2  # read from the args
     seen = set()
-    for trial in sorted((folder / "trials").iterdir()):
-        if not (trial / "result.json").exists():  # pruned: its window cut short
-            continue
-        request = json.loads((trial / "request.json").read_text())
-        result = json.loads((trial / "result.json").read_text())
-        if result["outcome"] != "ok":
-            continue
-        logs = "".join(p.read_text() for p in trial.glob("*.log"))
+    for trial, request, result, logs in measured_trials(folder):
         built = re.search(r"TRAINER batch=(\d+) accum=(\d+) bf16=(\w+) out=(\S+)", logs)
         assert built, logs[-2000:]
         batch, accum = int(built.group(1)), int(built.group(2))
