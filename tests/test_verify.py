@@ -98,25 +98,36 @@ def test_a_shortfall_names_what_the_production_path_adds() -> None:
 #: examples/train_plain.py's loop with another job beside one side's run: the exported side
 #: of round 1 (its meter's output file names the round and the side) starts busy processes on
 #: every core, outside its own process tree (through a shell that exits at once, as another
-#: user's job would be), and ends them when its loop ends.
+#: user's job would be), waits until the machine reads busy, and the job ends when the side
+#: does (the side leaves through os._exit at its window, past any finally of its own), so the
+#: round measured again runs quiet.
 BUSY_SIDE_SCRIPT = '''
-import os, runpy, shutil, signal, subprocess, sys, time
+import os, runpy, shutil, subprocess, sys, time
 
-hog = None
-if os.environ["AUTOTUNE_METER_OUT"].endswith("0-exported.json"):
+
+def busy_cores(seconds=0.3):
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v) - v[3] - v[4], sum(v)
+    (b0, t0), _ = read(), time.sleep(seconds)
+    b1, t1 = read()
+    return (os.cpu_count() or 1) * (b1 - b0) / max(t1 - t0, 1)
+
+
+if os.environ["AUTOTUNE_METER_OUT"].endswith("/0-exported.json"):
     n = os.cpu_count() or 1
-    # Bounded in time too: the side ends at its window (os._exit), past this finally.
-    one = (f"stress-ng --cpu {n} --timeout 30s --quiet" if shutil.which("stress-ng") else
-           " & ".join([f"timeout 30 {sys.executable} -c 'while True: pass'"] * n))
-    hog = subprocess.Popen(["sh", "-c", one + " >/dev/null 2>&1 &"], start_new_session=True)
-    hog.wait()
-    time.sleep(1.0)  # spinning before the loop starts
-try:
-    sys.argv = [sys.argv[1], *sys.argv[2:]]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-finally:
-    if hog is not None:
-        os.killpg(hog.pid, signal.SIGKILL)
+    spin = f"timeout 60 {sys.executable} -c 'while True: pass' & pids=\\"$pids $!\\"; "
+    job = (f"stress-ng --cpu {n} --timeout 60s --quiet & pids=$!; " if shutil.which("stress-ng")
+           else "pids=; " + spin * n)
+    watch = f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.1; done; kill $pids"
+    subprocess.Popen(["sh", "-c", f"({job}{watch}) >/dev/null 2>&1 &"],
+                     start_new_session=True).wait()
+    deadline = time.monotonic() + 20
+    while busy_cores() < n - 0.5 and time.monotonic() < deadline:
+        pass
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 
@@ -136,8 +147,10 @@ def test_a_side_beside_another_job_names_it_and_its_round_is_measured_again(
                     str(study / "best.yaml"), "--steps", "1000", "--device", "cpu"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((study / "verify.json").read_text())
+    assert out["disturbed"], (out, proc.stdout)
     first = out["disturbed"][0]
     assert first["round"] == 0 and "other processes used" in first["sides"]["exported"], out
+    assert len(out["disturbed"]) == 1, out  # the job ended with its side: round 2 ran quiet
     assert out["figures"]["exported"][0]["contention"]["contended"]
     assert len(out["figures"]["exported"]) == 2  # measured again, once: 1 round was asked
     assert not out["quiet"] and out["realized"]["rounds"] == 2
