@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -250,6 +251,22 @@ def test_a_compiling_trial_is_not_taken_for_a_hung_one(cpu_env: Env, tmp_path: P
     # the trial was measured all the same: the allowance covered it.
     assert res.compile_s > 5.0, res.compile_s
     assert res.steps >= TINY_WINDOW["min_measure_steps"] and res.samples_per_sec > 0
+
+
+def test_a_numerics_run_slower_than_stall_s_is_not_taken_for_a_hung_one(cpu_env: Env,
+                                                                        tmp_path: Path) -> None:
+    """A numerics run's steps beat the watchdog as a window's do: five 2 s steps (a loader
+    that sleeps 250 ms an item, 8 a batch) past a 4 s stall limit record their losses. Without
+    the beats a GPT study's fp32 reference at batch 64 ended as stalled and its finalist was
+    exported unchecked (2026-12-06)."""
+    from tests.workloads_diag import SleepyLoaderWorkload, baseline_knobs, spec
+
+    req = TrialRequest(workload=spec(SleepyLoaderWorkload, sleep_ms=250.0), device="cpu",
+                       knobs=baseline_knobs(SleepyLoaderWorkload()), numerics_steps=5,
+                       window={**TINY_WINDOW, "stall_s": 4.0, "timeout_s": 120.0})
+    res = run_window(req, tmp_path)
+    assert res.outcome == "ok", (res.outcome, res.error)
+    assert len(res.losses) == 5 and all(math.isfinite(v) for v in res.losses)
 
 
 def test_the_pruner_reads_the_throughput_so_far(cpu_env: Env, tmp_path: Path) -> None:

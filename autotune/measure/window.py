@@ -318,7 +318,7 @@ def run(req: TrialRequest, result_path: Path) -> int:
     with CompileWatch() as compile_watch:
         try:
             if req.numerics_steps:
-                record_losses(req, result)
+                record_losses(req, result, progress)
             else:
                 measure(req, result, progress, compile_watch)
         except NonFiniteLoss as exc:
