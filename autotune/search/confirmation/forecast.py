@@ -23,9 +23,11 @@ by that group's rounds; the budget bounds both.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,14 +47,22 @@ STUDIES = 200
 PRIOR_DF = 2
 
 
+#: Who led, in a forecast: each set of finalists that led after some round in one simulated
+#: study, with the share of studies it was.
+Leaders = tuple[tuple[frozenset[int], float], ...]
+
+
 @dataclass(frozen=True)
 class Forecast:
     """Rounds expected in all (those run included), the spread of log ratios they were drawn
-    at, and the cap (the most rounds the budget and MAX_ROUNDS allow)."""
+    at, the cap (the most rounds the budget and MAX_ROUNDS allow), and, as the search ends,
+    which finalists led after some round (``led``: the numerics check vets each leader, so
+    its expected cost is theirs, search/console/numerics_cost.py)."""
 
     rounds: float
     spread: float
     cap: int
+    led: Leaders = ()
 
     def more(self, done: int) -> float:
         return max(0.0, self.rounds - done)
@@ -87,21 +97,25 @@ def at_search_end(speedups: Sequence[float], ratio_spread: float, sel: Selection
                   cap: int, seed: int = 0) -> Forecast:
     """The rounds expected before any has run: the finalists' search figures over the
     baseline's (``speedups``) taken as true, rounds whose log ratios spread ``ratio_spread``
-    (each window half of it in variance)."""
-    rounds = _simulated(tuple(round(s, 4) for s in speedups), round(ratio_spread, 4), sel,
-                        runs, max(cap, 1), seed)
-    return Forecast(rounds, ratio_spread, cap)
+    (each window half of it in variance). ``led`` names the finalists by their place in
+    ``speedups`` (0 the first)."""
+    rounds, led = _simulated(tuple(round(s, 4) for s in speedups), round(ratio_spread, 4),
+                             sel, runs, max(cap, 1), seed)
+    return Forecast(rounds, ratio_spread, cap, led)
 
 
 @functools.lru_cache(maxsize=64)
 def _simulated(speedups: tuple[float, ...], ratio_spread: float, sel: Selection, runs: int,
-               cap: int, seed: int) -> float:
-    """Mean rounds of STUDIES simulated studies (cached: a study under a time budget asks
-    again after every trial, mostly with the same finalists)."""
+               cap: int, seed: int) -> tuple[float, Leaders]:
+    """Mean rounds of STUDIES simulated studies and who led in them (cached: a study under a
+    time budget asks again after every trial, mostly with the same finalists)."""
     window = ratio_spread / math.sqrt(2)
     setting = Setting(speedups, Noise(window, 0.0, 0.0, drift=0.0), zone=sel.zone,
                       confidence=sel.confidence, runs=runs, max_rounds=cap)
-    return statistics.fmean(o.rounds for o in simulate(setting, STUDIES, seed))
+    outcomes = simulate(setting, STUDIES, seed)
+    led = Counter(frozenset(n - 1 for n in o.led) for o in outcomes)  # simulate's 1..k
+    return (statistics.fmean(o.rounds for o in outcomes),
+            tuple((who, count / len(outcomes)) for who, count in led.items()))
 
 
 def search_end_forecast(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial,
@@ -122,7 +136,10 @@ def search_end_forecast(setup: StudySetup, finals: list[FrozenTrial], base: Froz
         speedups.append(1.0)
     if not speedups:
         return Forecast(float(confirm_runs), ratio, cap)
-    return at_search_end(speedups, ratio, sel, confirm_runs, cap)
+    ahead = at_search_end(speedups, ratio, sel, confirm_runs, cap)
+    numbers = [t.number for t in others] + [base.number]  # the baseline last, where appended
+    led = tuple((frozenset(numbers[i] for i in who), share) for who, share in ahead.led)
+    return dataclasses.replace(ahead, led=led)
 
 
 def ratio_spread(runs: Mapping[int, Sequence[float | None]], base: int, prior: float) -> float:

@@ -46,7 +46,7 @@ import numpy as np
 
 from autotune.results.intervals import t975
 from autotune.search.confirmation import selection
-from autotune.search.confirmation.choose import Candidate, decide, decided, interval_of
+from autotune.search.confirmation.choose import Candidate, decide, decided, interval_of, pick
 from autotune.search.confirmation.selection import Selection
 from autotune.search.round_spread import MAX_ROUNDS
 
@@ -90,13 +90,16 @@ class Setting:
 class Outcome:
     """One study's end: the finalist exported (its number), whether it lies within the zone of
     the true best, whether its exported 95% interval covers its true speedup, the rounds run
-    (the search's included, as the confirmation counts them) and why they stopped."""
+    (the search's included, as the confirmation counts them), why they stopped, and every
+    finalist that led after some round (the numerics check vets each as it leads:
+    confirmation/vet.py; what it costs is what they cost)."""
 
     exported: int
     correct: bool
     covered: bool
     rounds: int
     stopped: str
+    led: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
     busy: dict[int, list[bool]] = {n: [] for n in runs}
     sel = Selection(setting.zone, setting.confidence, max(2, k),
                     float(statistics.median(halves.tolist())))
-    active, why, group = list(numbers), None, []
+    active, why, group, led = list(numbers), None, [], set()
     if setting.search_round:
         for n in runs:
             runs[n].append(float(figures[0, n]))
@@ -213,12 +216,14 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
             busy[n].append(bool(flags[r, n]) if measured else False)
         group = _candidates(runs, busy, numbers, setting.changed)  # the dropped too: drops are replayed
         active = [c.number for c in selection.racing(group, (), sel)]
+        if group:
+            led.add(pick(selection.survivors(group, sel), sel)[0].number)  # confirm.answers
         why = _stop(setting, runs, busy, group, sel)
-    return _outcome(setting, runs, group, sel, why)
+    return _outcome(setting, runs, group, sel, why, frozenset(led))
 
 
 def _outcome(setting: Setting, runs: dict[int, list[float | None]], group: list[Candidate],
-             sel: Selection, why: str) -> Outcome:
+             sel: Selection, why: str, led: frozenset[int] = frozenset()) -> Outcome:
     """What the study exports (choose.decide) and whether it is right."""
     record = decide({"baseline_trial": BASE, "runs": {str(n): v for n, v in runs.items()},
                      "precision": None}, group, sel)
@@ -226,7 +231,7 @@ def _outcome(setting: Setting, runs: dict[int, list[float | None]], group: list[
     truth = setting.speedups[leader - 1]
     iv = next(c.interval for c in group if c.number == leader)
     correct = math.log(max(setting.speedups) / truth) < math.log1p(setting.zone) - 1e-9
-    return Outcome(leader, correct, iv.low <= truth <= iv.high, len(runs[BASE]), why)
+    return Outcome(leader, correct, iv.low <= truth <= iv.high, len(runs[BASE]), why, led)
 
 
 def simulate(setting: Setting, studies: int, seed: int = 0) -> list[Outcome]:

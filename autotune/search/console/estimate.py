@@ -64,8 +64,7 @@ from autotune.search.confirmation.selection import Selection
 from autotune.search.console.numerics_cost import (
     ANSWERS_CHECKED,
     REFERENCE_RUNS,
-    check_cost_s,
-    check_sets,
+    expected_check_s,
     numerics_run_s,
 )
 from autotune.search.console.progress import clock_text
@@ -312,10 +311,11 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int,
     if not finals or base is None:
         return {}
     same = same_training_finalists(study, finals)  # the same-training answer's (confirm.py)
-    checks = check_sets(study, finals, same, base)  # what numerics.py may check
+    candidates = finals
     finals = [*finals, *same]
     trials = list({t.number: t for t in [*finals, base]}.values())
     out: dict[str, float] = {}
+    ahead: Forecast | None = None
     if confirm_runs and only_baseline(finals, base):  # confirm() runs no rounds then
         out["confirmation"] = 0.0
     elif confirm_runs:
@@ -327,9 +327,9 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int,
             forecasts.append(ahead)
         out["confirmation"] = _confirm_s(setup, confirm_runs, ahead.rounds, round_s,
                                          _raced_least(race, finals, base), sum(race.seconds))
-    if setup.study.numerics_steps:
-        # The dearest: a stated time is the most the phase may take.
-        out["numerics check"] = max(check_cost_s(setup, c, base) for c in checks)
+    if setup.study.numerics_steps:  # its expectation, from who the simulation says leads
+        out["numerics check"] = expected_check_s(setup, study, candidates, same, base,
+                                                 ahead.led if ahead else ())
     if setup.launch.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
     return out

@@ -1,7 +1,8 @@
 """What the numerics check will cost (search/checks/numerics.py runs it): each answer to
 export against your configuration at several seeds, each run a start-up and its steps. The
 first window's estimate counts them at that window's steps; as the search ends, the
-finalists' own windows (search/console/estimate.py ``revised``)."""
+finalists' own windows, weighted by how often the confirmation's simulation has each lead
+(search/console/estimate.py ``revised``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from autotune.results.record import trial_attrs
 from autotune.results.trials import changes_training
 from autotune.search.checks.numerics import reference_knobs
 from autotune.search.checks.spread import REFERENCE_SEEDS
+from autotune.search.confirmation.forecast import Leaders
 from autotune.search.confirmation.rounds import figure_window_s
 from autotune.search.setup import StudySetup
 
@@ -39,24 +41,28 @@ def numerics_run_s(first: dict[str, Any], window_s: float, steps: int) -> float:
     return start_s + steps * step_s
 
 
-def check_sets(study: optuna.Study, finals: list[FrozenTrial], same: list[FrozenTrial],
-               base: FrozenTrial) -> list[list[FrozenTrial]]:
-    """The trials the numerics check may run, one list per trial the confirmation may pick:
-    that trial, and the same-training answer's where it picks one that changes the training
-    (the fastest of those that keep it, or any of them: the rounds decide). A trial that trains
-    the same model as the baseline is both answers' and is checked once: a 4-layer GPT study
-    whose both answers were its bf16 trial checked one trial in 55 s where counting a second
-    answer said ~119 s (2026-12-01). The winner is not known when this runs: the README's
-    study (2026-12-03) was estimated from its search's fastest finalist, a configuration of
-    speed knobs that needs no check (~00:00), and the rounds picked a bf16 one (1:09)."""
+def expected_check_s(setup: StudySetup, study: optuna.Study, finals: list[FrozenTrial],
+                     same: list[FrozenTrial], base: FrozenTrial, led: Leaders = ()) -> float:
+    """What the check is expected to cost: it vets each answer's leader as it leads
+    (confirmation/vet.py), so its runs are those of every finalist that led after some round,
+    and of the fastest trial that trains your model (the same-training answer's leader, where
+    there is one), each reference once. ``led``: the confirmation's simulated leaders
+    (forecast.Forecast.led), each set with its share of the simulated studies; without them
+    (no confirmation), the search's fastest finalist leads. The dearest set, which this stated
+    until 2026-12-06, said ~482 s on a GPT study whose check ran about 340 s."""
     own = [t for t in [*finals, *same] if not changes_training(study, t, base)]
-    sets: list[list[FrozenTrial]] = []
-    for picked in finals:
-        if picked in own or not own:
-            sets.append([picked])
-        else:
-            sets.extend([picked, other] for other in own)
-    return [[t for t in chosen if t.number != base.number] for chosen in sets]
+    own_lead = max(own, key=lambda t: float(t.value or 0.0), default=None)
+    trials = {t.number: t for t in [*finals, *same]}
+    if not led and finals:
+        led = ((frozenset({max(finals, key=lambda t: float(t.value or 0.0)).number}), 1.0),)
+    total = 0.0
+    for numbers, share in led:
+        checked = {n: trials[n] for n in numbers if n in trials}
+        if own_lead is not None:
+            checked[own_lead.number] = own_lead
+        total += share * check_cost_s(
+            setup, [t for t in checked.values() if t.number != base.number], base)
+    return total
 
 
 def check_cost_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial) -> float:
