@@ -3,7 +3,7 @@ as it is launched (``autotune -- python train.py --per_device_train_batch_size 8
 baseline read from the Trainer's arguments, each trial's knobs in the arguments the Trainer was
 built with (the global batch kept), its windows measured in the Trainer's own loop and ended
 before the script's save, the exports an HfArgumentParser user applies, and ``autotune
-apply`` running the unchanged script with them (adapters/hf_script.py,
+apply`` running the unchanged script with them (adapters/hf/script.py,
 measure/framework_hooks.py)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ train loader, each trial's precision in the Trainer and its batch size in the lo
 trained on (the global batch kept through ``accumulate_grad_batches``), the windows measured in
 Lightning's own loop and ended before the script's checkpoint, lightning.yaml beside best.yaml,
 and ``autotune apply`` running the unchanged script with the answer
-(adapters/lightning_script.py, measure/framework_hooks.py)."""
+(adapters/lightning/script.py, measure/framework_hooks.py)."""
 
 from __future__ import annotations
 

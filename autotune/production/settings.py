@@ -60,7 +60,7 @@ class Source:
     optimizer: str = ""  # the optimizer class the script's calls saw
     grad_accum_read: bool = False  # the script read rt.grad_accum
     #: The process-wide knobs this source's script reaches (a framework's hook applies fewer
-    #: than a Runtime, which is made before any allocation: adapters/hf_script.py).
+    #: than a Runtime, which is made before any allocation: adapters/hf/script.py).
     process: tuple[str, ...] = PROCESS_KNOBS
     framework: str = ""  # "hf": the script's settings were read from its Trainer's arguments
     #: The values a framework's Trainer can take for a knob it reaches, and why (knob ->

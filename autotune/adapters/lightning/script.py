@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from autotune.adapters.lightning import prepare_datamodule, prepare_loader, prepare_module
-from autotune.adapters.lightning_workload import (
+from autotune.adapters.lightning.workload import (
     AMP_PRECISION,
     LightningWorkload,
     _loader_defaults,
@@ -182,6 +182,6 @@ def _report_batches(trainer: Any, source: Source) -> None:
 def exports(best: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """lightning.yaml, as ``lightning.tune`` writes it: the Trainer's and the DataLoader's
     arguments and what ``prepare_module`` sets."""
-    from autotune.adapters.lightning_workload import lightning_document
+    from autotune.adapters.lightning.workload import lightning_document
 
     return {"lightning.yaml": lightning_document(best)}

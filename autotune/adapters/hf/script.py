@@ -6,7 +6,7 @@ measure/framework_hooks.py imports this module by name when the script imports
 ``Trainer.__init__`` (TRL's ``SFTTrainer`` and any other subclass build through it):
 
 - **discovery run**: the Trainer's arguments as the script built them are the study's
-  baseline (adapters/hf_workload.py ``_defaults``: batch size, accumulation, workers, pinning,
+  baseline (adapters/hf/workload.py ``_defaults``: batch size, accumulation, workers, pinning,
   precision, compile, optimizer, checkpointing...), and the knobs its arguments hold are the
   ones the study searches; after two optimizer steps the run writes them down and ends;
 - **trial** (and each side of ``autotune verify``): the trial's knobs go into the arguments
@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from autotune.adapters.hf import tuned_arguments
-from autotune.adapters.hf_workload import HFWorkload, _defaults, training_arguments_kwargs
+from autotune.adapters.hf.workload import HFWorkload, _defaults, training_arguments_kwargs
 from autotune.core import distributed
 from autotune.core.host import apply_backend_flags, apply_cpu_threads
 from autotune.production.meter import OUT_ENV, Meter
