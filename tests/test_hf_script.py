@@ -87,3 +87,26 @@ def test_an_unchanged_trainer_script_is_tuned_applied_and_verified(tmp_path: Pat
     assert (f"TRAINER batch={best['knobs']['batch_size']} "
             f"accum={fields['gradient_accumulation_steps']}") in applied.stdout
     assert (tmp_path / "out").exists()  # a full run saves where the user said
+
+
+@pytest.mark.slow  # 2 ranks of a real Trainer per trial
+def test_a_trainer_script_launched_as_two_ranks_is_tuned_under_the_launcher(
+        tmp_path: Path) -> None:
+    """launch.nproc_per_node=2: each trial runs the unchanged script as 2 ranks under torch's
+    launcher (gloo here), the Trainer's own DDP across them (it reads the world from the
+    launcher's environment, as under torchrun); each rank's window is measured in the
+    Trainer's loop, the trial's figure is both ranks', and neither runs on to save_model."""
+    (tmp_path / "train.py").write_text(SCRIPT.read_text())
+    since = time.time()
+    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", "knobs.batch_size=[4,8]",
+                    "knobs.compile=off", *BARE_ARGS, "--", *COMMAND], tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    trials = list(measured_trials(tmp_path / "studies" / "train-cpu-2ranks"))
+    assert trials, out[-3000:]
+    for trial, _, result, _ in trials:
+        assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
+        logs = "".join(p.read_text() for p in trial.rglob("*.log"))
+        assert len(re.findall(r"TRAINER batch=\d+ .* world=2\b", logs)) == 2, logs[-2000:]
+    assert not (tmp_path / "out").exists(), "a rank ran the script on to save_model"
+    assert not leftover_trials(since, tmp_path)
