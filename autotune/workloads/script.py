@@ -75,6 +75,10 @@ class ScriptWorkload(Workload):
         # What a framework's Trainer can take of a knob it reaches (its adapter's limits).
         self.knob_limits.update({k: (list(values), why) for k, (values, why)
                                  in (found.get("limits") or {}).items() if k in reached})
+        # What its model can take (a Hugging Face model's attention implementations).
+        traits = found.get("traits") or {}
+        self.attention_choices = tuple(traits.get("attention_choices") or ())
+        self.attention_dropout = float(traits.get("attention_dropout") or 0.0)
 
     def _unreached(self, knob: str) -> str:
         if self.framework in FRAMEWORKS:

@@ -110,22 +110,12 @@ class HFWorkload(Workload):
                         _collator(collator, collator_args), static_shapes)
 
     def _model_traits(self, cls: Any, config: Any) -> None:
-        """What the transformer knobs need to know of the model: the attention
-        implementations its class supports, its attention dropout and current implementation,
-        whether it can checkpoint activations (class attributes and its config: nothing is
-        built)."""
-        supports = {"eager": True, "sdpa": getattr(cls, "_supports_sdpa", False),
-                    "flash_attention_2": getattr(cls, "_supports_flash_attn", False)}
-        is_hf = hasattr(cls, "set_attn_implementation")
-        self.attention_choices = tuple(i for i in sequences.HF_IMPLEMENTATIONS
-                                       if is_hf and supports[i])
-        self.attention_dropout = sequences.attention_dropout(config) if config is not None else 0.0
-        self.attention_now = getattr(config, "_attn_implementation", None) or (
-            "sdpa" if "sdpa" in self.attention_choices else "eager")
-        self.checkpointable = bool(getattr(cls, "supports_gradient_checkpointing", False))
-        self.packs_sequences = is_hf and sequences.packed_sequences_supported()
+        t = model_traits(cls, config)
+        self.attention_choices, self.attention_dropout = t["attention_choices"], t["attention_dropout"]
+        self.attention_now: str = t["attention_now"]
+        self.checkpointable, self.packs_sequences = t["checkpointable"], t["packs_sequences"]
         #: Its config's model_type: which Liger kernels apply (core/llm_domains.liger_kernel).
-        self.model_type = getattr(config, "model_type", None) if is_hf else None
+        self.model_type: str | None = t["model_type"]
 
     def sample_lengths(self) -> list[int] | None:
         return sequences.sample_lengths(self.data)
@@ -418,6 +408,24 @@ def training_arguments_kwargs(best: Any) -> dict[str, Any]:
     if (doc.get("device") or {}).get("type") == "cpu":
         out["use_cpu"] = True  # measured on the CPU: keep the Trainer off any GPU present
     return out
+
+
+def model_traits(cls: Any, config: Any) -> dict[str, Any]:
+    """What the transformer knobs need to know of a model: the attention implementations its
+    class supports, its attention dropout and current implementation, whether it can
+    checkpoint activations, whether it packs sequences, its model_type (which Liger kernels
+    apply: core/llm_domains.liger_kernel); class attributes and its config: nothing is built."""
+    supports = {"eager": True, "sdpa": getattr(cls, "_supports_sdpa", False),
+                "flash_attention_2": getattr(cls, "_supports_flash_attn", False)}
+    is_hf = hasattr(cls, "set_attn_implementation")
+    choices = tuple(i for i in sequences.HF_IMPLEMENTATIONS if is_hf and supports[i])
+    return {"attention_choices": choices,
+            "attention_dropout": sequences.attention_dropout(config) if config is not None else 0.0,
+            "attention_now": getattr(config, "_attn_implementation", None) or (
+                "sdpa" if "sdpa" in choices else "eager"),
+            "checkpointable": bool(getattr(cls, "supports_gradient_checkpointing", False)),
+            "packs_sequences": is_hf and sequences.packed_sequences_supported(),
+            "model_type": getattr(config, "model_type", None) if is_hf else None}
 
 
 def model_settings(best: Any) -> dict[str, Any]:
