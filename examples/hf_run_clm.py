@@ -31,7 +31,8 @@ def main():
     trainer = Trainer(model=model, args=args, train_dataset=data)
     a = trainer.args
     print(f"TRAINER batch={a.per_device_train_batch_size} accum={a.gradient_accumulation_steps} "
-          f"bf16={a.bf16} out={a.output_dir}", flush=True)
+          f"bf16={a.bf16} out={a.output_dir} world={a.world_size} "
+          f"attn={trainer.model.config._attn_implementation}", flush=True)
     trainer.train()
     trainer.save_model()
 

@@ -21,7 +21,8 @@ class Net(L.LightningModule):
         if i == 0:
             print(f"BATCH {len(x)} precision={self.trainer.precision} "
                   f"accum={self.trainer.accumulate_grad_batches} "
-                  f"root={self.trainer.default_root_dir}", flush=True)
+                  f"root={self.trainer.default_root_dir} world={self.trainer.world_size}",
+                  flush=True)
         return nn.functional.cross_entropy(self.net(x), y)
 
     def configure_optimizers(self):

@@ -25,8 +25,8 @@ transformers = pytest.importorskip("transformers")
 
 from autotune.adapters import hf  # noqa: E402
 from autotune.adapters import lightning as at_lightning  # noqa: E402
-from autotune.adapters.hf_workload import IMPL_OPTIM  # noqa: E402
-from autotune.adapters.lightning_workload import AMP_PRECISION  # noqa: E402
+from autotune.adapters.hf.workload import IMPL_OPTIM  # noqa: E402
+from autotune.adapters.lightning.workload import AMP_PRECISION  # noqa: E402
 from examples.hf_trainer_tune import Reviews, tokenizer, users_trainer  # noqa: E402
 from examples.lightning_live_tune import Classifier, ImageData  # noqa: E402
 

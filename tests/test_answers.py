@@ -187,8 +187,8 @@ def test_the_confirmation_states_the_same_training_answer_with_its_interval(
 
 
 def test_both_answers_are_written_and_read_back(tmp_path: Path) -> None:
-    from autotune.adapters.hf_workload import training_arguments_kwargs
-    from autotune.adapters.lightning_workload import lightning_document
+    from autotune.adapters.hf.workload import training_arguments_kwargs
+    from autotune.adapters.lightning.workload import lightning_document
     from autotune.results.export import write_exports
     from autotune.search.confirmation import confirm as confirm_mod
 

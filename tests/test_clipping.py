@@ -104,7 +104,7 @@ def test_a_lightning_trainers_clipping_is_the_trials(algorithm: str) -> None:
     """lightning.tune's trainer_kwargs gradient_clip_val reaches the trials' step: by norm,
     or by value as gradient_clip_algorithm says (the trials trained unclipped)."""
     pytest.importorskip("lightning")
-    from autotune.adapters.lightning_workload import LightningObjectsWorkload
+    from autotune.adapters.lightning.workload import LightningObjectsWorkload
     from autotune.core.shipping import ToShip
     from examples.lightning_live_tune import Classifier, ImageData
 

@@ -551,6 +551,27 @@ def test_a_disturbed_round_is_measured_again_before_the_choice(tmp_path: Path,
             "comparison") in caplog.text, caplog.text
 
 
+def test_a_leader_is_vetted_once_the_least_rounds_have_run(tmp_path: Path) -> None:
+    """The numerics check vets each answer's leader from the least rounds on, not the leader
+    of one round: a GPT study vetted a finalist at batch 32 that led after round 1 only, its
+    reference's three seeds some 4 minutes (2026-12-07). The confirmed winner is vetted."""
+    from autotune.search.confirmation import confirm as confirm_mod
+
+    figures = {"base": 100.0, "b128": 210.0, "b64": 150.0, "five": 140.0}
+    setup, study, names = _served_study(tmp_path, budget_s=300, spread=0.005)
+    seen: list[tuple[int, str]] = []
+    vetted: list[tuple[int, int]] = []
+
+    def vet(number: int) -> bool:
+        vetted.append((number, max(i for i, _ in seen) + 1))  # the rounds run so far
+        return True
+
+    record = confirm_mod.confirm(setup, study, 3, 3, run=_serve(names, seen, figures), vet=vet)
+    assert record is not None and record["stopped"] == "decided", record
+    assert vetted and min(r for _, r in vetted) == 3, vetted
+    assert record["best_trial"] in {n for n, _ in vetted}
+
+
 def test_the_search_windows_are_not_a_round(tmp_path: Path) -> None:
     """The finalists' search windows, quiet and as long as a round's, order the finalists but
     are not a round: they made the finalists (the winner's curse) and ran minutes apart, and

@@ -93,7 +93,7 @@ def test_hf_sync_each_batch_carries_the_measured_accumulation_no_sync(tmp_path: 
     import dataclasses
 
     from autotune.adapters import hf
-    from autotune.adapters.hf_workload import HFTrainerWorkload
+    from autotune.adapters.hf.workload import HFTrainerWorkload
     from autotune.core.shipping import ship
     from examples.hf_trainer_tune import users_trainer
 

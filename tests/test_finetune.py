@@ -28,7 +28,7 @@ from trl import SFTConfig  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E402
 
 from autotune.adapters import hf  # noqa: E402
-from autotune.adapters.hf_trl import SFTTrainerWorkload  # noqa: E402
+from autotune.adapters.hf.trl import SFTTrainerWorkload  # noqa: E402
 from autotune.core import sequences  # noqa: E402
 from autotune.core.env import probe  # noqa: E402
 from autotune.core.knobs import KnobError  # noqa: E402
@@ -165,7 +165,7 @@ def test_a_head_the_checkpoint_lacks_travels_by_value_inside_the_recipe(llama: s
     checkpoint): the recipe carries that head's weights, and the trial's equal the user's."""
     from transformers import LlamaForSequenceClassification
 
-    from autotune.adapters.hf_recipe import model_travel
+    from autotune.adapters.hf.recipe import model_travel
 
     model = LlamaForSequenceClassification.from_pretrained(llama, num_labels=3)
     travel = model_travel(model)
@@ -258,7 +258,7 @@ def test_a_user_collator_in_an_sfttrainer_exports_as_a_trainer_does(llama: str,
                                                                    tmp_path: Path) -> None:
     from transformers import DataCollatorForSeq2Seq
 
-    from autotune.adapters.hf_trl import SFTOwnCollatorWorkload
+    from autotune.adapters.hf.trl import SFTOwnCollatorWorkload
 
     trainer = users_sft_trainer(llama, str(tmp_path / "out"))
     trainer.data_collator = DataCollatorForSeq2Seq(trainer.processing_class)  # pads labels -100
@@ -273,7 +273,7 @@ def test_a_user_collator_in_an_sfttrainer_exports_as_a_trainer_does(llama: str,
 
 def test_verify_builds_the_users_sfttrainer_on_the_prepared_dataset(llama: str,
                                                                    tmp_path: Path) -> None:
-    from autotune.adapters.hf_verify import build_trainer
+    from autotune.adapters.hf.verify import build_trainer
 
     # Packed: a dataset SFTTrainer prepared again would be packed again, into other rows.
     trainer = users_sft_trainer(llama, str(tmp_path / "out"), eos_token="</s>", packing=True)
@@ -292,7 +292,7 @@ def test_verify_builds_the_users_sfttrainer_on_the_prepared_dataset(llama: str,
 
 def test_a_base_model_from_the_hub_cache_is_loaded_offline_by_its_id(llama: str) -> None:
     """A model id whose snapshot is not in the cache has no recipe here (nothing downloaded)."""
-    from autotune.adapters.hf_recipe import model_travel
+    from autotune.adapters.hf.recipe import model_travel
 
     model = AutoModelForCausalLM.from_pretrained(llama)
     model.name_or_path = "no-such-org/no-such-model"

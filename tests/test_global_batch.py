@@ -279,7 +279,7 @@ def test_a_best_yaml_without_grad_accum_keeps_the_trainers_accumulation(tmp_path
     L = pytest.importorskip("lightning")
     from autotune.adapters import hf
     from autotune.adapters import lightning as at_lightning
-    from autotune.adapters.hf_workload import training_arguments_kwargs
+    from autotune.adapters.hf.workload import training_arguments_kwargs
     from autotune.production.runtime import KnobOverridden
     from tests.workloads_accum import SleepyClassifier, SmallData
 

@@ -1,4 +1,4 @@
-"""The Hugging Face adapter's optimizers (adapters/hf_optim.py): every ``optim`` the installed
+"""The Hugging Face adapter's optimizers (adapters/hf/optim.py): every ``optim`` the installed
 TrainingArguments accepts is the baseline, built as the Trainer builds it; the search varies
 only implementations of the same update (torch's AdamW plain or fused; bitsandbytes' forms
 where listed, CUDA only), and an optim a trial cannot build fails that trial, naming it."""
@@ -22,8 +22,8 @@ from tests.conftest import BARE_ARGS, run_cli
 
 transformers = pytest.importorskip("transformers")
 
-from autotune.adapters import hf_optim  # noqa: E402
-from autotune.adapters.hf_workload import training_arguments_kwargs  # noqa: E402
+from autotune.adapters.hf import optim as hf_optim  # noqa: E402
+from autotune.adapters.hf.workload import training_arguments_kwargs  # noqa: E402
 from autotune.core import llm_domains  # noqa: E402
 
 TINY_GPT2 = {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 128, "n_positions": 32,

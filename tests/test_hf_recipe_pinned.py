@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from transformers import LlamaForCausalLM  # noqa: E402
 
-from autotune.adapters.hf_recipe import DTYPE_KEYWORD, recipe_of  # noqa: E402
+from autotune.adapters.hf.recipe import DTYPE_KEYWORD, recipe_of  # noqa: E402
 from examples.hf_sft_lora import save_llama  # noqa: E402
 
 COMMITS = ("a" * 40, "b" * 40)
@@ -101,7 +101,7 @@ def test_a_model_quantized_on_loading_is_quantized_again_by_its_recipe(tmp_path:
 
 def test_a_config_edited_after_loading_sends_the_model_by_value_with_the_reason(
         tmp_path: Path) -> None:
-    from autotune.adapters.hf_recipe import model_travel
+    from autotune.adapters.hf.recipe import model_travel
 
     model = LlamaForCausalLM.from_pretrained(save_llama(tmp_path / "llama"))
     model.config.num_hidden_layers = 1  # the model keeps its two layers

@@ -3,7 +3,7 @@ as it is launched (``autotune -- python train.py --per_device_train_batch_size 8
 baseline read from the Trainer's arguments, each trial's knobs in the arguments the Trainer was
 built with (the global batch kept), its windows measured in the Trainer's own loop and ended
 before the script's save, the exports an HfArgumentParser user applies, and ``autotune
-apply`` running the unchanged script with them (adapters/hf_script.py,
+apply`` running the unchanged script with them (adapters/hf/script.py,
 measure/framework_hooks.py)."""
 
 from __future__ import annotations
@@ -45,13 +45,14 @@ def test_an_unchanged_trainer_script_is_tuned_applied_and_verified(tmp_path: Pat
     (tmp_path / "train.py").write_text(SCRIPT.read_text())
     since = time.time()
     proc = run_cli(["study.n_trials=3", "knobs.batch_size=[4,8,16]", "knobs.compile=off",
-                    *BARE_ARGS, "--",
+                    "knobs.attention=[sdpa,eager]", *BARE_ARGS, "--",
                     *COMMAND], tmp_path, timeout=600)
     out = proc.stdout + proc.stderr
     assert ran_to_the_end(proc.returncode, out), out[-3000:]
     folder = tmp_path / "studies" / "train-cpu"
     base = json.loads((folder / "trials" / "0" / "request.json").read_text())
     assert base["knobs"]["batch_size"] == 8 and base["grad_accum"] == 2  # read from the args
+    assert base["knobs"]["attention"] == "sdpa"  # read from the model GPT-2 was built with
     seen = set()
     for trial, request, result, logs in measured_trials(folder):
         built = re.search(r"TRAINER batch=(\d+) accum=(\d+) bf16=(\w+) out=(\S+)", logs)
@@ -62,6 +63,10 @@ def test_an_unchanged_trainer_script_is_tuned_applied_and_verified(tmp_path: Pat
         assert batch * accum == 16, (batch, accum)
         assert built.group(3) == str(request["knobs"]["amp"] == "bf16")
         assert str(trial) in built.group(4)  # its outputs in the trial's folder
+        # The model's attention as the trial asked (no TrainingArguments field holds it).
+        attn = re.search(r" attn=(\w+)", logs)
+        assert attn and attn.group(1) == ("eager" if request["knobs"]["attention"] == "eager"
+                                          else "sdpa"), (trial, request["knobs"]["attention"])
         assert result["samples_per_sec"] > 0 and result["step_ms"]["median"] > 0
         assert result["timers"]["data_wait"] is not None
         seen.add(batch)
@@ -77,6 +82,10 @@ def test_an_unchanged_trainer_script_is_tuned_applied_and_verified(tmp_path: Pat
     assert fields["gradient_accumulation_steps"] * fields["per_device_train_batch_size"] == 16
     flags = yaml.safe_load((folder / "training_args_flags.yaml").read_text())["flags"]
     assert f"--per_device_train_batch_size {best['knobs']['batch_size']}" in flags
+    # What no field holds, for a script built otherwise: the model's attention implementation.
+    model = yaml.safe_load((folder / "model_settings.yaml").read_text())
+    assert model["attn_implementation"] == ("eager" if best["knobs"]["attention"] == "eager"
+                                            else "sdpa"), model
 
     # The script unchanged in production, under the study's answer: its Trainer built with it.
     applied = subprocess.run(
@@ -86,4 +95,28 @@ def test_an_unchanged_trainer_script_is_tuned_applied_and_verified(tmp_path: Pat
     assert applied.returncode == 0, (applied.stdout + applied.stderr)[-3000:]
     assert (f"TRAINER batch={best['knobs']['batch_size']} "
             f"accum={fields['gradient_accumulation_steps']}") in applied.stdout
+    assert f"attn={model['attn_implementation']}" in applied.stdout  # set on the model too
     assert (tmp_path / "out").exists()  # a full run saves where the user said
+
+
+@pytest.mark.slow  # 2 ranks of a real Trainer per trial
+def test_a_trainer_script_launched_as_two_ranks_is_tuned_under_the_launcher(
+        tmp_path: Path) -> None:
+    """launch.nproc_per_node=2: each trial runs the unchanged script as 2 ranks under torch's
+    launcher (gloo here), the Trainer's own DDP across them (it reads the world from the
+    launcher's environment, as under torchrun); each rank's window is measured in the
+    Trainer's loop, the trial's figure is both ranks', and neither runs on to save_model."""
+    (tmp_path / "train.py").write_text(SCRIPT.read_text())
+    since = time.time()
+    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", "knobs.batch_size=[4,8]",
+                    "knobs.compile=off", *BARE_ARGS, "--", *COMMAND], tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    trials = list(measured_trials(tmp_path / "studies" / "train-cpu-2ranks"))
+    assert trials, out[-3000:]
+    for trial, _, result, _ in trials:
+        assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
+        logs = "".join(p.read_text() for p in trial.rglob("*.log"))
+        assert len(re.findall(r"TRAINER batch=\d+ .* world=2\b", logs)) == 2, logs[-2000:]
+    assert not (tmp_path / "out").exists(), "a rank ran the script on to save_model"
+    assert not leftover_trials(since, tmp_path)

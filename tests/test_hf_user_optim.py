@@ -1,5 +1,5 @@
 """The Trainer's own optimizer (``Trainer(optimizers=(SGD(...), None))``) is what the study
-measures, advises for and keeps (adapters/hf_user_optim.py): the Trainer steps the instance it
+measures, advises for and keeps (adapters/hf/user_optim.py): the Trainer steps the instance it
 was given and ignores ``TrainingArguments.optim``, which the study used to build instead."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from autotune.core.workload import WorkloadError, build_workload
 transformers = pytest.importorskip("transformers")
 
 from autotune.adapters import hf  # noqa: E402
-from autotune.adapters.hf_workload import training_arguments_kwargs  # noqa: E402
+from autotune.adapters.hf.workload import training_arguments_kwargs  # noqa: E402
 
 TINY_GPT2 = {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 128, "n_positions": 16,
              "bos_token_id": 0, "eos_token_id": 0}
@@ -94,8 +94,8 @@ def test_an_optimizer_chosen_outside_optim_is_measured_and_verify_steps_it(
         how: str, cpu_env: Env, tmp_path: Path) -> None:
     """``Trainer(optimizer_cls_and_kwargs=...)`` and a subclass's ``create_optimizer``: the
     trials build that class with its hyper-parameters, the user's Trainer is left to build it
-    in train() as it would have, and verify's Trainer steps the same class (hf_verify)."""
-    from autotune.adapters.hf_verify import build_trainer
+    in train() as it would have, and verify's Trainer steps the same class (hf/verify.py)."""
+    from autotune.adapters.hf.verify import build_trainer
 
     trainer = _trainer(tmp_path / "out")
     if how == "optimizer_cls_and_kwargs":

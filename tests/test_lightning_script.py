@@ -4,7 +4,7 @@ train loader, each trial's precision in the Trainer and its batch size in the lo
 trained on (the global batch kept through ``accumulate_grad_batches``), the windows measured in
 Lightning's own loop and ended before the script's checkpoint, lightning.yaml beside best.yaml,
 and ``autotune apply`` running the unchanged script with the answer
-(adapters/lightning_script.py, measure/framework_hooks.py)."""
+(adapters/lightning/script.py, measure/framework_hooks.py)."""
 
 from __future__ import annotations
 
@@ -78,3 +78,75 @@ def test_an_unchanged_lightning_script_is_tuned_applied_and_exported(tmp_path: P
     assert applied.returncode == 0, (applied.stdout + applied.stderr)[-3000:]
     assert f"BATCH {best['knobs']['batch_size']} " in applied.stdout, applied.stdout[-2000:]
     assert (tmp_path / "lout" / "final.ckpt").exists()  # a full run is the user's own
+
+
+@pytest.mark.slow  # 2 ranks of a real Lightning Trainer per trial
+def test_a_lightning_script_launched_as_two_ranks_is_tuned_under_the_launcher(
+        tmp_path: Path) -> None:
+    """launch.nproc_per_node=2: each trial runs the unchanged script as 2 ranks under torch's
+    launcher (gloo here), Lightning's own DDP across them (its Trainer takes the world from the
+    launcher's environment, as under torchrun); each rank's window is measured in Lightning's
+    loop, the trial's figure is both ranks', and neither runs on to the script's checkpoint."""
+    script = SCRIPT.read_text().replace(
+        "devices=1,", 'devices=int(os.environ.get("WORLD_SIZE", "1")), strategy="ddp",')
+    (tmp_path / "train.py").write_text(script.replace("import argparse\n", "import argparse\nimport os\n"))
+    assert 'strategy="ddp"' in script
+    since = time.time()
+    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", "knobs.batch_size=[16,32]",
+                    "knobs.compile=off", *BARE_ARGS, "--",
+                    "python", "train.py", "--batch-size", "32"], tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    trials = list(measured_trials(tmp_path / "studies" / "train-cpu-2ranks"))
+    assert trials, out[-3000:]
+    for trial, _, result, _ in trials:
+        assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
+        logs = "".join(p.read_text() for p in trial.rglob("*.log"))
+        assert len(re.findall(r"BATCH \d+ .* world=2\b", logs)) == 2, logs[-2000:]
+    assert not (tmp_path / "lout").exists(), "a rank ran the script on to its checkpoint"
+    assert not leftover_trials(since, tmp_path)
+
+
+#: The example with its loader built in the module's own train_dataloader, fit given none.
+OWN_LOADER = {
+    "    def configure_optimizers(self):": """    def train_dataloader(self):
+        torch.manual_seed(0)
+        x = torch.randn(8192, 32)
+        y = (x @ torch.randn(32, 4)).argmax(1)
+        return DataLoader(TensorDataset(x, y), batch_size=self.batch_size, shuffle=True,
+                          drop_last=True)
+
+    def configure_optimizers(self):""",
+    "    def __init__(self):\n        super().__init__()":
+        "    def __init__(self, batch_size=32):\n        super().__init__()\n"
+        "        self.batch_size = batch_size",
+    "trainer.fit(Net(), loader)": "trainer.fit(Net(a.batch_size))",
+}
+
+
+@pytest.mark.slow  # a study of a real Lightning Trainer: each trial a process that builds it
+def test_a_loader_built_in_the_modules_own_train_dataloader_takes_each_trials_batch(
+        tmp_path: Path) -> None:
+    """A LightningModule that builds its loader in ``train_dataloader`` (fit given none): the
+    baseline's batch is read from it, and each trial's loader is rebuilt with the trial's
+    arguments, so the batch a trial measures is the one it asked for. Break it once: without
+    the module's loader prepared every trial trains at the script's 32."""
+    script = SCRIPT.read_text()
+    for old, new in OWN_LOADER.items():
+        assert old in script, old
+        script = script.replace(old, new)
+    (tmp_path / "train.py").write_text(script)
+    proc = run_cli(["study.n_trials=3", "knobs.batch_size=[16,32,64]", "knobs.compile=off",
+                    *BARE_ARGS, "--", "python", "train.py", "--batch-size", "32"], tmp_path,
+                   timeout=600)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    folder = tmp_path / "studies" / "train-cpu"
+    base = json.loads((folder / "trials" / "0" / "request.json").read_text())
+    assert base["knobs"]["batch_size"] == 32, base["knobs"]  # read from the module's loader
+    seen = set()
+    for trial, request, _, logs in measured_trials(folder):
+        built = re.search(r"BATCH (\d+) ", logs)
+        assert built and int(built.group(1)) == request["knobs"]["batch_size"], (trial, logs[-1500:])
+        seen.add(int(built.group(1)))
+    assert len(seen) >= 2, seen

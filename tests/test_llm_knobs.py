@@ -20,7 +20,7 @@ from autotune.core.workload import build_workload
 
 transformers = pytest.importorskip("transformers")
 
-from autotune.adapters.hf_workload import (  # noqa: E402
+from autotune.adapters.hf.workload import (  # noqa: E402
     model_settings,
     training_arguments_kwargs,
 )

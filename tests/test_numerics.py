@@ -117,6 +117,27 @@ def test_random_augmentations_follow_the_workers_and_the_reference_takes_them(tm
     assert families(finalist, ref) == ["default"]
 
 
+def test_finalists_fed_the_same_batches_share_one_reference() -> None:
+    """Prefetching, pinning, non-blocking copies and the host allocator change neither the
+    samples nor the random draws: two finalists that differ only there are compared with one
+    reference (its seeds run once); other workers draw other augmentations and get their own."""
+    base = {"batch_size": 16, "num_workers": 0, "prefetch_factor": None,
+            "persistent_workers": False, "pin_memory": False, "non_blocking": False,
+            "host_allocator": "default", "amp": "off", "length_grouping": False}
+
+    class Setup:  # what reference_knobs reads of a StudySetup
+        class space:  # noqa: N801
+            baseline = base
+
+    one = {**base, "amp": "bf16", "num_workers": 2, "prefetch_factor": 2}
+    other = {**one, "prefetch_factor": 8, "pin_memory": True, "non_blocking": True,
+             "host_allocator": "retain", "batch_size": 16}
+    ref = reference_knobs(Setup, one)  # type: ignore[arg-type]
+    assert ref == reference_knobs(Setup, other)  # type: ignore[arg-type]
+    assert ref["num_workers"] == 2 and ref["amp"] == "off" and ref["prefetch_factor"] is None
+    assert reference_knobs(Setup, {**one, "num_workers": 1}) != ref  # type: ignore[arg-type]
+
+
 def test_an_augmented_image_study_is_not_refused_for_worker_randomness(tmp_path: Path) -> None:
     """An ImageFolder pipeline with RandomResizedCrop + flip: finalists with DataLoader workers
     are compared with a reference fed by the same workers, and pass."""

@@ -55,7 +55,7 @@ def test_the_fork_server_preloads_what_the_adapters_and_the_api_workloads_import
     code = (f"import sys, importlib; [importlib.import_module(m) for m in {PRELOAD!r}]; "
             "before = set(sys.modules); import autotune; "
             "from autotune import Workload, Stage, Runtime, load_best; "
-            "import autotune.adapters.hf_workload, autotune.adapters.lightning_workload; "
+            "import autotune.adapters.hf.workload, autotune.adapters.lightning.workload; "
             "print(sorted(m for m in set(sys.modules) - before "
             "if m.startswith(('autotune.production', 'autotune.results'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -74,6 +74,20 @@ def test_the_fork_server_preloads_what_the_adapters_and_the_api_workloads_import
 ])
 def test_documented_paths_resolve(path: str) -> None:
     assert resolve_target(path) is not None
+
+
+@pytest.mark.parametrize("old", [
+    "autotune.adapters.hf_workload.HFTrainerWorkload", "autotune.adapters.hf_workload.HFWorkload",
+    "autotune.adapters.hf_trl.SFTTrainerWorkload", "autotune.adapters.hf_trl.SFTOwnCollatorWorkload",
+    "autotune.adapters.lightning_workload.LightningObjectsWorkload",
+])
+def test_the_paths_stored_before_the_framework_folders_name_the_same_classes(old: str) -> None:
+    """A study or best.yaml written before adapters/ had a folder per framework names its
+    workload by the old module (``_target_: autotune.adapters.hf_workload.HFTrainerWorkload``):
+    it resolves to the very class the new path does, so resuming it builds the same workload."""
+    module, name = old.rsplit(".", 1)
+    framework, part = module.rsplit(".", 1)[1].split("_", 1)
+    assert resolve_target(old) is resolve_target(f"autotune.adapters.{framework}.{part}.{name}")
 
 
 def test_each_conf_workload_builds_from_the_packaged_config() -> None:

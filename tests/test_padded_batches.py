@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("transformers")
 
 from autotune.adapters import hf  # noqa: E402
-from autotune.adapters.hf_workload import HFTrainerWorkload  # noqa: E402
+from autotune.adapters.hf.workload import HFTrainerWorkload  # noqa: E402
 from autotune.core import domains  # noqa: E402
 from autotune.core.knobs import KnobError  # noqa: E402
 from autotune.core.shipping import ship  # noqa: E402
@@ -158,7 +158,7 @@ def test_a_framework_that_cannot_apply_grouping_refuses_it_when_listed(cpu_env: 
     """A workload's knob_limits (its framework's reach) bound the values a user may list for
     an opt-in knob too: the Lightning adapter keeps the DataModule's sampler, so a study that
     measured length grouping would export a configuration its Lightning export cannot apply."""
-    from autotune.adapters.lightning_workload import LightningWorkload
+    from autotune.adapters.lightning.workload import LightningWorkload
 
     class Limited(TinyLlamaLM):
         knob_limits = {"length_grouping": LightningWorkload.knob_limits["length_grouping"]}

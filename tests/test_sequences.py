@@ -21,7 +21,7 @@ from transformers import (  # noqa: E402
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
 from autotune.adapters import hf  # noqa: E402
-from autotune.adapters.hf_workload import (  # noqa: E402
+from autotune.adapters.hf.workload import (  # noqa: E402
     _CHECKPOINTING_FIELDS,
     training_arguments_kwargs,
     version_field,
@@ -39,7 +39,7 @@ from tests.conftest import scratch  # noqa: E402
 
 def _workload(**model_kw: Any) -> Any:
     trainer = users_trainer(str(scratch()), n=32, max_len=48, **{"layers": 1, "hidden": 32, **model_kw})
-    from autotune.adapters.hf_workload import HFTrainerWorkload
+    from autotune.adapters.hf.workload import HFTrainerWorkload
     from autotune.core.shipping import ship
 
     parts = hf.trainer_parts(trainer)
@@ -246,7 +246,7 @@ def test_a_language_model_study_runs_in_tokens_and_verify_measures_its_trainer(
 
 
 def test_the_hf_export_names_the_model_settings_no_training_argument_holds(tmp_path: Path) -> None:
-    from autotune.adapters.hf_workload import HFWorkload
+    from autotune.adapters.hf.workload import HFWorkload
 
     wl, _ = _workload()
     best = {"knobs": _knobs(wl, attention="sdpa_math", padding_free=True), "device": {"type": "cpu"}}

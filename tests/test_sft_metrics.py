@@ -1,4 +1,4 @@
-"""The SFT step as TRL runs it (issue 70 item 9; adapters/hf_trl.py): each micro-batch reads
+"""The SFT step as TRL runs it (issue 70 item 9; adapters/hf/trl.py): each micro-batch reads
 back its entropy, token accuracy and token count (SFTTrainer.compute_loss's metrics), each
 summed over the ranks first as ``accelerator.gather_for_metrics`` does. Two real gloo ranks."""
 
@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("trl")
 
-from autotune.adapters.hf_trl import batch_tokens, gathered  # noqa: E402
+from autotune.adapters.hf.trl import batch_tokens, gathered  # noqa: E402
 
 
 def test_the_token_count_is_the_masks_or_a_packed_rows_length() -> None:

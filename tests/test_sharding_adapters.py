@@ -98,7 +98,7 @@ def test_lightning_export_is_the_real_model_parallel_strategy_and_a_sharding_hoo
     from torch.distributed.tensor import DTensor
 
     from autotune.adapters.lightning import prepare_module, trainer_kwargs
-    from autotune.adapters.lightning_workload import lightning_document
+    from autotune.adapters.lightning.workload import lightning_document
 
     doc = _sharded()
     kwargs = trainer_kwargs(doc)
@@ -233,7 +233,7 @@ def test_the_trials_shard_a_lightning_module_into_the_exports_groups(
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule
 
-    from autotune.adapters.lightning_workload import LightningStep
+    from autotune.adapters.lightning.workload import LightningStep
     from autotune.core.sharding import shard
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

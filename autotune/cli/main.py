@@ -162,7 +162,7 @@ def apply_main(argv: list[str]) -> int:
     """``autotune apply STUDY -- python train.py ARGS``: your command, as you launch it, with the
     study's best.yaml applied: a script with ``autotune.Runtime`` lines reads it (AUTOTUNE_BEST),
     and a Hugging Face Trainer the script builds takes its TrainingArguments fields
-    (adapters/hf_script.py), with no changed line. The command's exit code is returned."""
+    (adapters/hf/script.py), with no changed line. The command's exit code is returned."""
     import argparse
 
     cut = argv.index("--") if "--" in argv else len(argv)

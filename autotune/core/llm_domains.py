@@ -1,7 +1,7 @@
 """The domains of the language-model fine-tuning knobs: the optimizer as a Hugging Face
 ``TrainingArguments.optim`` names it (its bitsandbytes forms of the same update) and Liger's
 kernels. core/domains.py's counterpart for these knobs of the registry (core/knobs.py); applied
-in adapters/hf_optim.py (the optimizer) and core/llm_kernels.py (Liger).
+in adapters/hf/optim.py (the optimizer) and core/llm_kernels.py (Liger).
 
 A workload states them as the Hugging Face adapter does: ``defaults["optimizer"]``, the user's
 ``optim`` (torch's AdamW as ``adamw_torch``, its implementation being ``optimizer_impl``; None,

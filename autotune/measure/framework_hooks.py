@@ -4,7 +4,7 @@ in the processes of a script study (its discovery run, its trials, the sides of 
 A Hugging Face script builds its ``Trainer`` itself; nothing in it calls autotune. So where the
 script imports ``transformers.trainer``, the module named here for it is imported by name (as
 a workload's ``_target_`` is: measure does not depend on the adapters above it) and its
-``install(module)`` wraps what the script will build (adapters/hf_script.py). A script that
+``install(module)`` wraps what the script will build (adapters/hf/script.py). A script that
 never imports the framework pays nothing: the finder only answers for the names below.
 """
 
@@ -20,9 +20,9 @@ from types import ModuleType
 from typing import Any
 
 #: The framework module whose import installs a hook, and the module that holds it.
-HOOKS = {"transformers.trainer": "autotune.adapters.hf_script",
-         "lightning.pytorch.trainer.trainer": "autotune.adapters.lightning_script",
-         "pytorch_lightning.trainer.trainer": "autotune.adapters.lightning_script"}
+HOOKS = {"transformers.trainer": "autotune.adapters.hf.script",
+         "lightning.pytorch.trainer.trainer": "autotune.adapters.lightning.script",
+         "pytorch_lightning.trainer.trainer": "autotune.adapters.lightning.script"}
 
 
 class _Hooked(importlib.abc.Loader):

@@ -6,8 +6,8 @@ with one configuration (the user's original settings, or the exported ones), tim
 for each side of each round; the verifier is the workload's (``Workload.verifier``). This
 module is the default one: the runtime API (``autotune.Runtime``, the code a plain PyTorch
 loop uses) around the workload's own dataset, model, optimizer and loss, with the meter. The
-adapters' verifiers run the user's real Trainer (autotune/adapters/hf_verify.py,
-lightning_verify.py) and share ``StepClock`` and ``side_args`` from here.
+adapters' verifiers run the user's real Trainer (autotune/adapters/hf/verify.py,
+adapters/lightning/verify.py) and share ``StepClock`` and ``side_args`` from here.
 
 A process per side, not both in one: the host allocator, the CPU threads and TF32 are
 process-wide and one-way, so a baseline run after an exported one in the same process would

@@ -60,12 +60,15 @@ class Source:
     optimizer: str = ""  # the optimizer class the script's calls saw
     grad_accum_read: bool = False  # the script read rt.grad_accum
     #: The process-wide knobs this source's script reaches (a framework's hook applies fewer
-    #: than a Runtime, which is made before any allocation: adapters/hf_script.py).
+    #: than a Runtime, which is made before any allocation: adapters/hf/script.py).
     process: tuple[str, ...] = PROCESS_KNOBS
     framework: str = ""  # "hf": the script's settings were read from its Trainer's arguments
     #: The values a framework's Trainer can take for a knob it reaches, and why (knob ->
     #: [values, why], as Workload.knob_limits): TrainingArguments.optim's two AdamWs.
     limits: dict[str, Any] = field(default_factory=dict)
+    #: What a framework's model says of the knobs it can take (the attention implementations
+    #: a Hugging Face model's class supports, its attention dropout: Workload's attributes).
+    traits: dict[str, Any] = field(default_factory=dict)
     _discover_steps: int = 0
 
     def setting(self, knob: str, value: Any) -> Any:
@@ -103,7 +106,8 @@ class Source:
                "image_inputs": self.image_inputs, "optimizer": self.optimizer,
                "grad_accum_read": self.grad_accum_read,
                **({"framework": self.framework} if self.framework else {}),
-               **({"limits": self.limits} if self.limits else {})}
+               **({"limits": self.limits} if self.limits else {}),
+               **({"traits": self.traits} if self.traits else {})}
         with open(self.discover, "w") as f:
             json.dump(doc, f)
 

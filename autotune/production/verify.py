@@ -49,8 +49,8 @@ log = logging.getLogger("autotune")
 SHORTFALL = 0.8
 SIDES = ("baseline", "exported")
 #: The adapters' verifiers: the user's own Trainer, which runs its own DDP under torchrun.
-TRAINERS = {"autotune.adapters.hf_verify": "Trainer.train",
-            "autotune.adapters.lightning_verify": "Trainer.fit"}
+TRAINERS = {"autotune.adapters.hf.verify": "Trainer.train",
+            "autotune.adapters.lightning.verify": "Trainer.fit"}
 
 
 class VerifyError(RuntimeError):

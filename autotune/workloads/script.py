@@ -45,8 +45,8 @@ LINES: dict[str, str] = {
 }
 #: A framework whose Trainer a script builds, found by its discovery run: its name in words
 #: and the module of its hook and exports.
-FRAMEWORKS = {"hf": ("Hugging Face Trainer", "autotune.adapters.hf_script"),
-              "lightning": ("Lightning Trainer", "autotune.adapters.lightning_script")}
+FRAMEWORKS = {"hf": ("Hugging Face Trainer", "autotune.adapters.hf.script"),
+              "lightning": ("Lightning Trainer", "autotune.adapters.lightning.script")}
 _found: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
@@ -67,7 +67,7 @@ class ScriptWorkload(Workload):
         self.defaults = dict(found["own"])
         self.image_inputs = bool(found.get("image_inputs"))
         self.optimizer_name = str(found.get("optimizer") or "")
-        #: "hf": the script's Trainer is tuned through its arguments (adapters/hf_script.py).
+        #: "hf": the script's Trainer is tuned through its arguments (adapters/hf/script.py).
         self.framework: str | None = found.get("framework") or None
         self.knob_limits = {
             k.name: ([self.defaults.get(k.name, 32 if k.name == "batch_size" else k.off)],
@@ -75,6 +75,10 @@ class ScriptWorkload(Workload):
         # What a framework's Trainer can take of a knob it reaches (its adapter's limits).
         self.knob_limits.update({k: (list(values), why) for k, (values, why)
                                  in (found.get("limits") or {}).items() if k in reached})
+        # What its model can take (a Hugging Face model's attention implementations).
+        traits = found.get("traits") or {}
+        self.attention_choices = tuple(traits.get("attention_choices") or ())
+        self.attention_dropout = float(traits.get("attention_dropout") or 0.0)
 
     def _unreached(self, knob: str) -> str:
         if self.framework in FRAMEWORKS:
@@ -174,7 +178,7 @@ def _discovery_run(command: list[str], cwd: str) -> dict[str, Any]:
                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
         try:
             # As a trial runs it: in-process, its frameworks hooked (a Trainer's arguments
-            # are the settings of a script with no autotune line: adapters/hf_script.py).
+            # are the settings of a script with no autotune line: adapters/hf/script.py).
             proc = subprocess.run([sys.executable, "-m", "autotune.measure.script_run",
                                    *command], cwd=cwd, env=env,
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True,

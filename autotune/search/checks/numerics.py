@@ -8,10 +8,12 @@ What a user checks by hand before trusting bf16 or torch.compile on a long run: 
 stay within what another seed of my run would do".
 
 The references. The user's numerics (the baseline's AMP, compile, layout, transfer dtype...)
-at the finalist's batch size and gradient accumulation, with the finalist's data path
-(``DATA_PATH_KNOBS``: DataLoader workers, prefetch, persistence, pinning, the host
-allocator): those change no arithmetic, but each DataLoader worker seeds its own generator,
-so a reference fed otherwise would crop and flip otherwise. They run at ``REFERENCE_SEEDS``
+at the finalist's batch size and gradient accumulation, with the finalist's data path where
+it decides which random draws a batch gets (``DATA_PATH_KNOBS``: DataLoader workers and their
+persistence, length grouping): those change no arithmetic, but each DataLoader worker seeds
+its own generator, so a reference fed otherwise would crop and flip otherwise. Prefetching,
+pinning and the host allocator change neither the samples nor the draws: finalists that
+differ only there share a reference. They run at ``REFERENCE_SEEDS``
 seeds (the study's and the next ones: another initialization and data order); the finalist
 runs at the study's seed, where, in a recipe that is not chaotic, its losses follow the first
 reference's step by step (the step-by-step deviation is kept as information). A reference
@@ -87,13 +89,16 @@ DEFAULT_TOLERANCE: dict[str, float] = {
     "device_transform": 0.05, "tf32": 0.05, "attention": 0.05, "padding_free": 0.05,
     "comm_hook": 0.05, "sharding": 0.05, "fsdp_param_dtype": 0.10, "fsdp_reduce_dtype": 0.05,
 }
-#: Knobs that decide how batches reach the step, not the arithmetic on them: the reference
-#: takes the finalist's values (see the module docstring). ``length_grouping`` changes which
-#: samples share a batch, so a reference without it would compare other batches' losses: the
-#: reference groups as the finalist does, both see the same samples, and what is compared is
-#: the rest (packing, attention, AMP...). Grouping itself changes no arithmetic on a batch.
-DATA_PATH_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-                   "non_blocking", "host_allocator", "length_grouping")
+#: Knobs that decide which samples and random draws a batch gets, not the arithmetic on them:
+#: the reference takes the finalist's values (see the module docstring). The workers each seed
+#: a generator of their own, and persistent ones keep drawing from it at the next epoch where
+#: others are seeded again. ``length_grouping`` changes which samples share a batch, so a
+#: reference without it would compare other batches' losses: the reference groups as the
+#: finalist does, both see the same samples, and what is compared is the rest (packing,
+#: attention, AMP...). Prefetching, pinning, non-blocking copies and the host allocator are
+#: not here: the same batches arrive, and finalists that differed only in them each ran a
+#: reference of their own at 3 seeds.
+DATA_PATH_KNOBS = ("num_workers", "persistent_workers", "length_grouping")
 _FAMILY_KNOBS = {"amp": ("amp",), "compile": ("compile",), "cuda_graphs": ("cuda_graphs",),
                  "device_transform": ("transfer_dtype", "transform_split"), "tf32": ("tf32",),
                  # SDPA backends sum in other orders; checkpointing recomputes the same ops.

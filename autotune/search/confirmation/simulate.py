@@ -91,8 +91,9 @@ class Outcome:
     """One study's end: the finalist exported (its number), whether it lies within the zone of
     the true best, whether its exported 95% interval covers its true speedup, the rounds run
     (the search's included, as the confirmation counts them), why they stopped, and every
-    finalist that led after some round (the numerics check vets each as it leads:
-    confirmation/vet.py; what it costs is what they cost)."""
+    finalist that led after some round from the least rounds on, the exported one among them
+    (the numerics check vets each as it leads from then: confirm.py; what it costs is what
+    they cost)."""
 
     exported: int
     correct: bool
@@ -216,8 +217,8 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
             busy[n].append(bool(flags[r, n]) if measured else False)
         group = _candidates(runs, busy, numbers, setting.changed)  # the dropped too: drops are replayed
         active = [c.number for c in selection.racing(group, (), sel)]
-        if group:
-            led.add(pick(selection.survivors(group, sel), sel)[0].number)  # confirm.answers
+        if group and len(runs[BASE]) >= setting.runs:  # confirm.answers, as confirm vets them
+            led.add(pick(selection.survivors(group, sel), sel)[0].number)
         why = _stop(setting, runs, busy, group, sel)
     return _outcome(setting, runs, group, sel, why, frozenset(led))
 
@@ -231,7 +232,8 @@ def _outcome(setting: Setting, runs: dict[int, list[float | None]], group: list[
     truth = setting.speedups[leader - 1]
     iv = next(c.interval for c in group if c.number == leader)
     correct = math.log(max(setting.speedups) / truth) < math.log1p(setting.zone) - 1e-9
-    return Outcome(leader, correct, iv.low <= truth <= iv.high, len(runs[BASE]), why, led)
+    return Outcome(leader, correct, iv.low <= truth <= iv.high, len(runs[BASE]), why,
+                   led | {leader})
 
 
 def simulate(setting: Setting, studies: int, seed: int = 0) -> list[Outcome]:

@@ -6,20 +6,23 @@ measure/framework_hooks.py imports this module by name when the script imports
 ``Trainer.__init__`` (TRL's ``SFTTrainer`` and any other subclass build through it):
 
 - **discovery run**: the Trainer's arguments as the script built them are the study's
-  baseline (adapters/hf_workload.py ``_defaults``: batch size, accumulation, workers, pinning,
+  baseline (adapters/hf/workload.py ``_defaults``: batch size, accumulation, workers, pinning,
   precision, compile, optimizer, checkpointing...), and the knobs its arguments hold are the
-  ones the study searches; after two optimizer steps the run writes them down and ends;
+  ones the study searches, with the model's attention implementation where its class can
+  switch it (adapters/hf/workload.py ``model_traits``); after two optimizer steps the run
+  writes them down and ends;
 - **trial** (and each side of ``autotune verify``): the trial's knobs go into the arguments
   before the Trainer builds its accelerator, loaders, precision and optimizer
-  (hf.tuned_arguments, the global batch kept as best.yaml carries it), its outputs go to the
-  trial's folder (no checkpoint, no report, nothing in the user's output_dir), and a
+  (hf.tuned_arguments, the global batch kept as best.yaml carries it), and onto the model
+  what no field holds (its attention implementation and SDPA's backend around each training
+  step, as ``hf.apply`` sets them), its outputs go to the trial's folder (no checkpoint, no report, nothing in the user's output_dir), and a
   callback reports each optimizer step to the trial's window: its samples, the time the loop
   waited in ``get_batch_samples`` for its micro-batches, and its loss; the window ends the
   process once it is measured, before evaluation, saving or upload.
 
-What it does not reach: the model's attention implementation and packing (set on the model
-and collator, not the arguments), DDP's arguments, the host allocator; they stay as the
-script sets them, and the study says so (workloads/script.py LINES).
+What it does not reach: packing (set on the collator and the data, not the arguments), DDP's
+arguments, the host allocator; they stay as the script sets them, and the study says so
+(workloads/script.py LINES).
 """
 
 from __future__ import annotations
@@ -32,9 +35,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from autotune.adapters.hf import tuned_arguments
-from autotune.adapters.hf_workload import HFWorkload, _defaults, training_arguments_kwargs
-from autotune.core import distributed
+from autotune.adapters.hf import _model_settings, tuned_arguments
+from autotune.adapters.hf.recipe import split_peft
+from autotune.adapters.hf.workload import (
+    HFWorkload,
+    _defaults,
+    model_settings,
+    model_traits,
+    training_arguments_kwargs,
+)
+from autotune.core import distributed, sequences
 from autotune.core.host import apply_backend_flags, apply_cpu_threads
 from autotune.production.meter import OUT_ENV, Meter
 from autotune.production.settings import Source, resolve
@@ -62,8 +72,13 @@ def install(module: ModuleType) -> None:
         if source.mode == "own" and source.discover is None:  # a plain run: nothing to do
             original(self, *args, **kwargs)
             return
+        model = kwargs.get("model", args[0] if args else None)
+        if source.discover is not None and model is not None:
+            _read_model(source, model)
         args, kwargs = _with_arguments(module, source, args, kwargs)
         original(self, *args, **kwargs)
+        if source.discover is None:  # a trial, a side of verify, a run under best.yaml
+            _model_settings(self, dict(source.best.knobs))
         _report_steps(self, source)
 
     setattr(__init__, WRAPPED, True)
@@ -100,6 +115,21 @@ def _read(source: Source, arguments: Any) -> None:
     optim = str(getattr(arguments.optim, "value", arguments.optim))
     source.optimizer = next((cls for key, cls in OPTIMIZER_CLASSES.items()
                              if optim.startswith(key)), "")
+
+
+def _read_model(source: Source, model: Any) -> None:
+    """The model's attention implementation, where its class can switch it: a knob the study
+    then searches over the implementations the class supports. Checkpointing switched on on
+    the model itself (PEFT's k-bit preparation, a user's ``gradient_checkpointing_enable()``)
+    is the script's own though its arguments leave it off, as ``hf.tune`` reads it."""
+    if sequences.model_checkpointing(split_peft(model)[1]) is not None:
+        source.setting("activation_checkpointing", True)
+    traits = model_traits(type(model), getattr(model, "config", None))
+    if not traits["attention_choices"]:
+        return
+    source.traits = {"attention_choices": list(traits["attention_choices"]),
+                     "attention_dropout": traits["attention_dropout"]}
+    source.setting("attention", traits["attention_now"])
 
 
 def _tuned(source: Source, arguments: Any) -> Any:
@@ -183,8 +213,11 @@ def exports(best: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What an HfArgumentParser script's user applies, beside best.yaml: the TrainingArguments
     fields (training_args.yaml, as ``hf.tune`` writes it) and the same as command-line flags to
     append to the launch (argparse keeps a flag's last value, so they replace the script's
-    own); fields that take a mapping (accelerator_config) are in the YAML only."""
+    own); fields that take a mapping (accelerator_config) are in the YAML only; and what no
+    field holds (model_settings.yaml: the attn_implementation to build the model with, SDPA's
+    backend), which no flag carries: ``autotune apply`` sets it on the model."""
     fields = training_arguments_kwargs(best)
+    model = model_settings(best)
     flags = " ".join(f"--{k} {_flag(v)}" for k, v in fields.items()
                      if v is not None and not isinstance(v, (dict, list)))
     return {"training_args.yaml": fields,
@@ -192,7 +225,8 @@ def exports(best: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "flags": flags,
                 "how": "append these to the command you launch (an HfArgumentParser script "
                        "takes a flag's last value), or run it unchanged with autotune apply "
-                       "STUDY -- python train.py ARGS"}}
+                       "STUDY -- python train.py ARGS"},
+            **({"model_settings.yaml": model} if model else {})}
 
 
 def _flag(value: Any) -> str:

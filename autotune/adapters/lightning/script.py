@@ -14,13 +14,13 @@ measure/framework_hooks.py imports this module by name when the script imports
   global batch kept) go into the Trainer, and at ``fit`` the module and the train loader are
   prepared as ``lightning.tune``'s answer is applied (prepare_module: process knobs, TF32,
   channels_last, compile, the optimizer's implementation; prepare_loader/prepare_datamodule:
-  the loader rebuilt with the trial's arguments); a trial writes no checkpoint and no log in
+  the loader rebuilt with the trial's arguments, whether fit is given it, a DataModule, or
+  neither and the module builds it in its own ``train_dataloader``); a trial writes no checkpoint and no log in
   the user's folders, and runs no sanity validation; a callback reports each training batch
   (its samples, the loop's wait between batches, its loss) to the trial's window, which ends
   the process once measured.
 
-Not reached: DDP's strategy (a script under torchrun keeps its own), a loader the script
-builds in ``LightningModule.train_dataloader`` (no DataLoader or DataModule given to fit).
+Not reached: DDP's strategy (a script under torchrun keeps its own).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from autotune.adapters.lightning import prepare_datamodule, prepare_loader, prepare_module
-from autotune.adapters.lightning_workload import (
+from autotune.adapters.lightning.workload import (
     AMP_PRECISION,
     LightningWorkload,
     _loader_defaults,
@@ -96,11 +96,20 @@ def install(module: ModuleType) -> None:
                 kwargs["datamodule"] = prepare_datamodule(kwargs["datamodule"], best)
             elif hasattr(train_dataloaders, "train_dataloader"):  # a DataModule, by position
                 train_dataloaders = prepare_datamodule(train_dataloaders, best)
+            elif train_dataloaders is None and _builds_its_loader(model):
+                model = prepare_datamodule(model, best)  # its train_dataloader, rebuilt
         _report_batches(self, source)
         return fit(self, model, train_dataloaders, *args, **kwargs)
 
     setattr(__init__, WRAPPED, True)
     cls.__init__, cls.fit = __init__, fit_hooked
+
+
+def _builds_its_loader(module: Any) -> bool:
+    """The LightningModule defines its own ``train_dataloader`` (fit given no loader)."""
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    return bool(is_overridden("train_dataloader", module))
 
 
 def _own_folder(source: Source) -> Path | None:
@@ -182,6 +191,6 @@ def _report_batches(trainer: Any, source: Source) -> None:
 def exports(best: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """lightning.yaml, as ``lightning.tune`` writes it: the Trainer's and the DataLoader's
     arguments and what ``prepare_module`` sets."""
-    from autotune.adapters.lightning_workload import lightning_document
+    from autotune.adapters.lightning.workload import lightning_document
 
     return {"lightning.yaml": lightning_document(best)}

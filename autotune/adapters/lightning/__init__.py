@@ -17,10 +17,10 @@ torch's threads (this process and each loader worker), TF32 matmuls, channels_la
 torch.compile, the fused/foreach optimizer (set on what ``configure_optimizers`` returns, so its
 LR schedulers stay attached), and the DataModule's train loader rebuilt with the measured
 arguments. ``autotune verify`` then measures the realized speedup of ``Trainer.fit`` itself
-(autotune/adapters/lightning_verify.py).
+(autotune/adapters/lightning/verify.py).
 
 The study by import paths (``workload._target_=autotune.adapters.lightning.LightningWorkload``)
-is in autotune/adapters/lightning_workload.py; both write ``lightning.yaml``.
+is in autotune/adapters/lightning/workload.py; both write ``lightning.yaml``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from autotune.adapters import best_document, keeps_own_accumulation
 from autotune.adapters.fsdp import shard_configured, sharded_study
-from autotune.adapters.lightning_workload import (
+from autotune.adapters.lightning.workload import (
     LightningObjectsWorkload,
     LightningWorkload,
     dataloader_kwargs,
@@ -45,7 +45,7 @@ from autotune.adapters.lightning_workload import (
     optimizers_in,
     trainer_kwargs,
 )
-from autotune.adapters.lightning_workload import trainer_kwargs as lightning_trainer_kwargs
+from autotune.adapters.lightning.workload import trainer_kwargs as lightning_trainer_kwargs
 from autotune.core.host import apply_process_knobs, worker_init
 from autotune.core.optimizer_impl import set_optimizer_impl
 from autotune.core.shipping import ToShip
@@ -98,7 +98,7 @@ def tune(module: nn.Module, datamodule: Any = None, *, train_dataloaders: Any = 
              "module_name": f"{type(module).__module__}.{type(module).__qualname__}"}
     names = {"module": "the LightningModule", "datamodule": "the LightningDataModule",
              "train_dataloaders": "the train DataLoader", "trainer_kwargs": "trainer_kwargs"}
-    ship = ToShip(parts, names, target="autotune.adapters.lightning_workload.LightningObjectsWorkload",
+    ship = ToShip(parts, names, target="autotune.adapters.lightning.workload.LightningObjectsWorkload",
                   label=f"lightning-{type(module).__name__.lower()}", on_cpu=["module"])
     # Imported here, not above: a trial process imports this module to build the workload
     # (workload._target_=autotune.adapters.lightning.LightningWorkload) and must not load the

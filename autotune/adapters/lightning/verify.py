@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from autotune.adapters.lightning import prepare_datamodule, prepare_loader, prepare_module
-from autotune.adapters.lightning_workload import (
+from autotune.adapters.lightning.workload import (
     LightningObjectsWorkload,
     LightningWorkload,
     trainer_kwargs,

@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-from autotune.adapters import hf_user_optim as user_optim
-from autotune.adapters.hf import apply
-from autotune.adapters.hf_workload import HFTrainerWorkload, HFWorkload
+from autotune.adapters.hf import apply, user_optim
+from autotune.adapters.hf.workload import HFTrainerWorkload, HFWorkload
 from autotune.core.quick_exit import quick_exit
 from autotune.production.best import load_best
 from autotune.production.parity import StepClock, load_workload, side_args, write

@@ -9,19 +9,19 @@ read the result as ``TrainingArguments``.
     tuned.apply(trainer).train()                                # every measured setting applied
 
 ``tune`` ships the Trainer's model (as its recipe where it was loaded with ``from_pretrained``:
-autotune/adapters/hf_recipe.py), train dataset, collator and arguments to the trial processes
+autotune/adapters/hf/recipe.py), train dataset, collator and arguments to the trial processes
 (autotune/core/shipping.py; an object that cannot travel is named; a TRL SFTTrainer as such:
-autotune/adapters/hf_trl.py), runs the study
+autotune/adapters/hf/trl.py), runs the study
 (autotune.tune: the same study as the command line) and returns ``HFTuned``. ``apply(trainer,
 best)`` sets every knob the study measured: the TrainingArguments fields (batch size, mixed
 precision, TF32, torch.compile, the DataLoader fields, the fused optimizer, non_blocking), and
 what no TrainingArguments field holds, in this process: glibc's allocator (before the loader
 forks its workers), the torch threads of this process and of each loader worker, cuDNN's
 autotuning, the collator's ``pad_to_multiple_of``. ``autotune verify`` then measures the
-realized speedup of ``Trainer.train`` itself (autotune/adapters/hf_verify.py).
+realized speedup of ``Trainer.train`` itself (autotune/adapters/hf/verify.py).
 
 The study by import paths (``workload._target_=autotune.adapters.hf.HFWorkload``) is in
-autotune/adapters/hf_workload.py; both write ``training_args.yaml``.
+autotune/adapters/hf/workload.py; both write ``training_args.yaml``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from autotune.adapters import best_document, in_process, keeps_own_accumulation
-from autotune.adapters import hf_user_optim as user_optim
 from autotune.adapters.ddp import (
     accelerator_ddp_kwargs,
     launched,
@@ -42,9 +41,10 @@ from autotune.adapters.ddp import (
     syncs_each_batch,
 )
 from autotune.adapters.fsdp import HF_CPU_SHARDING, set_plugin_precision, sharded_study
-from autotune.adapters.hf_recipe import model_travel, split_peft
-from autotune.adapters.hf_trl import is_sft, sft_parts
-from autotune.adapters.hf_workload import (
+from autotune.adapters.hf import user_optim
+from autotune.adapters.hf.recipe import model_travel, split_peft
+from autotune.adapters.hf.trl import is_sft, sft_parts
+from autotune.adapters.hf.workload import (
     _CHECKPOINTING_FIELDS,
     _DDP_FIELDS,
     _SPEED_FIELDS,
@@ -105,9 +105,9 @@ def tune(trainer: Any, overrides: Sequence[str] = (), *, ship_weights: bool = Fa
          **kwargs: Any) -> HFTuned:
     """Tune ``trainer``'s training speed (before ``trainer.train()``): a study whose baseline
     is the Trainer as it is, run on its own model, data and arguments (a TRL ``SFTTrainer``
-    too: autotune/adapters/hf_trl.py). ``overrides`` and ``kwargs`` are autotune.tune's
+    too: autotune/adapters/hf/trl.py). ``overrides`` and ``kwargs`` are autotune.tune's
     (``device="cpu"``, ``n_trials=8``, ``name=...``). A model loaded with ``from_pretrained``
-    travels to the trials as its recipe (autotune/adapters/hf_recipe.py); ``ship_weights=True``
+    travels to the trials as its recipe (autotune/adapters/hf/recipe.py); ``ship_weights=True``
     sends its weights instead, as any other model's are. Raises
     ``autotune.core.shipping.CannotTravel`` naming an object that cannot reach the trials, and
     autotune.tune's exceptions; one that still exported a configuration (``CouldNotMeasure`` on
@@ -171,11 +171,11 @@ def trainer_parts(trainer: Any, ship_weights: bool = False) -> ToShip:
              "trainer_class": "the Trainer's class", "callbacks": "the Trainer's callbacks",
              "processing_class": "the SFTTrainer's processing_class",
              "user_optimizer": "the Trainer's optimizer"}
-    target = "autotune.adapters.hf_workload.HFTrainerWorkload"
+    target = "autotune.adapters.hf.workload.HFTrainerWorkload"
     if is_sft(trainer):
         parts.update(sft_parts(trainer))
         kind = "SFTTrainerWorkload" if parts["sft"]["trl_collator"] else "SFTOwnCollatorWorkload"
-        target = f"autotune.adapters.hf_trl.{kind}"
+        target = f"autotune.adapters.hf.trl.{kind}"
     return ToShip(parts, names, target=target, label=f"hf-{type(model).__name__.lower()}",
                   on_cpu=[key], said=travel.words)
 
@@ -209,7 +209,7 @@ def tuned_arguments(args: Any, best: Any, collator: Any = None) -> Any:
     were, and their own keys of the fields that are dicts (``accelerator_config``,
     ``gradient_checkpointing_kwargs``) beside the tuned ones. An SFTConfig gets ``padding_free``
     where the study's packing differs from what TRL does with the user's and TRL's own
-    collator packs (``collator``: the Trainer's; hf_trl.py)."""
+    collator packs (``collator``: the Trainer's; hf/trl.py)."""
     tuned = training_arguments_kwargs(best)
     # A best.yaml written before grad_accum was carried: the Trainer's own accumulation stays.
     keeps_own_accumulation(best_document(best), args.gradient_accumulation_steps,
