@@ -102,7 +102,7 @@ def test_a_lightning_script_launched_as_two_ranks_is_tuned_under_the_launcher(
     for trial, _, result, _ in trials:
         assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
         logs = "".join(p.read_text() for p in trial.rglob("*.log"))
-        assert len(re.findall(r"BATCH \d+ .* world=2\b", logs)) == 2, logs[-2000:]
+        assert len(re.findall(r"BATCH \d+ .* world=2\b", logs)) >= 2, logs[-2000:]  # each rank
     assert not (tmp_path / "lout").exists(), "a rank ran the script on to its checkpoint"
     assert not leftover_trials(since, tmp_path)
 
