@@ -3,7 +3,8 @@ its page (docs/guide/nanogpt.md) after the README's set-up command, each step ti
 
 1. ``git clone`` of this checkout's HEAD (a local clone: the network's part is the install's);
 2. the README's set-up: ``python3 -m venv .venv && .venv/bin/pip install --no-cache-dir -e .``
-   (no pip cache: every wheel downloaded, torch's CUDA build among them, as on a new machine);
+   (no pip cache, as on a new machine; where pip's wheels come from a local folder, as on this
+   project's VMs, the section says so: the install is then unpacking, not downloading);
 3. the page's four commands, in the venv (its ``bin`` first on PATH, as once activated):
    the script as it is, ``autotune study.name=nanogpt -- python examples/nanogpt/train.py
    --steps S``, the script tuned, and ``autotune verify studies/nanogpt``.
@@ -72,6 +73,18 @@ def steps(folder: Path, script_steps: int) -> dict[str, float]:
     return out
 
 
+def _wheels() -> str:
+    """Where pip took the wheels from: a local folder or index makes the install's time an
+    unpacking, not a download, and the section says so."""
+    local = [v for k in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+             if (v := os.environ.get(k)) and not v.startswith(("http://", "https://"))]
+    if local:
+        return (f"This machine's pip takes its wheels from a local folder ({', '.join(local)}): "
+                "the set-up's time is unpacking them, not downloading (torch's CUDA build and "
+                "its libraries are some 5 GB).")
+    return "Every wheel was downloaded."
+
+
 def section(times: dict[str, float], best: dict, verified: dict, script_steps: int
             ) -> list[str]:
     total = sum(times.values())
@@ -82,7 +95,7 @@ def section(times: dict[str, float], best: dict, verified: dict, script_steps: i
              f"    {command('benchmarks.fresh_clone')}", "",
              machine(best) + " Idle, nothing else ran. The README's set-up command, then "
              f"docs/guide/nanogpt.md's four commands as written (`--steps {script_steps}`), "
-             "in the new virtual environment; pip's cache off, so every wheel was downloaded.",
+             f"in the new virtual environment; pip's cache off. {_wheels()}",
              "", "| step | wall time |", "|---|---|"]
     lines += [f"| {name} | {s / 60:.1f} min |" for name, s in times.items()]
     lines += [f"| **all** | **{total / 60:.1f} min** ({'under' if total < GOAL_S else 'OVER'} "
