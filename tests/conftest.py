@@ -235,3 +235,24 @@ def measured_trials(study_dir: Path) -> Iterator[tuple[Path, dict[str, Any], dic
             continue
         request = json.loads((trial / "request.json").read_text())
         yield trial, request, result, "".join(p.read_text() for p in trial.glob("*.log"))
+def tuned_as_two_ranks(tmp_path: Path, command: list[str], batches: str, printed: str) -> None:
+    """A script study of ``command`` as 2 ranks under torch's launcher (launch.nproc_per_node=2,
+    2 trials over ``batches``): every measured trial's result has both ranks, each rank's log
+    has the line matching ``printed`` with world=2, and nothing is left running."""
+    import re
+    import time
+
+    since = time.time()
+    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", f"knobs.batch_size={batches}",
+                    "knobs.compile=off", *BARE_ARGS, "--", *command], tmp_path, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert ran_to_the_end(proc.returncode, out), out[-3000:]
+    trials = list(measured_trials(tmp_path / "studies" / "train-cpu-2ranks"))
+    assert trials, out[-3000:]
+    for trial, _, result, _ in trials:
+        assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
+        logs = "".join(p.read_text() for p in trial.rglob("*.log"))  # the launcher's repeats
+        assert len(re.findall(printed + r" .* world=2\b", logs)) >= 2, logs[-2000:]
+    assert not leftover_trials(since, tmp_path)
+
+

@@ -26,6 +26,7 @@ from tests.conftest import (
     measured_trials,
     ran_to_the_end,
     run_cli,
+    tuned_as_two_ranks,
 )
 
 pytest.importorskip("transformers")
@@ -116,16 +117,5 @@ def test_a_trainer_script_launched_as_two_ranks_is_tuned_under_the_launcher(
     launcher's environment, as under torchrun); each rank's window is measured in the
     Trainer's loop, the trial's figure is both ranks', and neither runs on to save_model."""
     (tmp_path / "train.py").write_text(SCRIPT.read_text())
-    since = time.time()
-    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", "knobs.batch_size=[4,8]",
-                    "knobs.compile=off", *BARE_ARGS, "--", *COMMAND], tmp_path, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert ran_to_the_end(proc.returncode, out), out[-3000:]
-    trials = list(measured_trials(tmp_path / "studies" / "train-cpu-2ranks"))
-    assert trials, out[-3000:]
-    for trial, _, result, _ in trials:
-        assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
-        logs = "".join(p.read_text() for p in trial.rglob("*.log"))
-        assert len(re.findall(r"TRAINER batch=\d+ .* world=2\b", logs)) >= 2, logs[-2000:]  # each rank
+    tuned_as_two_ranks(tmp_path, COMMAND, "[4,8]", r"TRAINER batch=\d+")
     assert not (tmp_path / "out").exists(), "a rank ran the script on to save_model"
-    assert not leftover_trials(since, tmp_path)

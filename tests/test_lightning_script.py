@@ -26,6 +26,7 @@ from tests.conftest import (
     measured_trials,
     ran_to_the_end,
     run_cli,
+    tuned_as_two_ranks,
 )
 
 pytest.importorskip("lightning")
@@ -91,20 +92,9 @@ def test_a_lightning_script_launched_as_two_ranks_is_tuned_under_the_launcher(
         "devices=1,", 'devices=int(os.environ.get("WORLD_SIZE", "1")), strategy="ddp",')
     (tmp_path / "train.py").write_text(script.replace("import argparse\n", "import argparse\nimport os\n"))
     assert 'strategy="ddp"' in script
-    since = time.time()
-    proc = run_cli(["study.n_trials=2", "launch.nproc_per_node=2", "knobs.batch_size=[16,32]",
-                    "knobs.compile=off", *BARE_ARGS, "--",
-                    "python", "train.py", "--batch-size", "32"], tmp_path, timeout=900)
-    out = proc.stdout + proc.stderr
-    assert ran_to_the_end(proc.returncode, out), out[-3000:]
-    trials = list(measured_trials(tmp_path / "studies" / "train-cpu-2ranks"))
-    assert trials, out[-3000:]
-    for trial, _, result, _ in trials:
-        assert sorted(r["rank"] for r in result["ranks"]) == [0, 1], result
-        logs = "".join(p.read_text() for p in trial.rglob("*.log"))
-        assert len(re.findall(r"BATCH \d+ .* world=2\b", logs)) >= 2, logs[-2000:]  # each rank
+    tuned_as_two_ranks(tmp_path, ["python", "train.py", "--batch-size", "32"], "[16,32]",
+                       r"BATCH \d+")
     assert not (tmp_path / "lout").exists(), "a rank ran the script on to its checkpoint"
-    assert not leftover_trials(since, tmp_path)
 
 
 #: The example with its loader built in the module's own train_dataloader, fit given none.
