@@ -554,7 +554,7 @@ def test_a_disturbed_round_is_measured_again_before_the_choice(tmp_path: Path,
 def test_a_leader_is_vetted_once_the_least_rounds_have_run(tmp_path: Path) -> None:
     """The numerics check vets each answer's leader from the least rounds on, not the leader
     of one round: a GPT study vetted a finalist at batch 32 that led after round 1 only, its
-    reference's three seeds some 4 minutes (2026-12-07). The confirmed winner is vetted."""
+    reference's three seeds about 3.5 minutes (2026-12-07). The confirmed winner is vetted."""
     from autotune.search.confirmation import confirm as confirm_mod
 
     figures = {"base": 100.0, "b128": 210.0, "b64": 150.0, "five": 140.0}

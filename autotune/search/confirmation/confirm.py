@@ -128,7 +128,8 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
     after the rounds and a vision recipe spent 3 minutes of them on finalists it then refused.
     Not before the least rounds: a leader after one round is one window's luck, and a GPT
     study checked a finalist at batch 32 that led after round 1 only (7.04x against 6.99x),
-    its reference's three seeds some 4 minutes of the study (2026-12-07)."""
+    its reference's three seeds about 3.5 minutes of the study (its check ~780 s, the other
+    two runs' ~575 s; 2026-12-07)."""
     base = baseline_trial(study)
     finals = finalists(study, max(1, top))
     if runs < 1 or not finals or base is None:
