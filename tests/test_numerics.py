@@ -201,12 +201,21 @@ def test_a_chaotic_recipes_bf16_run_that_trains_like_yours_is_accepted(tmp_path:
     """Step by step, the bf16 run of a recipe whose first steps are chaotic drifts more than
     the AMP tolerance from the fp32 run of the same seed (the check refused such runs before);
     over its last steps it lies within the spread of the user's own runs at other seeds."""
+    from autotune.search.checks.references import reference
+
     setup = _setup(tmp_path, "tests.workloads_numerics.ChaoticConvNet", numerics_steps=16)
     base = setup.space.baseline
     bf16 = _trial(1, {**base, "amp": "bf16"}, 200.0)
-    entry = _check_one(setup, bf16, check_tolerance({}), {}, None)
-    assert entry["passed"] is True, entry
-    assert entry["max_rel_dev"] > DEFAULT_TOLERANCE["amp"], entry  # chaotic step by step
+    refs: dict[str, Any] = {}
+    first = _check_one(setup, bf16, check_tolerance({}), refs, None)
+    # Its tail within the one-seed bound of your run at its seed (~5% against 6.45%): passed
+    # on that run alone.
+    assert first["passed"] is True and first["one_seed"] is True, first
+    assert first["max_rel_dev"] > DEFAULT_TOLERANCE["amp"], first  # chaotic step by step
+    # And judged by your runs' spread, once it is in hand, it passes as well.
+    reference(setup, reference_knobs(setup, dict(bf16.user_attrs["knobs"])), refs, None)
+    entry = _check_one(setup, bf16, check_tolerance({}), refs, None)
+    assert entry["passed"] is True and "one_seed" not in entry, entry
     assert entry["deviation"] <= entry["tolerance"] and entry["spread"] > 0.02, entry
     assert len(entry["reference"]["tails"]) == REFERENCE_SEEDS
     assert entry["tolerance"] == pytest.approx(
@@ -216,22 +225,74 @@ def test_a_chaotic_recipes_bf16_run_that_trains_like_yours_is_accepted(tmp_path:
 @pytest.mark.slow  # trial subprocesses (the check's runs)
 def test_a_wrong_cast_is_refused_beyond_your_own_spread(tmp_path: Path) -> None:
     """bf16 rounds the offset logits away: the loss does not come down as yours does, at
-    either seed; refused with the figures a user checks it by. The same knobs in fp32 pass."""
+    either seed; refused with the figures a user checks it by. A speed knob alone trains as
+    your run at its seed does: it passes on that one run, your other seeds not run until a
+    finalist needs their spread."""
     setup = _setup(tmp_path, "tests.workloads_numerics.WrongCast", numerics_steps=10)
     base = setup.space.baseline
     refs: dict[str, Any] = {}
+    runs = setup.out_dir / "numerics"
+    speed = _trial(2, {**base, "set_to_none": not base["set_to_none"]}, 110.0)
+    first = _check_one(setup, speed, check_tolerance({}), refs, None)
+    assert first["passed"] is True and first["one_seed"] is True, first
+    assert first["deviation"] < 1e-3 and first["spread"] is None, first
+    assert first["reference"]["seeds"] == [0], first
+    # What the summary and the report say of it: decided on one run, no spread shown.
+    from autotune.results.answers import check_figures
+    from autotune.results.report_numerics import numerics_rows
+    assert check_figures(first).startswith("tail loss 0.00% from your run at its seed (within "
+                                           "3.28%, where no spread"), check_figures(first)
+    row = numerics_rows({"trials": {"2": first}})[0]
+    assert row[2].endswith("(seeds 0)") and row[3] == "not needed", row
+    assert row[4] == "3.28% (one seed: within it no spread could refuse at 5%)", row
+    assert sorted(p.name for p in runs.iterdir()) == ["reference-0-seed0",
+                                                       f"trial-{speed.number}"]
     entry = _check_one(setup, _trial(1, {**base, "amp": "bf16"}, 300.0), check_tolerance({}),
                        refs, None)
     assert entry["passed"] is False, entry
     assert len(entry["deviations"]) == 2 and min(entry["deviations"]) > entry["tolerance"]
     assert entry["reason"].startswith("refused: its loss over the last 5 of 10 steps lies ")
     assert "at seeds 0, 1, 2" in entry["reason"] and "for amp" in entry["reason"]
-    # A speed knob alone: the same arithmetic, so the run of your seed 0 again, one of the
-    # runs the spread is made of (and the references are not run again).
-    ok = _check_one(setup, _trial(2, {**base, "set_to_none": not base["set_to_none"]}, 110.0),
-                    check_tolerance({}), refs, None)
+    # The reference was completed, not run again: seed 0 once, then seeds 1 and 2.
+    assert sorted(p.name for p in runs.iterdir() if p.name.startswith("reference")) == [
+        "reference-0-seed0", "reference-0-seed1", "reference-0-seed2"]
+    # With the spread in hand, the speed knob is judged by it: the run of your seed 0 again,
+    # one of the runs the spread is made of (and the references are not run again).
+    ok = _check_one(setup, speed, check_tolerance({}), refs, None)
     assert ok["passed"] is True and ok["deviation"] <= ok["spread"] + 1e-6, ok
-    assert ok["max_rel_dev"] < 1e-3 and len(refs) == 1, ok
+    assert ok["max_rel_dev"] < 1e-3 and len(refs) == 1 and "one_seed" not in ok, ok
+
+
+def test_a_pass_on_one_seed_is_a_pass_whatever_your_other_seeds_read() -> None:
+    """spread.one_seed_bound: a finalist that close to your run at its seed passes the full
+    verdict (within the tolerance of your runs' mean, 3x their spread and at least the floor)
+    for any runs at the next seeds, so they need not be run; a little beyond it (away from
+    zero), some runs there refuse it."""
+    from itertools import product
+
+    from autotune.search.checks.spread import Spread, one_seed_bound, passes_on_one_seed
+
+    def passes(f: float, tails: tuple[float, ...], floor: float) -> bool:
+        s = Spread(tails, tuple(range(len(tails))))
+        return s.deviation([f]) <= s.tolerance(floor) + 1e-12
+
+    others = [x / 200 for x in range(-120, 121)]  # the next seeds: -60% to +60% of yours
+    for r0, floor in product((2.5, -1.7), (0.05, 0.10, 0.3)):
+        bound = one_seed_bound(floor)
+        assert 0 < bound < floor
+        for side in (1, -1):
+            f = r0 + side * bound * abs(r0)
+            assert passes_on_one_seed([9.0, f], [9.0, r0], floor)
+            for a, b in product(others, others):
+                assert passes(f, (r0, r0 * (1 + a), r0 * (1 + b)), floor), (r0, floor, a, b)
+            beyond = r0 + side * 1.05 * bound * abs(r0)
+            assert not passes_on_one_seed([9.0, beyond], [9.0, r0], floor)
+            if side * r0 < 0:  # toward zero the mean's floor can grow: the bound is tight away
+                continue
+            assert any(not passes(beyond, (r0, r0 * (1 + a), r0 * (1 + b)), floor)
+                       for a, b in product(others, others)), (r0, floor, side)
+    assert not passes_on_one_seed([float("nan")], [1.0], 0.1)
+    assert not passes_on_one_seed([1.0], [float("inf")], 0.1)
 
 
 @pytest.mark.slow  # trial subprocesses (the check's runs)

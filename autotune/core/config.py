@@ -190,9 +190,12 @@ class StudyConfig:
         "configuration."))
     numerics_steps: int = _key(10, help=(
         "Numerics check before export (autotune/search/checks/numerics.py): each exported "
-        "finalist's first N optimizer steps against your own configuration's at 3 seeds "
-        "(your numerics at the finalist's batch size, fed as the finalist is: its DataLoader "
-        "workers, prefetch, pinning), in trial subprocesses. A finalist is refused only when "
+        "finalist's first N optimizer steps against your own configuration's (your numerics "
+        "at the finalist's batch size, fed as the finalist is: its DataLoader workers, "
+        "prefetch, pinning) at up to 3 seeds, in trial subprocesses: a finalist within "
+        "2t/(3+t) of your run at its own seed (t its tolerance floor: 6.45% at AMP's 10%) "
+        "passes whatever your other seeds would read, and they are not run. A finalist is "
+        "refused only when "
         "its loss over the last N/2 steps lies further from your runs' mean than 3x their "
         "seed-to-seed spread (at least its knob family's study.numerics_tolerance), at two "
         "seeds; a non-finite loss is refused, and a reference that diverges leaves the "

@@ -117,6 +117,10 @@ def check_figures(e: dict[str, Any]) -> str:
     spread 2.10%)"; a check recorded before the spread was measured: its step-by-step one."""
     if e.get("deviation") is None and e.get("max_rel_dev") is not None:
         return f"max loss deviation {e['max_rel_dev']:.2%}"
+    if e.get("one_seed"):  # decided on your run at its seed: no spread could refuse it
+        return (f"tail loss {float(e['deviation']):.2%} from your run at its seed (within "
+                f"{float(e['tolerance']):.2%}, where no spread of your runs at other seeds "
+                f"could refuse it at tolerance {float(e['family_tolerance']):.2%})")
     if e.get("spread") is None:  # the user's own numerics: nothing was compared
         return "your own arithmetic"
     return (f"tail loss {float(e['deviation']):.2%} from yours (tolerance "

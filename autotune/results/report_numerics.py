@@ -31,7 +31,10 @@ def numerics_rows(record: dict[str, Any]) -> list[list[str]]:
         yours = (f"{float(ref['center']):.4g} (seeds {', '.join(map(str, ref['seeds']))})"
                  if ref.get("center") is not None else _NONE)
         tol = _pct(e.get("tolerance"))
-        if e.get("spread") is not None and e.get("family_tolerance") is not None:
+        if e.get("one_seed"):
+            tol += (f" (one seed: within it no spread could refuse at "
+                    f"{100 * float(e['family_tolerance']):.0f}%)")
+        elif e.get("spread") is not None and e.get("family_tolerance") is not None:
             tol += (f" ({multiple:g}x the spread, at least "
                     f"{100 * float(e['family_tolerance']):.0f}%)")
         devs = e.get("deviations") or ([e["deviation"]] if e.get("deviation") is not None
@@ -39,7 +42,8 @@ def numerics_rows(record: dict[str, Any]) -> list[list[str]]:
         verdict = ("passed" if e.get("passed") else
                    (e.get("reason") or "refused") + (f"; would have given {e['would_give']}"
                                                     if e.get("would_give") else ""))
-        rows.append([str(n), "/".join(e.get("families") or []), yours, _pct(e.get("spread")),
+        spread = "not needed" if e.get("one_seed") else _pct(e.get("spread"))
+        rows.append([str(n), "/".join(e.get("families") or []), yours, spread,
                      tol, ", ".join(_pct(d) for d in devs), verdict])
     return rows
 

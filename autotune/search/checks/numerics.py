@@ -13,11 +13,13 @@ it decides which random draws a batch gets (``DATA_PATH_KNOBS``: DataLoader work
 persistence, length grouping): those change no arithmetic, but each DataLoader worker seeds
 its own generator, so a reference fed otherwise would crop and flip otherwise. Prefetching,
 pinning and the host allocator change neither the samples nor the draws: finalists that
-differ only there share a reference. They run at ``REFERENCE_SEEDS``
-seeds (the study's and the next ones: another initialization and data order); the finalist
-runs at the study's seed, where, in a recipe that is not chaotic, its losses follow the first
-reference's step by step (the step-by-step deviation is kept as information). A reference
-run per seed and batch size is made once and reused.
+differ only there share a reference. It runs at the study's seed, and so does the
+finalist, whose losses, in a recipe that is not chaotic, follow it step by step (the
+step-by-step deviation is kept as information); then at the next seeds, up to
+``REFERENCE_SEEDS`` (another initialization and data order), only where the verdict needs
+their spread: a finalist within ``spread.one_seed_bound`` of the run at its seed passes
+whatever the others read (search/checks/references.py). A reference run per seed and batch
+size is made once and reused.
 
 The verdict. The finalist's tail loss (its mean over the last half of the steps) against the
 references' mean: refused beyond ``tolerance``, NOISE_MULTIPLE times the references' own
@@ -43,25 +45,25 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.core.console import detail
-from autotune.measure.protocol import TrialRequest
-from autotune.measure.runner import run_window
 from autotune.results.record import set_study_attrs, study_attrs, trial_attrs
 from autotune.results.trials import ANSWERS, baseline_trial, chosen_trial
+from autotune.search.checks.references import Reference, reference, run_losses
 from autotune.search.checks.speed_only import outcome_words
 from autotune.search.checks.spread import (
     NOISE_MULTIPLE,
     REFERENCE_SEEDS,
     Spread,
     finite,
-    spread_of,
+    one_seed_bound,
+    passes_on_one_seed,
     step_deviation,
+    tail_loss,
     tail_steps,
 )
 from autotune.search.confirmation.choose import (
@@ -248,48 +250,6 @@ def reference_knobs(setup: StudySetup, knobs: dict[str, Any]) -> dict[str, Any]:
     return {**setup.space.baseline, "batch_size": knobs["batch_size"], **same_data}
 
 
-@dataclass(frozen=True)
-class Reference:
-    """The user's configuration at the study's seed and the next ones, once per configuration."""
-
-    losses: list[float] | None  # at the study's seed (the finalist's): step by step
-    spread: Spread | None  # None: a run failed (``error``) or diverged (``diverged``)
-    error: str = ""
-    diverged: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"losses": self.losses, "error": self.error, "diverged": self.diverged,
-                **({"tails": list(self.spread.tails), "seeds": list(self.spread.seeds)}
-                   if self.spread else {})}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> Reference:
-        spread = Spread(tuple(d["tails"]), tuple(d["seeds"])) if d.get("tails") else None
-        return Reference(d.get("losses"), spread, d.get("error") or "", d.get("diverged") or "")
-
-
-def _reference(setup: StudySetup, knobs: dict[str, Any], references: dict[str, Reference],
-               stop: StopFlag | None) -> Reference:
-    key = json.dumps(knobs, sort_keys=True)
-    if key not in references:
-        tag = f"reference-{len(references)}"
-        seeds = [setup.seed + i for i in range(REFERENCE_SEEDS)]
-        runs: list[list[float]] = []
-        for seed in seeds:
-            losses, error = _losses(setup, knobs, f"{tag}-seed{seed}", stop, seed)
-            if losses is None:
-                references[key] = Reference(None, None, error=error)
-                return references[key]
-            runs.append(losses)
-        spread = spread_of(runs, seeds)
-        bad = [(s, r) for s, r in zip(seeds, runs, strict=True) if not finite(r)]
-        diverged = "" if not bad else (
-            f"your own configuration's loss went non-finite at seed {bad[0][0]} (step "
-            f"{next(i for i, v in enumerate(bad[0][1]) if not math.isfinite(v)) + 1})")
-        references[key] = Reference(runs[0], spread, diverged=diverged)
-    return references[key]
-
-
 def _check_one(setup: StudySetup, trial: FrozenTrial, tolerance: dict[str, float],
                references: dict[str, Reference], stop: StopFlag | None) -> dict[str, Any]:
     knobs = dict(trial_attrs(trial)["knobs"])
@@ -302,19 +262,56 @@ def _check_one(setup: StudySetup, trial: FrozenTrial, tolerance: dict[str, float
                              "reference_data_path": fed}
     if knobs == ref_knobs:  # the user's own numerics at this batch size: nothing to compare
         return {**entry, "max_rel_dev": 0.0, "deviation": 0.0, "finite": True, "passed": True}
-    ref = _reference(setup, ref_knobs, references, stop)
-    losses, error = (_losses(setup, knobs, f"trial-{trial.number}", stop, setup.seed)
-                     if ref.losses is not None and not ref.diverged else (None, ""))
-    if ref.losses is None or ref.spread is None or losses is None:
-        why = (f"not checked: {ref.diverged}; a run that diverges says nothing about whether "
-               "another arithmetic trains like it (a lower learning rate, or warm-up, would "
-               "make the check informative)" if ref.diverged else
-               f"not checked: {'the reference' if ref.losses is None else 'its'} run failed "
-               f"({ref.error or error})")
-        log.warning("numerics of trial %d %s", trial.number, why)
-        return {**entry, "max_rel_dev": None, "deviation": None, "finite": None,
-                "passed": None, "reason": why, "uninformative": bool(ref.diverged)}
-    return _judge(setup, trial, entry, ref.spread, ref.losses, losses, stop)
+    known = references.get(json.dumps(ref_knobs, sort_keys=True))
+    complete = known is not None and known.complete  # its spread in hand: judge by it
+    ref = reference(setup, ref_knobs, references, stop, seeds=1)
+    losses, error = (run_losses(setup, knobs, f"trial-{trial.number}", stop, setup.seed)
+                     if ref.usable else (None, ""))
+    if losses is not None and ref.losses is not None and not complete and passes_on_one_seed(
+            losses, ref.losses, floor):
+        return _one_seed(trial, entry, ref, losses)
+    if losses is not None:
+        ref = reference(setup, ref_knobs, references, stop)
+    spread = ref.spread
+    if ref.losses is None or spread is None or losses is None:
+        return _unchecked(trial, entry, ref, error)
+    return _judge(setup, trial, entry, spread, ref.losses, losses, stop)
+
+
+def _unchecked(trial: FrozenTrial, entry: dict[str, Any], ref: Reference, error: str
+               ) -> dict[str, Any]:
+    """A check that could not judge: the user's run diverged (uninformative) or a run failed."""
+    why = (f"not checked: {ref.diverged}; a run that diverges says nothing about whether "
+           "another arithmetic trains like it (a lower learning rate, or warm-up, would "
+           "make the check informative)" if ref.diverged else
+           f"not checked: {'its' if error else 'the reference'} run failed "
+           f"({error or ref.error})")
+    log.warning("numerics of trial %d %s", trial.number, why)
+    return {**entry, "max_rel_dev": None, "deviation": None, "finite": None,
+            "passed": None, "reason": why, "uninformative": bool(ref.diverged)}
+
+
+def _one_seed(trial: FrozenTrial, entry: dict[str, Any], ref: Reference, losses: list[float]
+              ) -> dict[str, Any]:
+    """A pass decided on the user's run at the finalist's seed alone (spread.one_seed_bound):
+    its runs at the next seeds could not have refused it, so they were not run."""
+    assert ref.losses is not None
+    first = tail_loss(ref.losses)
+    dev = abs(tail_loss(losses) - first) / max(abs(first), 1e-12)
+    bound = one_seed_bound(float(entry["family_tolerance"]))
+    entry.update(
+        passed=True, finite=True, tolerance=round(bound, 6), deviation=round(dev, 6),
+        deviations=[round(dev, 6)], spread=None, one_seed=True,
+        reference={"tails": [round(first, 6)], "seeds": [ref.seeds[0]],
+                   "center": round(first, 6)},
+        max_rel_dev=round(step_deviation(losses, ref.losses), 6),
+        losses=[round(v, 6) for v in losses],
+        reference_losses=[round(v, 6) for v in ref.losses])
+    detail("numerics of trial %d: tail loss %.3g%% from your run at its seed, within %.3g%% "
+           "(no spread of your runs at other seeds could refuse it at tolerance %.3g%%: "
+           "they were not run)", trial.number, 100 * dev, 100 * bound,
+           100 * float(entry["family_tolerance"]))
+    return entry
 
 
 def _judge(setup: StudySetup, trial: FrozenTrial, entry: dict[str, Any], spread: Spread,
@@ -325,7 +322,7 @@ def _judge(setup: StudySetup, trial: FrozenTrial, entry: dict[str, Any], spread:
     tol = spread.tolerance(float(entry["family_tolerance"]))
     runs = [losses]
     if finite(losses) and spread.deviation(losses) > tol:
-        again, _ = _losses(setup, dict(trial_attrs(trial)["knobs"]),
+        again, _ = run_losses(setup, dict(trial_attrs(trial)["knobs"]),
                            f"trial-{trial.number}-seed{setup.seed + 1}", stop, setup.seed + 1)
         if again is not None:
             runs.append(again)
@@ -367,19 +364,6 @@ def refusal_words(entry: dict[str, Any], spread: Spread, steps: int) -> str:
              "generator, so its batches may differ from the reference's: the deviation is not "
              "blamed on a knob family's arithmetic")
     return f"refused: {what}; {against}; {blame}"
-
-
-def _losses(setup: StudySetup, knobs: dict[str, Any], tag: str, stop: StopFlag | None,
-            seed: int) -> tuple[list[float] | None, str]:
-    req = TrialRequest(workload=setup.workload_spec, knobs=knobs, device=setup.env.device,
-                       window=setup.window, seed=seed, cpu_sized=setup.cpu_sized,
-                       env=setup.trial_env, grad_accum=setup.grad_accum(knobs),
-                       numerics_steps=setup.study.numerics_steps, launch=setup.ranks)
-    res = run_window(req, setup.out_dir / "numerics" / tag,
-                     stop_requested=lambda: stop.reason if stop else None)
-    if not res.ok or not res.losses:
-        return None, f"{res.outcome}: {res.error}"
-    return [float(v) for v in res.losses], ""
 
 
 def _repick_confirmation(study: optuna.Study, results: dict[str, Any]) -> None:

@@ -50,7 +50,7 @@ def plan_words(setup: StudySetup, n_trials: int, confirm_runs: int) -> str:
     if setup.study.numerics_steps:
         parts.append(f"a numerics check ({setup.study.numerics_steps} steps of each configuration "
                      "to export, the next only if one is refused, and your configuration "
-                     f"at its batch size at {REFERENCE_SEEDS} seeds)")
+                     f"at its batch size at 1 to {REFERENCE_SEEDS} seeds)")
     if setup.launch.scaling:
         parts.append(f"a scaling measurement ({SCALING_ROUNDS} rounds of the winner as all "
                      "ranks and as one rank)")

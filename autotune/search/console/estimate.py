@@ -20,9 +20,10 @@ rounds are inside it (before 2026-12-01 a tie got up to half the budget again, a
 studies that had one ran 35% and 39% past their stated wall time). One finalist clearly ahead
 ends the rounds sooner, which is not known before them: the first window's estimate is the
 rounds' bound, said as one. As the search ends, the finalists' gaps are known, and the rounds
-are those the confirmation's own simulation expects (confirmation/forecast.py). The numerics check runs each finalist and the
-reference at three seeds, each a start-up and its steps (the first window's steps: the finalists' are
-re-estimated as the search ends). A compiled trial's compile time is counted where the first window paid it; where compile is only
+are those the confirmation's own simulation expects (confirmation/forecast.py). The numerics check runs each finalist and its
+reference at the finalist's seed (numerics_cost.REFERENCE_RUNS: the next seeds only where the
+finalist lies beyond the one-seed bound), each a start-up and its steps (the first window's
+steps: the finalists' are re-estimated as the search ends). A compiled trial's compile time is counted where the first window paid it; where compile is only
 searched, each compiled trial adds its own, unknown until one compiles (at most
 ``window.compile_timeout_s``), and the estimate says so. The first window is the
 baseline's, and the finalists are often bigger batches with longer steps, so as the search ends
