@@ -267,8 +267,8 @@ def _check_one(setup: StudySetup, trial: FrozenTrial, tolerance: dict[str, float
     ref = reference(setup, ref_knobs, references, stop, seeds=1)
     losses, error = (run_losses(setup, knobs, f"trial-{trial.number}", stop, setup.seed)
                      if ref.usable else (None, ""))
-    if losses is not None and ref.losses is not None and not complete and passes_on_one_seed(
-            losses, ref.losses, floor):
+    if (losses is not None and ref.losses is not None and not complete
+            and passes_on_one_seed(losses, ref.losses, floor)):
         return _one_seed(trial, entry, ref, losses)
     if losses is not None:
         ref = reference(setup, ref_knobs, references, stop)

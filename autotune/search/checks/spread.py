@@ -123,14 +123,6 @@ class Spread:
                 "center": round(self.center, 6), "spread": round(self.relative, 6)}
 
 
-def spread_of(runs: Sequence[Sequence[float]], seeds: Sequence[int]) -> Spread | None:
-    """The references' spread; None where one of them diverged (a non-finite loss): a run
-    that diverges says nothing about whether another arithmetic trains like it."""
-    if not runs or not all(finite(r) for r in runs):
-        return None
-    return Spread(tuple(tail_loss(r) for r in runs), tuple(seeds))
-
-
 def step_deviation(losses: Sequence[float], reference: Sequence[float]) -> float:
     """Largest relative loss difference step by step over the steps both runs have: what the
     check judged by before it judged by the spread, kept as information (a large figure with

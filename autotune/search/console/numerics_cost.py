@@ -21,10 +21,11 @@ from autotune.search.setup import StudySetup
 
 #: Runs of a numerics check besides one per answer checked, per batch size: the user's
 #: configuration at the finalist's seed, and at the next seeds (up to REFERENCE_SEEDS in all)
-#: only where the finalist lies beyond spread.one_seed_bound of it. Counted at one: each
-#: finalist the studies of docs/benchmarks.md checked lay within it (0.2-1.4% from yours
-#: against a bound of 6.45% at AMP's tolerance) but a chaotic recipe's, whose tail losses move
-#: by more from seed to seed, and which then runs REFERENCE_SEEDS.
+#: only where the finalist lies beyond spread.one_seed_bound of it. Counted at one: the bf16
+#: finalists of the confirmation benchmark's README and GPT studies (2026-12-07) lay
+#: 0.007-0.16% from your run at their seed against a bound of 6.45% at AMP's tolerance. A
+#: chaotic recipe's, whose tail losses move more from seed to seed, may lie beyond it and then
+#: runs REFERENCE_SEEDS, which the estimate does not foresee.
 REFERENCE_RUNS = 1
 #: Answers the numerics check runs before the search says which: best.yaml's, and the one
 #: that trains the same model where that differs (search/checks/numerics.py checks no other).
