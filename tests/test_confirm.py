@@ -772,7 +772,9 @@ def test_one_noisy_search_window_does_not_hold_every_pair_open(cpu_env: Any) -> 
         return optuna.trial.create_trial(value=1.0, user_attrs={
             "ceiling_noise": {"window": spread}})
 
+    from autotune.search.confirmation.selection import HALVES_PER_SD
+
     cpu = study_setup(cpu_env)
     sel = terms(cpu, [trial(s) for s in (0.01, 0.04, 0.05, 0.07, 0.36)], 5)
-    assert sel.noise == pytest.approx(0.05)
+    assert sel.noise == pytest.approx(0.05 / HALVES_PER_SD)  # their median, as a window's sd
     assert terms(cpu, [trial(0.04), trial(0.0)], 2).noise == 0.0  # one unknown: none assumed

@@ -106,12 +106,14 @@ def eliminate(cands: list[Candidate], same: Collection[int], sel: Selection) -> 
 def terms(setup: StudySetup, trials: Collection[FrozenTrial], systems: int) -> Selection:
     """The selection's terms for these configurations: the user's zone and probability of
     correct selection, and the windows' own noise (0 where any window's is unknown): the
-    median of their search windows' spreads. The largest, which this was, is one window's
-    two halves: on the README's study one window at 36% (the others 1-7%) held every pair's
-    variance so high that nothing was dropped in 7 rounds, the 8 finalists measured to the
-    budget's end (2026-12-01)."""
+    median of their search windows' spreads, as a window's standard deviation
+    (selection.window_sd). The largest, which this was, is one window's two halves: on the
+    README's study one window at 36% (the others 1-7%) held every pair's variance so high
+    that nothing was dropped in 7 rounds, the 8 finalists measured to the budget's end
+    (2026-12-01)."""
     spreads = [search_noise(t) for t in trials]
-    noise = statistics.median(spreads) if spreads and min(spreads) > 0 else 0.0
+    noise = selection.window_sd(statistics.median(spreads)) if spreads and min(spreads) > 0 \
+        else 0.0
     return Selection(setup.study.indifference, setup.study.correct_selection, max(2, systems),
                      noise)
 
@@ -288,10 +290,10 @@ def candidates(trials: dict[int, FrozenTrial], rounds: Rounds, active: list[int]
 
 
 def max_noise(trials: Collection[FrozenTrial], rounds: Rounds) -> float:
-    """The noisiest of the compared configurations: each one's search window's own spread
-    (its two halves) and, from 3 rounds on, how much its rounds differ. 0 when any window's
-    spread is unknown: then nothing vouches for a few rounds' agreement."""
-    spreads = [search_noise(t) for t in trials]
+    """The noisiest of the compared configurations: each one's search window's own standard
+    deviation (from its two halves) and, from 3 rounds on, how much its rounds differ. 0 when
+    any window's spread is unknown: then nothing vouches for a few rounds' agreement."""
+    spreads = [selection.window_sd(search_noise(t)) for t in trials]
     if not spreads or min(spreads) <= 0:
         return 0.0
     between = [cv([v for v in vals if v]) for vals in rounds.runs.values()

@@ -70,8 +70,8 @@ class Forecast:
 
 def prior_spread(spread: RoundSpread | None, sel: Selection) -> float:
     """The rounds' log-ratio spread before any round: an earlier confirmation's on this device
-    where one was measured; else the windows' own noise (``sel.noise``, their halves) as a
-    ratio of two windows (sqrt(2) times it); else the device kind's prior (round_spread.py),
+    where one was measured; else the windows' own noise (``sel.noise``: a window's standard
+    deviation, from their halves) as a ratio of two windows (sqrt(2) times it); else the device kind's prior (round_spread.py),
     which on the README's command said +-16% where its rounds spread 2% (2026-12-06)."""
     if spread is not None and spread.measured:
         return spread.spread

@@ -38,9 +38,10 @@ Three departures, each said where it acts:
 - The variance is updated every round, as in KN++ (Kim and Nelson, Operations Research 54(3),
   2006), and h² is KN's constant at the degrees of freedom of the variance in hand (f = r - 1):
   KN's own at the first stage, tending to KN++'s, -2 ln(2α/(k-1)), as the rounds grow. Under
-  S² lies a floor from the windows' own noise (each search window's two halves: ``noise``)
-  before PRECISE_ROUNDS rounds: a few rounds that agree by luck (four once agreed to +-3% on
-  6-11% noisy windows) do not close the triangle at once. From PRECISE_ROUNDS on, S² is the
+  S² lies a floor from the windows' own noise (``noise``: a window's standard deviation, read
+  from the search windows' two halves by window_sd) before PRECISE_ROUNDS rounds: a few
+  rounds that agree by luck (four once agreed to +-3% on 6-11% noisy windows) do not close
+  the triangle at once. From PRECISE_ROUNDS on, S² is the
   rounds' own (KN's first stage of n0 = 6, then KN++): a window's spread is one difference of
   two halves, and as a floor for every round it held a pair's variance at 0.032 where its
   rounds measured 0.007, undecided at the budget after 10 rounds where the measured variance
@@ -333,6 +334,23 @@ def rounds_left(cands: Sequence[Compared], sel: Selection) -> int | None:
                 return None
             more.append(closing(p.measured, sel, p.rounds) - p.rounds)
     return max(more)
+
+
+#: A window's two halves differ by D relative to its rate; each half holds half the steps (twice
+#: the window's variance), so for independent steps D spreads 2σ, σ the window's own standard
+#: deviation, and |D| has median 2 x 0.6745 σ: the median of the finalists' halves over this
+#: is σ. Read as σ itself (before 2026-12-07) it stood 1.35x high, and the README's 8 idle
+#: studies of 2026-12-06/07 bear the factor out: sqrt(2) x their halves overstated their rounds'
+#: spread by 1.74x at the median (0.56-2.52x; docs/benchmarks.md, "The confirmation decides,
+#: then stops"), by 1.29x once divided by it.
+HALVES_PER_SD = 2 * 0.6745
+
+
+def window_sd(halves: float) -> float:
+    """A window's own standard deviation from its halves' difference (measure/figures
+    window_spread; the median over several windows where there are): the selection's
+    ``noise``. 0 stays unknown."""
+    return halves / HALVES_PER_SD
 
 
 def trusted_rounds(noise: float, precision: float) -> int:

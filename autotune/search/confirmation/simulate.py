@@ -133,7 +133,7 @@ def windows(setting: Setting, studies: int, rng: np.random.Generator
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every window's figure, by study, round (round 0: the search's windows) and configuration
     (0: the baseline), whether it was contended, and each search window's own noise (the
-    relative difference of its halves, whose mean is the spread)."""
+    relative difference of its halves: twice the spread, in standard deviation)."""
     n = setting.noise
     truth = np.log(np.array([1.0, *setting.speedups]))
     shape = (studies, setting.max_rounds + 1, len(truth))
@@ -152,7 +152,9 @@ def windows(setting: Setting, studies: int, rng: np.random.Generator
         busy[:, r, :] = True
         hit = rng.random((studies, len(truth))) < 0.5
         logs[:, r, :] += np.where(hit, np.log1p(-rng.uniform(0.2, 0.5, hit.shape)), 0.0)
-    halves = np.abs(rng.normal(0.0, n.spread * math.sqrt(math.pi / 2), (studies, len(truth))))
+    # A window's halves differ by twice its own spread (selection.HALVES_PER_SD); before
+    # 2026-12-07 they were drawn at a mean of the spread, as the selection then read them.
+    halves = np.abs(rng.normal(0.0, 2 * n.spread, (studies, len(truth))))
     return np.exp(logs), busy, halves
 
 
@@ -199,7 +201,7 @@ def study(setting: Setting, figures: np.ndarray, flags: np.ndarray, halves: np.n
     runs: dict[int, list[float | None]] = {n: [] for n in [BASE, *numbers]}
     busy: dict[int, list[bool]] = {n: [] for n in runs}
     sel = Selection(setting.zone, setting.confidence, max(2, k),
-                    float(statistics.median(halves.tolist())))
+                    selection.window_sd(float(statistics.median(halves.tolist()))))
     active, why, group, led = list(numbers), None, [], set()
     if setting.search_round:
         for n in runs:

@@ -61,7 +61,7 @@ from autotune.search.confirmation.rounds import (
     figure_window_s,
     raced,
 )
-from autotune.search.confirmation.selection import Selection
+from autotune.search.confirmation.selection import Selection, window_sd
 from autotune.search.console.numerics_cost import (
     ANSWERS_CHECKED,
     REFERENCE_RUNS,
@@ -192,7 +192,7 @@ def estimate(setup: StudySetup, n_trials: int, confirm_runs: int, setup_s: float
     noise, whether it compiled and whether it was measured again)."""
     # The finalists and the baseline are distinct configurations among the trials.
     windows = max(1, min(setup.study.confirm_top + 1, n_trials))
-    noise = float((first.get("ceiling_noise") or {}).get("window") or 0.0)
+    noise = window_sd(float((first.get("ceiling_noise") or {}).get("window") or 0.0))
     rounds = _rounds(setup, confirm_runs, noise, windows - 1)
     remeasured, each_s = _one_window(first, trial_s)
     remeasure_s = _remeasure_s(first, n_trials, remeasured, each_s)
