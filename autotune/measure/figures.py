@@ -60,15 +60,14 @@ def window_spread(loop: Loop, clock: Clock, batch_size: int) -> float:
     """The measured window's noise: the relative spread of its two halves' throughputs (the
     same estimate the compute ceiling states for itself). 0 for a window too short to split.
 
-    Two timed steps are enough (the first step has no duration of its own): the difference
-    of two halves is one draw of the window's noise however many steps they hold, and with
-    independent steps of coefficient of variation c over m timed steps its expected size is
-    1.60 c/sqrt(m) for even halves and 1.69 c/sqrt(m) for the 2-against-1 split of 3 (against
-    the window's own c/sqrt(m)): the same measure of it. Before 2026-12-07 a window needed 5
-    marks, which a CPU's 4-step windows (window.min_measure_steps) never had: a GPT study's
-    batch-64 finalists then left the selection's first stage at 6 rounds (selection.py)."""
+    At least 4 timed steps (5 marks): a CPU's 4-step windows (window.min_measure_steps) split
+    2 against 1 read one slow step as the window's noise. Tried on 2026-12-07, a GPT study's
+    baseline window read 98% and another 29% (the finalists 2-10%), and a trial 9% faster
+    than the best was not declared the best within that noise (results/trials.beats); and the
+    selection's first stage, cut to 3 rounds by a known noise, did not decide between its
+    finalists 3% apart within the 4 rounds its budget held either."""
     marks, n = loop.marks, len(loop.marks)
-    if n < 3:
+    if n < 5:
         return 0.0
     half = n // 2
     ms = [clock.ms(marks[0][3], marks[half][3]), clock.ms(marks[half][3], marks[-1][3])]
