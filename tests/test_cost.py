@@ -165,6 +165,27 @@ def test_the_race_rounds_are_the_confirmations_time_in_the_measured_phases(cpu_e
     assert abs(clock.phase_seconds(race_s=80.0)["search"] - 300.0) < 5
 
 
+def test_the_numerics_checks_vetting_inside_the_rounds_is_counted_as_the_numerics_check(
+        cpu_env: Env) -> None:
+    """The confirmation vets each answer's leader as it leads (the numerics check inside the
+    rounds): the summary counts that time as the numerics check's, not the rounds'. A GPT
+    study read "confirmation 09:08 (~04:55), numerics check 00:00 (~02:43)"."""
+    from autotune.search.console.cost import CostClock
+
+    clock = CostClock(study_setup(cpu_env), 4, 3)
+    now = time.monotonic()
+    clock.marks = [("search", now - 600.0), ("confirmation", now - 400.0)]
+    vet = clock.timed("numerics check", lambda number: number == 5)
+    assert vet(5) is True and vet(4) is False  # the check's verdicts pass through
+    assert [(name, host) for name, host, _ in clock.lent] == [
+        ("numerics check", "confirmation")] * 2
+    clock.lent = [("numerics check", "confirmation", 250.0)]
+    clock.marks.append(("numerics check", now - 10.0))  # the check after the rounds: 10 s
+    phases = clock.phase_seconds()
+    assert abs(phases["confirmation"] - 140.0) < 5 and abs(phases["numerics check"] - 260.0) < 5
+    assert abs(phases["search"] - 200.0) < 5
+
+
 def test_the_estimate_states_the_rounds_the_selection_takes_with_the_tie_break_inside(
         tmp_path: Path, cpu_env: Env) -> None:
     """Before 2026-12-01 a tie's extra rounds (up to half the budget again) were not in the

@@ -170,7 +170,8 @@ def run_study(setup: StudySetup, storage: Any, n_trials: int, workers: int) -> i
         with StopFlag() as stop:
             try:
                 # The numerics check runs on each answer's leader as soon as it leads.
-                vet = vetting(setup, study, stop) if setup.study.numerics_steps else None
+                vet = clock.timed("numerics check", vetting(setup, study, stop)) \
+                    if setup.study.numerics_steps else None
                 confirm(confirming, study, confirm_runs, confirming.study.confirm_top, stop,
                         vet=vet)
             except Interrupted:
