@@ -56,6 +56,10 @@ def test_a_study_states_its_wall_time_and_the_summary_sets_the_measured_one_besi
     assert f"wall time: {wall['words']}" in out
     assert "measured" in wall["words"] and "after the first window" in wall["words"]
     assert "at the search's end" in wall["words"] and wall["search_end_s"] > 0, wall
+    # ... and the most it can take, stated then: the confirmation's budget, every finalist's
+    # numerics.
+    assert wall["search_end_most_s"] >= wall["search_end_s"] and "at most ~" in wall["words"]
+    assert "at most ~" in out.split("the study ends at ~", 1)[1].splitlines()[0], out[-3000:]
     # Each phase beside its own estimate, so a miss says where it came from; the confirmation
     # states its rounds' cost from the finalists' own windows before it starts.
     assert list(wall["phases"]) == ["search", "confirmation", "numerics check"], wall
@@ -177,9 +181,9 @@ def test_the_numerics_checks_vetting_inside_the_rounds_is_counted_as_the_numeric
     clock.marks = [("search", now - 600.0), ("confirmation", now - 400.0)]
     vet = clock.timed("numerics check", lambda number: number == 5)
     assert vet(5) is True and vet(4) is False  # the check's verdicts pass through
-    assert [(name, host) for name, host, _ in clock.lent] == [
+    assert [(name, host) for name, host, _ in clock.nested] == [
         ("numerics check", "confirmation")] * 2
-    clock.lent = [("numerics check", "confirmation", 250.0)]
+    clock.nested = [("numerics check", "confirmation", 250.0)]
     clock.marks.append(("numerics check", now - 10.0))  # the check after the rounds: 10 s
     phases = clock.phase_seconds()
     assert abs(phases["confirmation"] - 140.0) < 5 and abs(phases["numerics check"] - 260.0) < 5
@@ -375,3 +379,12 @@ def test_the_revised_numerics_estimate_is_the_check_of_those_expected_to_lead(
     # No confirmation: the search's fastest leads, and the same-training answer's beside it.
     assert revised(setup, behind, 0)["numerics check"] == pytest.approx(both)
     assert revised(setup, ahead, 0)["numerics check"] == pytest.approx(one)
+
+    # The most it can take: every finalist may lead after some round, so the dearest check,
+    # even where the expectation is the cheap one; and the confirmation's whole budget where
+    # that is more than its least rounds (a GPT study ran 4 rounds where 3 were expected).
+    most: dict[str, float] = {}
+    expected = revised(setup.with_study(confirm_budget_s=600.0), ahead, 3, most=most)
+    assert most["numerics check"] == pytest.approx(both)
+    assert expected["numerics check"] < 0.9 * most["numerics check"]
+    assert most["confirmation"] == pytest.approx(600.0) and expected["confirmation"] < 600.0

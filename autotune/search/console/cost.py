@@ -97,9 +97,10 @@ class CostClock:
         self.trial_start: float | None = None
         self.first_estimate: Estimate | None = None
         self.marks: list[tuple[str, float]] = [("search", self.t0)]
-        self.lent: list[tuple[str, str, float]] = []  # (phase, the phase it ran inside, s)
+        self.nested: list[tuple[str, str, float]] = []  # (phase, the phase it ran inside, s)
         self.revised: dict[str, float] = {}
         self.search_end_s: float | None = None  # the whole study's time stated as the search ended
+        self.search_end_most_s: float | None = None  # the most it can take, stated then
         self._first: tuple[float, float, dict[str, Any]] = (0.0, 0.0, {})
 
     def revise(self, study: optuna.Study, setup: StudySetup | None = None) -> str | None:
@@ -109,10 +110,13 @@ class CostClock:
         if self.first_estimate is None:
             return None
         ahead: list[Forecast] = []
-        self.revised = revised(setup or self.setup, study, self.confirm_runs, ahead)
+        most: dict[str, float] = {}
+        self.revised = revised(setup or self.setup, study, self.confirm_runs, ahead, most)
         if not self.revised:
             return None
-        self.search_end_s = self.elapsed() + sum(self.revised.values())
+        now = self.elapsed()
+        self.search_end_s = now + sum(self.revised.values())
+        self.search_end_most_s = now + sum(most.values())
         parts = [f"{name} ~{sec:.0f} s" for name, sec in self.revised.items()]
         if ahead and "confirmation" in self.revised:
             parts[0] += f" (~{ahead[0].rounds:.0f} rounds)"
@@ -121,7 +125,8 @@ class CostClock:
                    "rounds spread +-%.1f%%), at most %d (the budget)", ahead[0].rounds,
                    100 * ahead[0].spread, ahead[0].cap)
         return (f"expected from here: {', '.join(parts)}; the study ends at "
-                f"~{clock_text(self.search_end_s)}")
+                f"~{clock_text(self.search_end_s)}, at most ~{clock_text(self.search_end_most_s)} "
+                "(the confirmation's whole budget, and the numerics check of every finalist)")
 
     def phase(self, name: str) -> None:
         """The study moves on to ``name`` (one of Estimate.phases): the summary sets each
@@ -140,7 +145,7 @@ class CostClock:
             try:
                 return work(*args)
             finally:
-                self.lent.append((name, host, time.monotonic() - start))
+                self.nested.append((name, host, time.monotonic() - start))
         return run
 
     def phase_seconds(self, race_s: float = 0.0) -> dict[str, float]:
@@ -150,7 +155,7 @@ class CostClock:
         its trials took 125 s and its race 85 s (2026-11-29)."""
         ends = [t for _, t in self.marks[1:]] + [time.monotonic()]
         out = {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
-        for name, host, sec in self.lent:
+        for name, host, sec in self.nested:
             out[host] -= sec
             out[name] = out.get(name, 0.0) + sec
         if race_s > 0 and "confirmation" in out:
@@ -232,8 +237,11 @@ class CostClock:
             if self.search_end_s:
                 end = self.search_end_s
                 out["search_end_s"] = round(end, 1)
+                most = self.search_end_most_s or end
+                out["search_end_most_s"] = round(most, 1)
                 stated.insert(0, f"~{clock_text(end)} at the search's end "
-                                 f"({100 * (measured / end - 1):+.0f}%)")
+                                 f"({100 * (measured / end - 1):+.0f}%; at most "
+                                 f"~{clock_text(most)})")
                 out["brief"] = f"{clock_text(measured)} measured, ~{clock_text(end)} expected"
             out["words"] = (f"{clock_text(measured)} measured, expected {', '.join(stated)}: {each}"
                             + (f"; {disturbed}" if disturbed else ""))

@@ -299,14 +299,30 @@ def _confirm_s(setup: StudySetup, confirm_runs: int, rounds: float, per_round: f
     return max(least, min(wanted, fit)) * per_round
 
 
+def _confirm_most_s(setup: StudySetup, confirm_runs: int, per_round: float,
+                    raced_rounds: int = 0, raced_s: float = 0.0) -> float:
+    """The most the confirmation can take from here: its least rounds, or the rest of its
+    budget (confirm._stop_reason starts no round it expects to end past it). A GPT study's
+    budget-bound confirmation ran 4 rounds in 296 s where its rounds' expected 83 s fitted 3
+    in the budget, 249 s (2026-12-07): the rounds' own time, not the estimate's, decides."""
+    least = max(confirm_runs - raced_rounds, 0) * per_round
+    return max(least, setup.study.confirm_budget_s - raced_s)
+
+
 def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int,
-            forecasts: list[Forecast] | None = None) -> dict[str, float]:
+            forecasts: list[Forecast] | None = None,
+            most: dict[str, float] | None = None) -> dict[str, float]:
     """The phases after the search, estimated again from the finalists' own windows once they
     are known. The first window is the baseline's, and the finalists are often bigger batches
     with longer steps: in the README's CPU study as 2 ranks (2026-11-27) the numerics check
     was estimated at 34 s from the baseline's batch 32 and took 162 s at the finalists' 128.
     The confirmation's rounds are those its simulation expects from the finalists' search
-    figures (forecast.search_end_forecast; appended to ``forecasts`` where given)."""
+    figures (forecast.search_end_forecast; appended to ``forecasts`` where given). ``most``,
+    where given, takes the most each phase can take: the confirmation's budget, and a numerics
+    check of every finalist (each may lead after some round) at one run of yours per batch:
+    the expectation weighs the finalists by how often the simulation has each lead, and a GPT
+    study whose batch-64 finalist read slowest in the search but led every round spent 270 s
+    where ~116 s was expected (2026-12-07, docs/benchmarks.md)."""
     finals = finalists(study, max(1, setup.study.confirm_top))
     base = baseline_trial(study)
     if not finals or base is None:
@@ -326,11 +342,20 @@ def revised(setup: StudySetup, study: optuna.Study, confirm_runs: int,
         ahead = search_end_forecast(setup, finals, base, sel, confirm_runs, round_s)
         if forecasts is not None:
             forecasts.append(ahead)
-        out["confirmation"] = _confirm_s(setup, confirm_runs, ahead.rounds, round_s,
-                                         _raced_least(race, finals, base), sum(race.seconds))
+        least = _raced_least(race, finals, base)
+        out["confirmation"] = _confirm_s(setup, confirm_runs, ahead.rounds, round_s, least,
+                                         sum(race.seconds))
+        if most is not None:
+            most["confirmation"] = _confirm_most_s(setup, confirm_runs, round_s, least,
+                                                   sum(race.seconds))
     if setup.study.numerics_steps:  # its expectation, from who the simulation says leads
         out["numerics check"] = expected_check_s(setup, study, candidates, same, base,
                                                  ahead.led if ahead else ())
+        if most is not None:
+            every = ((frozenset(t.number for t in candidates), 1.0),)
+            most["numerics check"] = expected_check_s(setup, study, candidates, same, base, every)
     if setup.launch.scaling:
         out["scaling"] = 2 * SCALING_ROUNDS * max(figure_window_s(t) for t in finals)
+    if most is not None:
+        most.update({name: max(sec, most.get(name, sec)) for name, sec in out.items()})
     return out
