@@ -97,10 +97,11 @@ def check_cost_s(setup: StudySetup, finals: list[FrozenTrial], base: FrozenTrial
 
 
 def _reference_step_s(base: FrozenTrial, batch: int) -> float:
-    """The baseline's median step scaled to ``batch`` samples: an upper figure, since a bigger
-    batch uses the cores better (the README's CPU study's batch-128 references took 8-10 s a
-    run, start-up included, where 10 steps at 4x the baseline's batch-32 step say 9.2 s
-    alone)."""
+    """The baseline's median step scaled to ``batch`` samples. Not a bound either way: the
+    README's CPU study's batch-128 references took 8-10 s a run, start-up included, where 10
+    steps at 4x the baseline's batch-32 step say 9.2 s alone (2026-11-28); a GPT study's fp32
+    references ran 1.15-1.4x it (45-47 s at batch 16, 94-96 s at 32, 197-220 s at 64, where
+    its batch-16 baseline's median step was 3.7-4.0 s; 2026-12-07)."""
     a = trial_attrs(base)
     step_s = float((a.get("step_ms") or {}).get("median") or 0.0) / 1e3
     base_batch = int((a.get("knobs") or {}).get("batch_size") or 0)
