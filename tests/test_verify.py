@@ -95,6 +95,20 @@ def test_a_shortfall_names_what_the_production_path_adds() -> None:
     assert len(said) == 1 and said[0].startswith("neither: 0.9 ms per step")
 
 
+def test_a_sides_default_window_spans_enough_time_to_read_the_load() -> None:
+    """The load reading counts other processes in /proc/stat's 10 ms ticks: a 20-step window
+    of a 1 ms step (20-50 ms) once read a side slowed to 0.43x beside a job on every core as
+    quiet (CI, 2026-12-07). By default a side measures at least 0.5 s of the exported trial's
+    step, twice the study's steps where those take longer, and stops at MAX_DEFAULT_STEPS."""
+    from autotune.production.verify import MAX_DEFAULT_STEPS, _default_steps
+
+    assert _default_steps(10, {"step_ms": {"median": 1.0}}) == 500
+    assert _default_steps(10, {"step_ms": {"median": 100.0}}) == 20
+    assert _default_steps(30, {"step_ms": {"median": 100.0}}) == 60
+    assert _default_steps(10, {"step_ms": {"median": 0.01}}) == MAX_DEFAULT_STEPS
+    assert _default_steps(10, {}) == 20  # no window on record: the study's steps alone
+
+
 #: examples/train_plain.py's loop with another job beside one side's run: the exported side
 #: of round 1 (its meter's output file names the round and the side) starts busy processes on
 #: every core, outside its own process tree (through a shell that exits at once, as another

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import subprocess
@@ -48,6 +49,14 @@ log = logging.getLogger("autotune")
 #: Realized below this share of the study's speedup: verify names what the production path adds.
 SHORTFALL = 0.8
 SIDES = ("baseline", "exported")
+#: The least time a side's measured steps span by default. The load reading counts the other
+#: processes from /proc/stat, whose counters tick every 10 ms per core: over a 20-step window
+#: of a 1 ms step (~20-50 ms) the reading moved by up to 0.4 of 2 cores, and a side slowed to
+#: 0.43x beside a job on every core read 0.44 cores of others and "quiet". Over 0.5 s the
+#: ticks move it by at most 0.04 of each core, well inside the rule's 0.25 share.
+MIN_WINDOW_S = 0.5
+#: The most measured steps that span brings a side by default (a 0.1 ms step stops here).
+MAX_DEFAULT_STEPS = 2000
 #: The adapters' verifiers: the user's own Trainer, which runs its own DDP under torchrun.
 TRAINERS = {"autotune.adapters.hf.verify": "Trainer.train",
             "autotune.adapters.lightning.verify": "Trainer.fit"}
@@ -152,7 +161,7 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
         hooked = ["-m", "autotune.measure.script_run", "python"]
     configs = {"baseline": _baseline_config(doc, request, folder), "exported": path}
     window = request["window"]
-    steps = steps or max(20, 2 * int(window["measure_steps"]))
+    steps = steps or _default_steps(int(window["measure_steps"]), _window(path.parent, doc))
     warmup = warmup if warmup is not None else int(window["warmup_steps"]) + 2
     if script:
         command, how = [*hooked, *script], f"{Path(script[0]).name}, your script, as it is"
@@ -321,6 +330,16 @@ def _rank_environment(command: list[str], config: Path) -> dict[str, str]:
         return {}
     launch = (yaml.safe_load(config.read_text()) or {}).get("launch") or {}
     return {k: str(v) for k, v in (launch.get("environment") or {}).items()}
+
+
+def _default_steps(measure_steps: int, window: dict[str, Any]) -> int:
+    """Twice the study's measured steps, and at least MIN_WINDOW_S of the exported trial's
+    step (the faster side, as a rule) so that each side's load reading can be read."""
+    steps = max(20, 2 * measure_steps)
+    step_ms = float((window.get("step_ms") or {}).get("median") or 0.0)
+    if step_ms > 0:
+        steps = max(steps, min(MAX_DEFAULT_STEPS, math.ceil(1000 * MIN_WINDOW_S / step_ms)))
+    return steps
 
 
 def _window(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
