@@ -9,8 +9,11 @@ the zone of each other, at the device's prior spread of +-16% on a CPU) is what 
 stated until 2026-12-06, and the README's command ended in 4:10 against ~7:07 stated: its
 finalists were 5-25% apart, its windows 2% noisy, and the choice decided after 4 rounds.
 
-So, as the search ends (``at_search_end``), the confirmation is simulated with the finalists'
-search figures as their true speedups and the windows' measured noise as the rounds' spread;
+So, as the search ends (``at_search_end``), the confirmation is simulated with the windows'
+measured noise as the rounds' spread and the finalists' true speedups drawn around their search
+figures at that noise (each figure is one window: on a GPT study the batch-64 finalist's read
+from 27% below to 24% above its rounds' mean, and with the figures taken as true the forecast
+gave one finalist the lead in 97% of its studies where the other led every round; 2026-12-07);
 after each round (``after_round``), the rounds run so far are kept as they were and only the
 rounds after them are drawn, at the finalists' means so far and the spread their log ratios
 showed (the windows' noise counted as a prior of PRIOR_DF degrees of freedom, so that two
@@ -45,6 +48,9 @@ from autotune.search.setup import StudySetup
 STUDIES = 200
 #: The degrees of freedom the windows' own noise counts for beside the rounds' log ratios.
 PRIOR_DF = 2
+#: Sets of true speedups drawn per forecast at the search's end, STUDIES // TRUTH_DRAWS
+#: simulated studies each.
+TRUTH_DRAWS = 50
 
 
 #: Who led, in a forecast: each set of finalists that led after some round in one simulated
@@ -94,25 +100,43 @@ def quiet(noise: Noise | None = None) -> Noise:
 
 
 def at_search_end(speedups: Sequence[float], ratio_spread: float, sel: Selection, runs: int,
-                  cap: int, seed: int = 0) -> Forecast:
+                  cap: int, seed: int = 0, baseline_at: int | None = None) -> Forecast:
     """The rounds expected before any has run: the finalists' search figures over the
-    baseline's (``speedups``) taken as true, rounds whose log ratios spread ``ratio_spread``
-    (each window half of it in variance). ``led`` names the finalists by their place in
-    ``speedups`` (0 the first)."""
+    baseline's (``speedups``), rounds whose log ratios spread ``ratio_spread`` (each window
+    half of it in variance), and each simulated study's true speedups drawn around the figures
+    at a window's spread (``_truths``). ``baseline_at``: the place of the baseline where it is
+    a finalist itself (its speedup is 1.0 by definition, not a window's). ``led`` names the
+    finalists by their place in ``speedups`` (0 the first)."""
     rounds, led = _simulated(tuple(round(s, 4) for s in speedups), round(ratio_spread, 4),
-                             sel, runs, max(cap, 1), seed)
+                             sel, runs, max(cap, 1), seed, baseline_at)
     return Forecast(rounds, ratio_spread, cap, led)
+
+
+def _truths(speedups: Sequence[float], window: float, rng: np.random.Generator,
+            baseline_at: int | None) -> tuple[float, ...]:
+    """One draw of the finalists' true speedups given their search figures: each figure is
+    its window over the baseline's, each window off its configuration's speed by ``window``
+    in log spread, so the truth is the figure less the finalist's window's error plus the
+    baseline's (shared by every figure); the baseline as a finalist stays at 1.0."""
+    errors = rng.normal(0.0, window, len(speedups) + 1)
+    return tuple(1.0 if i == baseline_at else float(s * math.exp(errors[0] - errors[i + 1]))
+                 for i, s in enumerate(speedups))
 
 
 @functools.lru_cache(maxsize=64)
 def _simulated(speedups: tuple[float, ...], ratio_spread: float, sel: Selection, runs: int,
-               cap: int, seed: int) -> tuple[float, Leaders]:
-    """Mean rounds of STUDIES simulated studies and who led in them (cached: a study under a
-    time budget asks again after every trial, mostly with the same finalists)."""
+               cap: int, seed: int, baseline_at: int | None = None) -> tuple[float, Leaders]:
+    """Mean rounds of STUDIES simulated studies and who led in them, over TRUTH_DRAWS draws
+    of the true speedups (cached: a study under a time budget asks again after every trial,
+    mostly with the same finalists)."""
     window = ratio_spread / math.sqrt(2)
-    setting = Setting(speedups, Noise(window, 0.0, 0.0, drift=0.0), zone=sel.zone,
-                      confidence=sel.confidence, runs=runs, max_rounds=cap)
-    outcomes = simulate(setting, STUDIES, seed)
+    rng = np.random.default_rng(seed)
+    outcomes = []
+    for draw in range(TRUTH_DRAWS):
+        setting = Setting(_truths(speedups, window, rng, baseline_at),
+                          Noise(window, 0.0, 0.0, drift=0.0), zone=sel.zone,
+                          confidence=sel.confidence, runs=runs, max_rounds=cap)
+        outcomes += simulate(setting, STUDIES // TRUTH_DRAWS, seed + 1 + draw)
     led = Counter(frozenset(n - 1 for n in o.led) for o in outcomes)  # simulate's 1..k
     return (statistics.fmean(o.rounds for o in outcomes),
             tuple((who, count / len(outcomes)) for who, count in led.items()))
@@ -132,11 +156,13 @@ def search_end_forecast(setup: StudySetup, finals: list[FrozenTrial], base: Froz
     cap = cap_rounds(setup.study.confirm_budget_s, round_s, least=confirm_runs)
     base_figure = float(base.value or 0.0)
     speedups = [float(t.value or 0.0) / base_figure if base_figure else 1.0 for t in others]
+    baseline_at = None
     if len(others) < systems:  # the baseline is a finalist itself: 1.00x
+        baseline_at = len(speedups)
         speedups.append(1.0)
     if not speedups:
         return Forecast(float(confirm_runs), ratio, cap)
-    ahead = at_search_end(speedups, ratio, sel, confirm_runs, cap)
+    ahead = at_search_end(speedups, ratio, sel, confirm_runs, cap, baseline_at=baseline_at)
     numbers = [t.number for t in others] + [base.number]  # the baseline last, where appended
     led = tuple((frozenset(numbers[i] for i in who), share) for who, share in ahead.led)
     return dataclasses.replace(ahead, led=led)
