@@ -373,8 +373,8 @@ def test_finalists_that_sat_in_the_same_rounds_are_compared_paired() -> None:
 
 
 def _served_study(tmp_path: Path, budget_s: float, spread: float | None = None,
-                  searched: dict[str, float] | None = None, **study_keys: Any
-                  ) -> tuple[Any, optuna.Study, dict[str, str]]:
+                  searched: dict[str, float] | None = None, same: bool = False,
+                  **study_keys: Any) -> tuple[Any, optuna.Study, dict[str, str]]:
     """A real study setup and study with a baseline and three finalists, whose confirmation
     windows are served from planted figures (10 s each), by round: batch 128 and batch 64
     change 4 knobs each (batch 64 needs less memory), a third changes 5. ``searched``: their
@@ -396,6 +396,8 @@ def _served_study(tmp_path: Path, budget_s: float, spread: float | None = None,
                "b128": ({**base, **four, "batch_size": 128}, 210.0, 1.0),
                "b64": ({**base, **four, "batch_size": 64}, 205.0, 0.5),
                "five": ({**base, **four, "batch_size": 96, "cpu_threads": 1}, 200.0, 0.7)}
+    if same:  # a fourth, that trains your model as it is (the same-training answer's)
+        configs["same"] = ({**base, "host_allocator": "retain"}, 120.0, 1.0)
     study = optuna.create_study(direction="maximize")
     names = {}
     window = {"measure_s": 1.0, "step_ms": {"median": 10.0},
@@ -438,7 +440,8 @@ def _serve(names: dict[str, str], seen: list[tuple[int, str]],
             figure = figures[name] * (1.002 if (i + len(name)) % 2 else 0.998)
         else:
             figure = {"base": 100.0, "b128": 200.0 * math.sqrt(r), "b64": 200.0 / math.sqrt(r),
-                      "five": 198.0 * (1.03 if i % 2 else 0.97)}[name]
+                      "five": 198.0 * (1.03 if i % 2 else 0.97),
+                      "same": 120.0 * (1.01 if i % 2 else 0.99)}[name]
         load = {"contended": (i, name) == busy, "cpus": 2, "other_cpu_cores": 1.0}
         return WindowResult(outcome="ok", samples_per_sec=figure / (2 if load["contended"] else 1),
                             steps=10, wall_s=10.0, contention=load)
@@ -467,6 +470,28 @@ def test_a_finalist_behind_by_more_than_the_zone_is_dropped_not_exported_for_its
     from autotune.search.console.summary import confirmation_lines
     said = " ".join(confirmation_lines({"metrics": {}, "baseline": {}, "confirmation": record}))
     assert "the choice decided" in said and "the exported interval +-" in said
+
+
+def test_a_decided_same_training_answer_is_not_measured_while_the_other_is_open(
+        tmp_path: Path) -> None:
+    """Batch 128 and batch 64 take many rounds to tell apart; the one finalist that trains your
+    model as it is (1.2x, alone in its answer) is decided against your configuration after the
+    least rounds, and is measured no more: a README study's fp32 finalist ran in all 6 of its
+    rounds where 3 decided it (2026-12-07). Its answer keeps its interval over those rounds.
+    Break it once: measured every round, it fails here."""
+    from autotune.search.confirmation import confirm as confirm_mod
+
+    setup, study, names = _served_study(tmp_path, budget_s=900, spread=0.03, same=True)
+    seen: list[tuple[int, str]] = []
+    record = confirm_mod.confirm(setup, study, 3, 2, run=_serve(names, seen))
+    assert record is not None and record["stopped"] == "decided", record
+    number = _numbers(study, names)
+    assert record["best_trial"] == number["b128"] and record["rounds"] > 6, record
+    rounds_of = {name: sorted({i for i, n in seen if n == name}) for name in ("same", "b128")}
+    assert rounds_of["same"] == [0, 1, 2], rounds_of
+    same = record["same_training"]
+    assert same["best_trial"] == number["same"] and len(same["best_runs"]) == 3, same
+    assert same["decided"] and 1.15 < same["speedup"] < 1.25, same
 
 
 def test_the_budget_caps_the_rounds_and_undecided_finalists_are_not_called_tied(

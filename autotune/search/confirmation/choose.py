@@ -22,11 +22,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.results.intervals import Interval, compared, counted_rounds
 from autotune.search.confirmation import selection
 from autotune.search.confirmation.selection import Selection
+
+if TYPE_CHECKING:
+    from autotune.search.confirmation.rounds import Rounds
 
 
 @dataclass(frozen=True)
@@ -322,3 +325,23 @@ def decided(cands: list[Candidate], same: Collection[int], sel: Selection,
         return False
     return base is None or all(c.number == base.number or selection.verdict(c, base, sel)
                                for c in answers(cands, same, sel))
+
+
+def answered_same(group: list[Candidate], same: Collection[int], sel: Selection,
+                  base: Candidate | None, rounds: Rounds, runs: int) -> set[int]:
+    """The same-training answer's candidates no further round needs while the other answer
+    is still open: its own group resolved, its winner decided against the baseline, each of
+    them measured in the least rounds, and none still in question among all the finalists.
+    Before, racing kept such a lone survivor measured every round until the other answer
+    decided: a README study's fp32 finalist ran in all 6 of its rounds, where its answer was
+    decided after 3 (2026-12-07)."""
+    own = selection.survivors([c for c in group if c.number in same], sel)
+    if not own or not selection.resolved(own, sel):
+        return set()
+    leader = pick(own, sel)[0]
+    if base is not None and leader.number != base.number and \
+            selection.verdict(leader, base, sel) is None:
+        return set()
+    if base is not None and any(rounds.paired(c.number, base.number) < runs for c in own):
+        return set()
+    return {c.number for c in own} - {c.number for c in selection.survivors(group, sel)}

@@ -57,6 +57,7 @@ from autotune.results.trials import window_noise as search_noise
 from autotune.search.confirmation import selection
 from autotune.search.confirmation.choose import (
     Candidate,
+    answered_same,
     answers,
     changed_knobs,
     cv,
@@ -174,7 +175,9 @@ def confirm(setup: StudySetup, study: optuna.Study, runs: int, top: int = 1,
         if all(rounds.paired(n, base.number) for n in active if n != base.number):
             why = _stop_reason(setup, rounds, group, same, sel, runs, base.number, round_s)
     while not why:
-        measuring = _measuring(setup, group, same, sel) or set(active)
+        measuring = _measuring(setup, group, same, sel) or (
+            set(active) - answered_same(group, same, sel, _baseline(rounds, base.number),
+                                        rounds, runs))
         order = [n for n in trials if n in measuring or n == base.number]
         rng.shuffle(order)
         run_round(setup, trials, order, rounds, stop, run)
