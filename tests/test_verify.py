@@ -99,7 +99,8 @@ def test_a_sides_default_window_spans_enough_time_to_read_the_load() -> None:
     """The load reading counts other processes in /proc/stat's 10 ms ticks: a 20-step window
     of a 1 ms step (20-50 ms) once read a side slowed to 0.43x beside a job on every core as
     quiet (CI, 2026-12-07). By default a side measures at least 0.5 s of the exported trial's
-    step, twice the study's steps where those take longer, and stops at MAX_DEFAULT_STEPS."""
+    step, twice the study's steps where those take longer, and stops at MAX_DEFAULT_STEPS;
+    a script's own steps bound its sides, so its default is the study's steps alone."""
     from autotune.production.verify import MAX_DEFAULT_STEPS, _default_steps
 
     assert _default_steps(10, {"step_ms": {"median": 1.0}}) == 500
@@ -157,8 +158,11 @@ def test_a_side_beside_another_job_names_it_and_its_round_is_measured_again(
     script = tmp_path / "busy_side.py"
     script.write_text(BUSY_SIDE_SCRIPT)
     train = Path(__file__).resolve().parent.parent / "examples" / "train_plain.py"
-    proc = run_cli(["verify", str(study), "--rounds", "1", "--script", str(script), str(train),
-                    str(study / "best.yaml"), "--steps", "1000", "--device", "cpu"], tmp_path)
+    # 500 measured steps of a ~1 ms step: a window the load reading can read (verify's default
+    # for a script, 20, lasted 46 ms and once read the loaded side as quiet: CI, 2026-12-07).
+    proc = run_cli(["verify", str(study), "--rounds", "1", "--steps", "500", "--script",
+                    str(script), str(train), str(study / "best.yaml"), "--steps", "1000",
+                    "--device", "cpu"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((study / "verify.json").read_text())
     assert out["disturbed"], (out, proc.stdout)

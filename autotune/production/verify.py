@@ -49,8 +49,10 @@ log = logging.getLogger("autotune")
 #: Realized below this share of the study's speedup: verify names what the production path adds.
 SHORTFALL = 0.8
 SIDES = ("baseline", "exported")
-#: The least time a side's measured steps span by default. The load reading counts the other
-#: processes from /proc/stat, whose counters tick every 10 ms per core: over a 20-step window
+#: The least time a side's measured steps span by default, where verify runs the loop (a
+#: script's own steps bound its sides: 75 of a 1 ms DDP step would end before 500). The load
+#: reading counts the other processes from /proc/stat, whose counters tick every 10 ms per
+#: core: over a 20-step window
 #: of a 1 ms step (~20-50 ms) the reading moved by up to 0.4 of 2 cores, and a side slowed to
 #: 0.43x beside a job on every core read 0.44 cores of others and "quiet". Over 0.5 s the
 #: ticks move it by at most 0.04 of each core, well inside the rule's 0.25 share.
@@ -161,7 +163,10 @@ def verify(best_yaml: str | Path, rounds: int = 5, steps: int | None = None,
         hooked = ["-m", "autotune.measure.script_run", "python"]
     configs = {"baseline": _baseline_config(doc, request, folder), "exported": path}
     window = request["window"]
-    steps = steps or _default_steps(int(window["measure_steps"]), _window(path.parent, doc))
+    # Your script's own steps bound its sides (its --steps or epochs): only where verify runs
+    # the loop itself does a side's window span MIN_WINDOW_S by default.
+    steps = steps or _default_steps(int(window["measure_steps"]),
+                                    {} if script else _window(path.parent, doc))
     warmup = warmup if warmup is not None else int(window["warmup_steps"]) + 2
     if script:
         command, how = [*hooked, *script], f"{Path(script[0]).name}, your script, as it is"
