@@ -476,8 +476,9 @@ def test_a_decided_same_training_answer_is_not_measured_while_the_other_is_open(
         tmp_path: Path) -> None:
     """Batch 128 and batch 64 take many rounds to tell apart; the one finalist that trains your
     model as it is (1.2x, alone in its answer) is decided against your configuration after the
-    least rounds, and is measured no more: a README study's fp32 finalist ran in all 6 of its
-    rounds where 4 decided it (2026-12-07). Its answer keeps its interval over those rounds.
+    least rounds, and is measured no more: a README study's same-training finalist (bf16,
+    batch 32) ran in all 6 of its rounds where 4 decided it (2026-12-07). Its answer keeps
+    its interval over those rounds.
     Break it once: measured every round, it fails here."""
     from autotune.search.confirmation import confirm as confirm_mod
 

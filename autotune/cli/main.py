@@ -78,7 +78,8 @@ def verify_main(argv: list[str]) -> int:
     ap.add_argument("study", help="best.yaml, its folder, a study name under studies/, or "
                                   "the study's other answer (best-same-training.yaml)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=None, help="measured steps per side and round (default: twice the study's "
+    ap.add_argument("--steps", type=int, default=None,
+                    help="measured steps per side and round (default: twice the study's "
                          "window; without --script also at least 0.5 s of its exported "
                          "step, so that each side's load reading can be read)")
     ap.add_argument("--warmup", type=int, default=None, help="steps run before measuring")

@@ -333,8 +333,8 @@ def answered_same(group: list[Candidate], same: Collection[int], sel: Selection,
     is still open: its own group resolved, its winner decided against the baseline, each of
     them measured in the least rounds, and none still in question among all the finalists.
     Before, racing kept such a lone survivor measured every round until the other answer
-    decided: a README study's fp32 finalist ran in all 6 of its rounds, where its answer was
-    decided after 4 (2026-12-07)."""
+    decided: a README study's same-training finalist (bf16 at your batch) ran in all 6 of its
+    rounds, where its answer was decided after 4 (2026-12-07)."""
     own = selection.survivors([c for c in group if c.number in same], sel)
     if not own or not selection.resolved(own, sel):
         return set()
