@@ -34,8 +34,8 @@ def test_a_search_figure_is_one_window_so_a_finalist_behind_may_still_lead() -> 
     search figures taken as true, gave it the lead in ~3% of its studies, so the numerics
     check of its batch was all but left out of the expectation (2026-12-07). Drawn around the
     figures at the windows' spread, it leads in a share of them that a 25% gap at that spread
-    allows; the baseline as a finalist stays at 1.0 and never leads a 1.5x finalist. Break
-    it once: the figures taken as true fail here."""
+    allows; the baseline as a finalist stays at 1.0 in every draw. Break it once: the
+    figures taken as true fail here, and so does the baseline drawn."""
     sel = Selection(0.05, 0.95, 3, 0.0)
     f = at_search_end([6.61, 6.01, 5.28], 0.159, sel, 3, 4)
     behind = sum(share for who, share in f.led if 2 in who)

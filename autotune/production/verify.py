@@ -52,10 +52,10 @@ SIDES = ("baseline", "exported")
 #: The least time a side's measured steps span by default, where verify runs the loop (a
 #: script's own steps bound its sides: 75 of a 1 ms DDP step would end before 500). The load
 #: reading counts the other processes from /proc/stat, whose counters tick every 10 ms per
-#: core: over a 20-step window of a 1 ms step (~20-50 ms) the reading moved by up to 0.4 of 2
-#: cores, and a side slowed to 0.43x beside a job on every core read 0.44 cores of others and
-#: "quiet". Over 0.5 s the ticks move it by at most 0.04 of each core, well inside the rule's
-#: 0.25 share.
+#: core: over a 20-step window of a 1 ms step (46 ms) a side slowed to 0.43x beside a job on
+#: every core read 0.44 of 2 cores of others and "quiet"; over ~0.4 s the same test read 0.99
+#: (2026-12-07). A tick at each end is 0.02 s of a core: 0.04 of each core over 0.5 s, well
+#: inside the rule's 0.25 share.
 MIN_WINDOW_S = 0.5
 #: The most measured steps that span brings a side by default (a 0.1 ms step stops here).
 MAX_DEFAULT_STEPS = 2000
